@@ -1,0 +1,127 @@
+"""Built-in job `image-classification`: a small CNN on scikit-learn's digits (8x8 images).
+
+The data ships inside scikit-learn, so the job needs no download. Config keys: epochs,
+batch_size, lr, dataset_multiplier (repeats the training split to make the job longer),
+seed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ray.train
+import ray.train.torch
+from jobs.context import current
+
+
+class DigitsNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, padding=1)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.fc1 = nn.Linear(64 * 4 * 4, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = F.relu(self.fc1(x.flatten(1)))
+        return self.fc2(x)
+
+
+def load_split(seed: int = 0, test_fraction: float = 0.2):
+    """Digits as float tensors, split once with a fixed seed so every worker agrees."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+    order = np.random.default_rng(seed).permutation(len(y))
+    n_test = int(len(y) * test_fraction)
+    test, train = order[:n_test], order[n_test:]
+    return (torch.from_numpy(x[train]), torch.from_numpy(y[train]).long(),
+            torch.from_numpy(x[test]), torch.from_numpy(y[test]).long())
+
+
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx) -> float:
+    model.eval()
+    with torch.no_grad(), ctx.autocast():
+        pred = model(x.to(ctx.device)).argmax(dim=1).cpu()
+    model.train()
+    return float((pred == y).float().mean())
+
+
+def train_loop(config: dict) -> None:
+    ctx = current()
+    epochs = int(config.get("epochs", 8))
+    batch_size = int(config.get("batch_size", 32))
+    lr = float(config.get("lr", 2e-3))
+    multiplier = max(1, int(config.get("dataset_multiplier", 1)))
+    torch.manual_seed(int(config.get("seed", 0)))
+
+    x_train, y_train, x_test, y_test = load_split()
+    if multiplier > 1:
+        x_train, y_train = x_train.repeat(multiplier, 1, 1, 1), y_train.repeat(multiplier)
+    dataset = torch.utils.data.TensorDataset(x_train, y_train)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
+                                         **ctx.loader_kwargs())
+    loader = ray.train.torch.prepare_data_loader(loader)
+    model = ray.train.torch.prepare_model(DigitsNet())
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    scaler = ctx.grad_scaler()
+
+    start_epoch = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:  # resumed after a failure or by a rerun with the same name
+        with checkpoint.as_directory() as d:
+            state = torch.load(os.path.join(d, "state.pt"), map_location=ctx.device)
+        _unwrap(model).load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_epoch = state["epoch"] + 1
+
+    steps = len(loader)
+    for epoch in range(start_epoch, epochs):
+        if hasattr(loader, "sampler") and hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(epoch)
+        t0, seen, loss_sum = time.perf_counter(), 0, 0.0
+        for step, (xb, yb) in enumerate(loader, start=1):
+            optimizer.zero_grad(set_to_none=True)
+            with ctx.autocast():
+                logits = model(xb)
+            loss = F.cross_entropy(logits.float(), yb)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            seen += len(yb)
+            loss_sum += float(loss.detach()) * len(yb)
+            ctx.progress(epoch + 1, epochs, step, steps)
+        elapsed = time.perf_counter() - t0
+        metrics = {
+            "epoch": epoch + 1,
+            "epochs": epochs,
+            "loss": loss_sum / max(seen, 1),
+            "accuracy": evaluate(model, x_test, y_test, ctx),
+            # Every worker sees an equal shard, so the whole job's rate is world_size x ours.
+            "samples_per_sec": seen * ctx.world_size / elapsed if elapsed > 0 else 0.0,
+            "epoch_s": elapsed,
+            "precision": ctx.precision,
+            "workers": ctx.world_size,
+        }
+        with tempfile.TemporaryDirectory() as d:
+            ckpt = None
+            if ctx.rank == 0:
+                torch.save({"model": _unwrap(model).state_dict(),
+                            "optimizer": optimizer.state_dict(), "epoch": epoch},
+                           os.path.join(d, "state.pt"))
+                ckpt = ray.train.Checkpoint.from_directory(d)
+            ray.train.report(metrics, checkpoint=ckpt)
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return getattr(model, "module", model)

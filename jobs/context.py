@@ -1,0 +1,144 @@
+"""Per-worker helpers for a training loop: device, mixed precision, loader settings, progress.
+
+A training loop (built-in or the user's) calls `current()` to learn what orch chose for
+this run. The choices are made on the worker because only there is the device known.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from jobs import events
+
+_CURRENT: Optional["WorkerContext"] = None
+
+
+def cpu_supports_bf16() -> bool:
+    """True when this CPU has native bf16 instructions (AVX512-BF16 or AMX)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(requested: str, device_type: str, cuda_bf16: bool, cpu_bf16: bool) -> str:
+    """`auto` picks bf16 where the hardware has it, fp16 (with a scaler) on older GPUs."""
+    if requested != "auto":
+        if requested == "fp16" and device_type == "cpu":
+            return "bf16"  # fp16 autocast on CPU is slow and unscaled; bf16 is the CPU's half type
+        return requested
+    if device_type == "cuda":
+        return "bf16" if cuda_bf16 else "fp16"
+    return "bf16" if cpu_bf16 else "fp32"
+
+
+def resolve_loader_workers(requested: Any, device_type: str, cpus_per_worker: int) -> int:
+    if requested != "auto":
+        return int(requested)
+    if device_type == "cpu":
+        # Loader processes would compete with the training processes for the same cores.
+        return 0
+    return max(1, min(4, cpus_per_worker - 1))
+
+
+def resolve_pin_memory(requested: Any, device_type: str) -> bool:
+    if requested == "auto":
+        return device_type == "cuda"
+    return bool(requested) and device_type == "cuda"  # pinning without CUDA only warns
+
+
+@dataclass
+class WorkerContext:
+    job_id: str
+    rank: int
+    world_size: int
+    device: Any  # torch.device
+    precision: str
+    loader_workers: int
+    pin_memory: bool
+    _last_progress: float = field(default=0.0, repr=False)
+
+    @property
+    def device_type(self) -> str:
+        return self.device.type
+
+    @property
+    def amp_dtype(self):
+        import torch
+
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+
+    def autocast(self):
+        """`torch.autocast` for this run's precision; a no-op context for fp32."""
+        import torch
+
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device_type, dtype=self.amp_dtype)
+
+    def grad_scaler(self):
+        """A GradScaler that scales only for fp16 (bf16 and fp32 need none)."""
+        import torch
+
+        return torch.amp.GradScaler(self.device_type, enabled=self.precision == "fp16")
+
+    def loader_kwargs(self) -> dict:
+        kw: dict[str, Any] = {"num_workers": self.loader_workers, "pin_memory": self.pin_memory}
+        if self.loader_workers > 0:
+            kw["persistent_workers"] = True
+        return kw
+
+    def progress(self, epoch: int, epochs: int, step: int, steps: int, every_s: float = 0.5) -> None:
+        """Rank 0 tells orch where the loop is, at most every `every_s` seconds."""
+        if self.rank != 0:
+            return
+        now = time.monotonic()
+        if now - self._last_progress < every_s and step != steps:
+            return
+        self._last_progress = now
+        events.emit("progress", epoch=epoch, epochs=epochs, step=step, steps=steps)
+
+    def as_record(self) -> dict:
+        return {"device": str(self.device), "precision": self.precision,
+                "loader_workers": self.loader_workers, "pin_memory": self.pin_memory,
+                "world_size": self.world_size}
+
+
+def install(options: dict) -> WorkerContext:
+    """Called by the runner on each worker before the training loop starts."""
+    global _CURRENT
+    import torch
+    import ray.train
+    import ray.train.torch
+
+    tc = ray.train.get_context()
+    device = ray.train.torch.get_device()
+    cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    precision = resolve_precision(options.get("precision", "auto"), device.type, cuda_bf16,
+                                  cpu_supports_bf16())
+    cpus = int(options.get("cpus_per_worker") or 1)
+    _CURRENT = WorkerContext(
+        job_id=options.get("job_id", os.environ.get("ORCH_JOB_ID", "")),
+        rank=tc.get_world_rank(),
+        world_size=tc.get_world_size(),
+        device=device,
+        precision=precision,
+        loader_workers=resolve_loader_workers(options.get("loader_workers", "auto"), device.type, cpus),
+        pin_memory=resolve_pin_memory(options.get("pin_memory", "auto"), device.type),
+    )
+    if _CURRENT.rank == 0:
+        events.emit("worker_setup", **_CURRENT.as_record())
+    return _CURRENT
+
+
+def current() -> WorkerContext:
+    """The context of this worker; only valid inside a loop started by orch's runner."""
+    if _CURRENT is None:
+        raise RuntimeError("jobs.context.current() is only available inside an orch training loop")
+    return _CURRENT

@@ -1,0 +1,129 @@
+"""The Ray Train driver orch starts on the target: `python -m jobs.runner`.
+
+It reads the run description from the ORCH_RUN environment variable (JSON), joins the
+target's Ray (RAY_ADDRESS is set by the Ray Jobs API), runs a TorchTrainer and prints
+events (see jobs/events.py) that orch reads from the log. The same runner runs on this
+workstation, on an on-prem cluster and on a cloud VM.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from typing import Any, Callable
+
+from jobs import events
+
+_OPTIONS_KEY = "__orch__"
+
+
+def resolve_callable(target: str) -> Callable:
+    from jobs.builtin import BUILTIN_JOBS
+
+    target = BUILTIN_JOBS.get(target, target)
+    module_name, _, attr = target.partition(":")
+    module = importlib.import_module(module_name)
+    fn = getattr(module, attr)
+    if not callable(fn):
+        raise TypeError(f"{target} is not callable")
+    return fn
+
+
+def worker_entry(config: dict) -> Any:
+    """What each Ray Train worker runs: set up orch's context, then the real loop."""
+    from jobs import context
+
+    config = dict(config)
+    options = config.pop(_OPTIONS_KEY)
+    if os.getcwd() not in sys.path:  # the job's workdir, where a user's entrypoint lives
+        sys.path.insert(0, os.getcwd())
+    context.install(options)
+    fn = resolve_callable(options["target"])
+    return fn(config)
+
+
+def _make_reporter():
+    from ray.train import UserCallback
+
+    class OrchReporter(UserCallback):
+        """Runs on the controller: every report of rank 0 becomes a `report` event."""
+
+        def __init__(self):
+            self.count = 0
+
+        def after_report(self, run_context, metrics, checkpoint):
+            self.count += 1
+            m = metrics[0] if metrics else {}
+            events.emit("report", index=self.count, metrics=m,
+                        checkpoint=getattr(checkpoint, "path", None))
+
+        def after_exception(self, run_context, worker_exceptions):
+            for rank, exc in worker_exceptions.items():
+                events.emit("worker_error", rank=rank, error=f"{type(exc).__name__}: {exc}")
+
+    return OrchReporter()
+
+
+def _use_gpu(requested: Any, num_workers: int) -> bool:
+    import ray
+
+    if requested != "auto":
+        return bool(requested)
+    return ray.cluster_resources().get("GPU", 0) >= num_workers
+
+
+def run(spec: dict) -> int:
+    import ray
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    started = time.monotonic()
+    ray.init(log_to_driver=True)
+    num_workers = int(spec["num_workers"])
+    use_gpu = _use_gpu(spec.get("use_gpu", "auto"), num_workers)
+    options = {k: spec.get(k) for k in ("precision", "loader_workers", "pin_memory", "cpus_per_worker")}
+    options.update(job_id=spec["job_id"], target=spec["target"])
+    resolve_callable(options["target"])  # fail here, once, rather than in every worker
+    config = dict(spec.get("config") or {})
+    config[_OPTIONS_KEY] = options
+    events.emit("start", num_workers=num_workers, use_gpu=use_gpu, target=spec["target"],
+                storage_path=spec["storage_path"])
+    trainer = TorchTrainer(
+        worker_entry,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=use_gpu),
+        run_config=RunConfig(
+            name=spec["job_id"],  # a fixed name: a rerun under the same storage resumes
+            storage_path=spec["storage_path"],
+            checkpoint_config=CheckpointConfig(num_to_keep=spec.get("num_to_keep") or 2),
+            failure_config=FailureConfig(max_failures=int(spec.get("max_failures") or 0)),
+            callbacks=[_make_reporter()],
+        ),
+    )
+    try:
+        result = trainer.fit()
+    except Exception as e:  # TrainingFailedError and friends: say why, exit non-zero
+        events.emit("result", ok=False, error=f"{type(e).__name__}: {e}",
+                    wall_s=round(time.monotonic() - started, 2))
+        print(f"orch runner: training failed: {e}", file=sys.stderr)
+        return 1
+    checkpoint = getattr(result, "checkpoint", None)
+    events.emit("result", ok=True, metrics=result.metrics or {},
+                checkpoint=getattr(checkpoint, "path", None),
+                wall_s=round(time.monotonic() - started, 2))
+    return 0
+
+
+def main() -> int:
+    raw = os.environ.get("ORCH_RUN")
+    if not raw:
+        print("orch runner: ORCH_RUN is not set; this module is started by orch", file=sys.stderr)
+        return 2
+    return run(json.loads(raw))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+"""orch: a hybrid cloud/local GPU job orchestrator."""
+
+__version__ = "0.1.0"

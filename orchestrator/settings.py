@@ -1,0 +1,162 @@
+"""orch's settings: `ORCH_*` environment variables over a TOML file over defaults.
+
+The file is `ORCH_CONFIG`, default `~/.config/orch/config.toml`. Settings are an object
+passed to whoever needs them, never a module global.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+from orchestrator.errors import InputError
+
+DEFAULT_CONFIG = "~/.config/orch/config.toml"
+
+
+class OwnedGpus(BaseModel):
+    """GPUs the user owns, priced so they are never free."""
+
+    model_config = ConfigDict(extra="forbid")
+    gpu: str = Field(description="accelerator name as SkyPilot spells it, e.g. A100-80GB")
+    count: int = Field(1, ge=1)
+    purchase_price: float = Field(0.0, ge=0, description="for all `count` GPUs with their host, base currency")
+    lifetime_years: float = Field(3.0, gt=0)
+    utilization: float = Field(0.6, gt=0, le=1, description="expected busy fraction over the lifetime")
+    watts: float = Field(300.0, ge=0, description="per GPU under load, host share included")
+
+
+class LocalMachine(BaseModel):
+    """This workstation, when it is where a job runs."""
+
+    model_config = ConfigDict(extra="forbid")
+    purchase_price: float = Field(0.0, ge=0)
+    lifetime_years: float = Field(3.0, gt=0)
+    utilization: float = Field(0.3, gt=0, le=1)
+    watts: float = Field(150.0, ge=0, description="under load, whole machine")
+    cpus: Optional[int] = Field(None, ge=1, description="CPUs given to the local Ray; default all")
+    object_store_mb: int = Field(1024, ge=100)
+
+
+def _split_list(v: Any) -> Any:
+    if isinstance(v, str):
+        return [x.strip() for x in v.split(",") if x.strip()]
+    return v
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ORCH_", env_nested_delimiter="__",
+                                      extra="forbid", validate_default=True)
+
+    home: Path = Field(Path("~/.orch"), description="where orch keeps its store, logs and local Ray")
+    mode: Optional[Literal["local", "hybrid"]] = Field(
+        None, description="local keeps every job on this machine; unset: local unless a "
+                          "cluster or a cloud is configured")
+    ray_address: Optional[str] = Field(None, description="on-prem Ray dashboard address, http://host:8265")
+    clouds: Annotated[list[str], NoDecode] = Field(default_factory=list,
+                                                   description="enabled SkyPilot clouds, e.g. runpod,lambda,aws")
+    currency: str = "USD"
+    currency_rate: float = Field(1.0, gt=0, description="units of `currency` per 1 USD")
+    electricity_price: float = Field(0.15, ge=0, description="USD per kWh")
+    onprem: list[OwnedGpus] = Field(default_factory=list)
+    local: LocalMachine = Field(default_factory=LocalMachine)
+    steady_min_runs: int = Field(3, ge=1, description="K: runs of one fingerprint that make it steady")
+    steady_window_days: float = Field(14, gt=0, description="W: the window those runs count in")
+    short_job_hours: float = Field(2.0, gt=0, description="expected hours under which a job is short")
+    max_wait_minutes: float = Field(60, ge=0, description="longest wait for on-prem before bursting")
+    cloud_startup_minutes: float = Field(6, ge=0, description="billed provisioning time per launch")
+
+    @field_validator("clouds", mode="before")
+    @classmethod
+    def _clouds(cls, v: Any) -> Any:
+        return [c.lower() for c in _split_list(v)]
+
+    @field_validator("home")
+    @classmethod
+    def _home(cls, v: Path) -> Path:
+        return Path(os.path.expanduser(str(v)))
+
+    @property
+    def effective_mode(self) -> str:
+        if self.mode:
+            return self.mode
+        return "hybrid" if (self.ray_address or self.clouds) else "local"
+
+    # Where each value came from: filled in by load_settings().
+    _sources: dict = PrivateAttr(default_factory=dict)
+
+    def source_of(self, key: str) -> str:
+        return self._sources.get(key, "default")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings,
+                                   dotenv_settings, file_secret_settings):
+        # Explicit arguments (the TOML file's contents, or a test's) rank below the env.
+        return (env_settings, init_settings)
+
+
+def config_path(environ: Optional[dict] = None) -> Path:
+    environ = os.environ if environ is None else environ
+    return Path(os.path.expanduser(environ.get("ORCH_CONFIG") or DEFAULT_CONFIG))
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{path}: TOML syntax error: {e}",
+                         "fix the file or point ORCH_CONFIG at another one") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the settings file: {e}") from None
+
+
+def _line_of(path: Path, key: str) -> str:
+    try:
+        for i, line in enumerate(path.read_text().splitlines(), start=1):
+            if line.strip().startswith((key + " ", key + "=")):
+                return f":{i}"
+    except OSError:
+        pass
+    return ""
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment and the TOML file; one clear InputError if invalid."""
+    path = config_path()
+    data = _read_toml(path)
+    data.update(overrides)
+    env_keys = {k[len("ORCH_"):].lower().split("__")[0] for k in os.environ if k.startswith("ORCH_")}
+    env_keys.discard("config")
+    try:
+        settings = Settings(**data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        top = str(err["loc"][0]) if err["loc"] else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown setting '{key}'"
+        if top in env_keys:
+            where = f"environment variable ORCH_{top.upper()}"
+        else:
+            where = f"{path}{_line_of(path, top)}"
+        raise InputError(f"{where}: {key}: {msg}",
+                         "`orch config show` lists every setting with its default") from None
+    sources = {}
+    for name in Settings.model_fields:
+        if name in env_keys:
+            sources[name] = f"env ORCH_{name.upper()}"
+        elif name in overrides:
+            sources[name] = "argument"
+        elif name in data:
+            sources[name] = str(path)
+    settings._sources = sources
+    return settings

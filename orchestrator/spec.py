@@ -431,4 +431,4 @@ def load_spec(path: str | Path) -> JobSpec:
         raise SpecError(str(path), None, None, "is a directory, not a job file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(str(path), None, None, f"cannot read the file: {e}") from None
-    return load_spec_text(text, str(path))
+    return load_spec_text(text, str(p.resolve()) if p.is_absolute() else str(path))

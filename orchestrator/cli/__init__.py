@@ -12,10 +12,33 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
 
 
 def main() -> None:
-    from orchestrator.cli import commands  # noqa: F401  (registers the commands)
+    import click
 
-    app(prog_name="orch")
+    from orchestrator.cli import commands  # noqa: F401  (registers the commands)
+    from orchestrator.cli.render import err
+    from orchestrator.errors import OrchError
+    from rich.markup import escape
+
+    try:
+        code = app(prog_name="orch", standalone_mode=False)
+        # Without standalone mode, click returns typer.Exit's code instead of exiting.
+        sys.exit(code if isinstance(code, int) else 0)
+    except OrchError as e:
+        err.print(f"[red]error:[/] {escape(e.message)}", highlight=False)
+        if e.hint:
+            err.print(f"  [dim]->[/] {escape(e.hint)}", highlight=False)
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,0 +1,5 @@
+"""`python -m orchestrator` is the same as `orch`."""
+
+from orchestrator.cli import main
+
+main()

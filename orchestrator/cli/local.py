@@ -1,0 +1,48 @@
+"""`orch local up|down|status`: the Ray instance that local-only mode runs jobs on."""
+
+from __future__ import annotations
+
+import typer
+
+from orchestrator.cli.render import err, out, print_json
+
+local_app = typer.Typer(no_args_is_help=True, help="Manage the local Ray instance (local-only mode).")
+
+
+def _ray():
+    from orchestrator.service import Orch
+    from orchestrator.settings import load_settings
+
+    return Orch(load_settings()).local_ray()
+
+
+@local_app.command("up")
+def up(json_out: bool = typer.Option(False, "--json")) -> None:
+    """Start the local Ray instance, or reuse the running one."""
+    ray = _ray()
+    state = ray.up(on_start=lambda: err.print("[dim]starting the local Ray instance[/]"))
+    if json_out:
+        print_json(state)
+    else:
+        out.print(f"local Ray up at {state['dashboard_url']} ({state['cpus']} CPUs, files in {state['temp_dir']})")
+
+
+@local_app.command("down")
+def down() -> None:
+    """Stop the local Ray instance (only its own processes)."""
+    n = _ray().down()
+    out.print(f"local Ray stopped ({n} processes)" if n else "local Ray was not running")
+
+
+@local_app.command("status")
+def status(json_out: bool = typer.Option(False, "--json")) -> None:
+    """Show whether the local Ray instance runs, and where."""
+    state = _ray().status()
+    if json_out:
+        print_json(state or {"running": False})
+        return
+    if not state:
+        out.print("local Ray is not running (`orch local up` or any `orch submit` starts it)")
+        raise typer.Exit(1)
+    out.print(f"local Ray running at {state['dashboard_url']}: {state['cpus']} CPUs, "
+              f"{state['processes']} processes, files in {state['temp_dir']}")

@@ -1,0 +1,72 @@
+"""Rendering helpers shared by the CLI commands: consoles, JSON, tables, durations."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Iterable, Optional
+
+from rich.console import Console
+from rich.table import Table
+
+def _console(stderr: bool = False) -> Console:
+    c = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not c.is_terminal:  # piped or captured: don't squeeze tables into 80 columns
+        c = Console(stderr=stderr, highlight=False, soft_wrap=True, width=200)
+    return c
+
+
+out = _console()
+err = _console(stderr=True)
+
+STATUS_STYLE = {"PENDING": "yellow", "RUNNING": "cyan", "SUCCEEDED": "green",
+                "FAILED": "red", "CANCELLED": "magenta"}
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def status_text(status: str) -> str:
+    return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
+
+
+def duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def job_duration(rec: dict) -> Optional[float]:
+    start = rec.get("started_at") or rec.get("created_at")
+    if start is None:
+        return None
+    end = rec.get("finished_at") or time.time()
+    return end - start
+
+
+def metric_summary(metrics: dict) -> str:
+    parts = []
+    if "epoch" in metrics and "epochs" in metrics:
+        parts.append(f"epoch {metrics['epoch']}/{metrics['epochs']}")
+    for key, label, fmt in (("loss", "loss", "{:.4f}"), ("accuracy", "accuracy", "{:.3f}"),
+                            ("samples_per_sec", "samples/s", "{:,.0f}")):
+        if isinstance(metrics.get(key), (int, float)):
+            parts.append(f"{label} {fmt.format(metrics[key])}")
+    return "  ".join(parts)
+
+
+def table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: Optional[str] = None) -> Table:
+    t = Table(title=title, show_edge=False, header_style="bold")
+    for c in columns:
+        t.add_column(c, no_wrap=c in ("ID", "STATUS", "TARGET", "KIND"))
+    for r in rows:
+        t.add_row(*[("-" if v is None else str(v)) for v in r])
+    return t

@@ -1,0 +1,269 @@
+"""The job store: SQLite under ORCH_HOME, safe for several orch processes writing at once.
+
+Rows are JSON columns with a schema version, never pickles. Each status change is one
+transaction that updates the job and appends to its history, so a reader never sees one
+without the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from orchestrator.errors import NotFound, StoreError
+
+SCHEMA_VERSION = 1
+STATUSES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+
+_MIGRATIONS = {
+    1: [
+        """CREATE TABLE IF NOT EXISTS jobs (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            status TEXT NOT NULL,
+            kind TEXT,
+            target TEXT,
+            fingerprint TEXT,
+            spec_json TEXT NOT NULL,
+            source_file TEXT,
+            decision_json TEXT,
+            backend_id TEXT,
+            address TEXT,
+            log_path TEXT,
+            metrics_json TEXT NOT NULL DEFAULT '{}',
+            info_json TEXT NOT NULL DEFAULT '{}',
+            message TEXT,
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            idempotency_key TEXT UNIQUE,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            started_at REAL,
+            finished_at REAL
+        )""",
+        "CREATE INDEX IF NOT EXISTS jobs_fingerprint ON jobs(fingerprint, created_at)",
+        "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status)",
+        """CREATE TABLE IF NOT EXISTS job_events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            job_id TEXT NOT NULL REFERENCES jobs(id),
+            ts REAL NOT NULL,
+            status TEXT NOT NULL,
+            message TEXT
+        )""",
+        "CREATE INDEX IF NOT EXISTS job_events_job ON job_events(job_id, seq)",
+    ],
+}
+
+_JSON_COLUMNS = {"spec_json": "spec", "decision_json": "decision", "metrics_json": "metrics",
+                 "info_json": "info"}
+
+
+def new_job_id() -> str:
+    return "orch-" + uuid.uuid4().hex[:8]
+
+
+def iso(ts: Optional[float]) -> Optional[str]:
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+class Store:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fresh = not self.path.exists()
+            if fresh:  # created readable by its owner only
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA busy_timeout = 30000")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: cannot open the job store: {e}",
+                             "move the file aside to start a new store, or restore a backup") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One IMMEDIATE transaction: writers queue on the lock instead of failing."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        else:
+            self._db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            current = int(row["value"]) if row else 0
+            if current > SCHEMA_VERSION:
+                raise StoreError(f"{self.path}: written by a newer orch (schema {current}, "
+                                 f"this orch knows {SCHEMA_VERSION})", "upgrade orch")
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[version]:
+                    db.execute(statement)
+            db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                       (str(SCHEMA_VERSION),))
+
+    @property
+    def schema_version(self) -> int:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(row["value"])
+
+    # -- jobs -------------------------------------------------------------------------
+
+    def create_job(self, *, name: str, spec: dict, kind: Optional[str], target: Optional[str],
+                   fingerprint: Optional[str], decision: Optional[dict] = None,
+                   source_file: Optional[str] = None, address: Optional[str] = None,
+                   idempotency_key: Optional[str] = None, job_id: Optional[str] = None,
+                   message: str = "recorded") -> dict:
+        """Record a job as PENDING before anything is launched for it."""
+        now = time.time()
+        job_id = job_id or new_job_id()
+        with self._write() as db:
+            if idempotency_key:
+                row = db.execute("SELECT id FROM jobs WHERE idempotency_key = ?",
+                                 (idempotency_key,)).fetchone()
+                if row:
+                    return self.get(row["id"])
+            db.execute(
+                """INSERT INTO jobs (id, name, status, kind, target, fingerprint, spec_json,
+                   source_file, decision_json, address, idempotency_key, created_at, updated_at)
+                   VALUES (?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (job_id, name, kind, target, fingerprint, json.dumps(spec), source_file,
+                 json.dumps(decision) if decision is not None else None, address,
+                 idempotency_key, now, now))
+            db.execute("INSERT INTO job_events (job_id, ts, status, message) VALUES (?, ?, ?, ?)",
+                       (job_id, now, "PENDING", message))
+        return self.get(job_id)
+
+    def update(self, job_id: str, **fields: Any) -> dict:
+        """Change columns other than status; JSON columns take Python values."""
+        if not fields:
+            return self.get(job_id)
+        cols, values = [], []
+        for key, value in fields.items():
+            column = next((c for c, k in _JSON_COLUMNS.items() if k == key), key)
+            if column in _JSON_COLUMNS:
+                value = json.dumps(value)
+            cols.append(f"{column} = ?")
+            values.append(value)
+        with self._write() as db:
+            db.execute(f"UPDATE jobs SET {', '.join(cols)}, updated_at = ? WHERE id = ?",
+                       (*values, time.time(), job_id))
+        return self.get(job_id)
+
+    def set_status(self, job_id: str, status: str, message: Optional[str] = None,
+                   **fields: Any) -> dict:
+        """Move a job to `status` and append to its history; a finished job stays finished."""
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status}")
+        now = time.time()
+        with self._write() as db:
+            row = db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no job {job_id}")
+            if row["status"] in TERMINAL or row["status"] == status:
+                changed = False
+            else:
+                changed = True
+                extra = {"status": status, "message": message}
+                if status == "RUNNING":
+                    extra["started_at"] = now
+                if status in TERMINAL:
+                    extra["finished_at"] = now
+                extra.update(fields)
+                cols, values = [], []
+                for key, value in extra.items():
+                    column = next((c for c, k in _JSON_COLUMNS.items() if k == key), key)
+                    cols.append(f"{column} = ?")
+                    values.append(json.dumps(value) if column in _JSON_COLUMNS else value)
+                db.execute(f"UPDATE jobs SET {', '.join(cols)}, updated_at = ? WHERE id = ?",
+                           (*values, now, job_id))
+                db.execute("INSERT INTO job_events (job_id, ts, status, message) VALUES (?, ?, ?, ?)",
+                           (job_id, now, status, message))
+        if not changed and fields:
+            return self.update(job_id, **fields)
+        return self.get(job_id)
+
+    def get(self, job_id: str) -> dict:
+        """A job by id, or by a unique prefix of it."""
+        row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            rows = self._db.execute("SELECT * FROM jobs WHERE id LIKE ? LIMIT 2",
+                                    (job_id.replace("%", "") + "%",)).fetchall()
+            if len(rows) != 1:
+                raise NotFound(f"no job {job_id!r}" if not rows else f"{job_id!r} matches several jobs",
+                               "`orch status` lists the jobs with their ids")
+            row = rows[0]
+        return self._record(row)
+
+    def list(self, limit: int = 50, statuses: Optional[tuple] = None) -> list[dict]:
+        q, args = "SELECT * FROM jobs", []
+        if statuses:
+            q += f" WHERE status IN ({','.join('?' * len(statuses))})"
+            args.extend(statuses)
+        q += " ORDER BY created_at DESC, id LIMIT ?"
+        args.append(limit)
+        return [self._record(r) for r in self._db.execute(q, args).fetchall()]
+
+    def history(self, job_id: str) -> list[dict]:
+        rows = self._db.execute("SELECT ts, status, message FROM job_events WHERE job_id = ? "
+                                "ORDER BY seq", (job_id,)).fetchall()
+        return [{"at": iso(r["ts"]), "ts": r["ts"], "status": r["status"], "message": r["message"]}
+                for r in rows]
+
+    def runs_for_fingerprint(self, fingerprint: str, since: float = 0.0) -> list[dict]:
+        rows = self._db.execute(
+            "SELECT * FROM jobs WHERE fingerprint = ? AND created_at >= ? ORDER BY created_at",
+            (fingerprint, since)).fetchall()
+        return [self._record(r) for r in rows]
+
+    def _record(self, row: sqlite3.Row) -> dict:
+        rec = {k: row[k] for k in row.keys()}
+        for column, key in _JSON_COLUMNS.items():
+            raw = rec.pop(column)
+            rec[key] = json.loads(raw) if raw else None
+        rec["cancel_requested"] = bool(rec["cancel_requested"])
+        return rec
+
+
+def public(rec: dict, history: Optional[list] = None) -> dict:
+    """The JSON a user sees for a job (`--json`)."""
+    out = {
+        "id": rec["id"],
+        "name": rec["name"],
+        "status": rec["status"],
+        "kind": rec["kind"],
+        "target": rec["target"],
+        "created_at": iso(rec["created_at"]),
+        "started_at": iso(rec["started_at"]),
+        "finished_at": iso(rec["finished_at"]),
+        "message": rec["message"],
+        "metrics": rec["metrics"] or {},
+        "fingerprint": rec["fingerprint"],
+        "backend_id": rec["backend_id"],
+        "log_path": rec["log_path"],
+        "source_file": rec["source_file"],
+        "run": rec["info"] or {},
+        "decision": rec["decision"],
+    }
+    if history is not None:
+        out["history"] = [{k: h[k] for k in ("at", "status", "message")} for h in history]
+    return out

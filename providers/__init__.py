@@ -1,0 +1,1 @@
+"""Where jobs run: this workstation's Ray, an on-prem Ray cluster, or a cloud via SkyPilot."""

@@ -1,0 +1,222 @@
+"""The local Ray instance that local-only mode runs jobs on: start, reuse, inspect, stop.
+
+Everything it owns lives under ORCH_HOME/local: its state file, its auth token and (when
+the path is short enough for Ray's unix sockets) its temp dir. Its ports are picked free
+at start, so it never collides with another Ray on the machine, and `down` stops only the
+processes of this instance, never another Ray's (unlike `ray stop`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable, Optional
+
+from orchestrator.errors import BackendError
+
+# Ray puts unix sockets at <temp>/session_<date>_<pid>/sockets/plasma_store (~70 chars
+# below <temp>), and a socket path must stay under 108 bytes.
+_MAX_TEMP_DIR_LEN = 36
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_executable() -> str:
+    candidate = Path(sys.executable).with_name("ray")
+    return str(candidate) if candidate.exists() else "ray"
+
+
+class LocalRay:
+    def __init__(self, home: Path, cpus: Optional[int] = None, object_store_mb: int = 1024):
+        self.home = Path(home)
+        self.dir = self.home / "local"
+        self.state_file = self.dir / "ray.json"
+        self.token_file = self.dir / "auth_token"
+        self.cpus = cpus
+        self.object_store_mb = object_store_mb
+
+    # -- state ------------------------------------------------------------------------
+
+    def _state(self) -> Optional[dict]:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def token(self) -> Optional[str]:
+        try:
+            return self.token_file.read_text().strip()
+        except OSError:
+            return None
+
+    def headers(self) -> dict:
+        token = self.token()
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def temp_dir(self) -> Path:
+        preferred = self.dir / "ray"
+        if len(str(preferred)) <= _MAX_TEMP_DIR_LEN:
+            return preferred
+        tag = hashlib.sha256(str(self.home.resolve()).encode()).hexdigest()[:10]
+        return Path("/tmp") / f"orch-{os.getuid()}-{tag}"
+
+    def _responds(self, url: str, timeout: float = 2.0) -> bool:
+        req = urllib.request.Request(url + "/api/version", headers=self.headers())
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def status(self) -> Optional[dict]:
+        """The running instance's state (address, ports, temp dir), or None when it is down."""
+        state = self._state()
+        if state and self._responds(state["dashboard_url"]):
+            state["processes"] = len(self._processes(state))
+            return state
+        return None
+
+    @contextlib.contextmanager
+    def _lock(self):
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(self.dir / "lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # two `orch submit`s must not start two Rays
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def up(self, on_start: Optional[Callable[[], None]] = None) -> dict:
+        """Reuse the running instance or start one; returns its state."""
+        with self._lock():
+            state = self.status()
+            if state:
+                return state
+            stale = self._state()
+            if stale:  # crashed or killed: clear what is left before starting anew
+                self._stop_processes(stale)
+            if on_start:
+                on_start()
+            return self._start()
+
+    def _start(self) -> dict:
+        if not self.token_file.exists():
+            fd = os.open(self.token_file, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(24))
+        temp_dir = self.temp_dir()
+        temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        ports = {name: _free_port() for name in ("gcs", "dashboard", "client", "agent_http",
+                                                   "agent_grpc", "runtime_env", "metrics")}
+        cpus = self.cpus or os.cpu_count() or 1
+        cmd = [
+            ray_executable(), "start", "--head",
+            "--node-ip-address=127.0.0.1", f"--port={ports['gcs']}",
+            "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={ports['dashboard']}",
+            f"--ray-client-server-port={ports['client']}",
+            f"--dashboard-agent-listen-port={ports['agent_http']}",
+            f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
+            f"--runtime-env-agent-port={ports['runtime_env']}",
+            f"--metrics-export-port={ports['metrics']}",
+            f"--temp-dir={temp_dir}", f"--num-cpus={cpus}",
+            f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
+            "--disable-usage-stats",
+        ]
+        env = dict(os.environ, **ray_env(self.token_file))
+        env.pop("RAY_ADDRESS", None)
+        log = self.dir / "ray-start.log"
+        with open(log, "w") as out:
+            proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                  stdin=subprocess.DEVNULL, timeout=180)
+        state = {
+            "address": f"127.0.0.1:{ports['gcs']}",
+            "dashboard_url": f"http://127.0.0.1:{ports['dashboard']}",
+            "ports": ports, "temp_dir": str(temp_dir), "cpus": cpus,
+            "started_at": time.time(), "python": sys.executable,
+        }
+        if proc.returncode != 0:
+            self._stop_processes(state)
+            tail = log.read_text()[-1500:]
+            raise BackendError(f"could not start the local Ray instance (exit {proc.returncode}):\n{tail}",
+                               f"the full output is in {log}")
+        deadline = time.monotonic() + 60
+        while not self._responds(state["dashboard_url"]):
+            if time.monotonic() > deadline:
+                self._stop_processes(state)
+                raise BackendError("the local Ray dashboard did not come up within 60 s",
+                                   f"see {log} and {temp_dir}/session_latest/logs")
+            time.sleep(0.25)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.state_file)
+        return state
+
+    def down(self) -> int:
+        """Stop this instance's processes; returns how many were stopped."""
+        with self._lock():
+            state = self._state()
+            if not state:
+                return 0
+            n = self._stop_processes(state)
+            self.state_file.unlink(missing_ok=True)
+            return n
+
+    def _processes(self, state: dict) -> list:
+        import psutil
+
+        temp_dir = state["temp_dir"]
+        gcs = f":{state['ports']['gcs']}"
+        roots = []
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                args = p.info["cmdline"] or []
+            except (psutil.Error, OSError):
+                continue
+            if p.pid != os.getpid() and any(temp_dir in a or a.endswith(gcs) for a in args):
+                roots.append(p)
+        found = {p.pid: p for p in roots}
+        for p in roots:
+            try:
+                for child in p.children(recursive=True):
+                    found.setdefault(child.pid, child)
+            except psutil.Error:
+                pass
+        return list(found.values())
+
+    def _stop_processes(self, state: dict, grace_s: float = 5.0) -> int:
+        import psutil
+
+        procs = self._processes(state)
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
+        _, alive = psutil.wait_procs(procs, timeout=grace_s)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(alive, timeout=5)
+        return len(procs)
+
+
+def ray_env(token_file: Path) -> dict:
+    """Environment for processes that talk to an orch-started Ray (token in our own file)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file),
+            "RAY_USAGE_STATS_ENABLED": "0"}

@@ -1,0 +1,56 @@
+"""A real local Ray instance, started through `orch local up` and stopped by the tests."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import run_orch, short_tmp
+
+
+def ray_processes_under(path: str) -> list:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(path in a for a in (p.info["cmdline"] or [])):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def train_processes() -> list:
+    """Ray Train actors (they rename themselves, so match the process title)."""
+    names = ("ray::RayTrainWorker", "ray::TrainController")
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            cmd = " ".join(p.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if cmd.startswith(names):
+            out.append(p)
+    return out
+
+
+@pytest.fixture(scope="session")
+def ray_home():
+    home = short_tmp("ohr")
+    proc = run_orch(home, "local", "up", "--json", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    state = json.loads(proc.stdout)
+    try:
+        yield home
+    finally:
+        down = run_orch(home, "local", "down", timeout=120)
+        deadline = time.monotonic() + 20
+        while ray_processes_under(state["temp_dir"]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        leftover = ray_processes_under(state["temp_dir"])
+        shutil.rmtree(home, ignore_errors=True)
+        assert down.returncode == 0, down.stderr
+        assert not leftover, f"processes left running: {leftover}"

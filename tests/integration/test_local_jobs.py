@@ -1,0 +1,131 @@
+"""Local-only mode end to end: real `orch` processes, a real local Ray, real training."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.conftest import ROOT, run_json, run_orch
+from tests.integration.conftest import train_processes
+
+pytestmark = pytest.mark.integration
+
+
+def wait_for(home, job_id, statuses, timeout=240):
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        rec = run_json(home, "status", job_id)
+        if not seen or seen[-1] != rec["status"]:
+            seen.append(rec["status"])
+        if rec["status"] in statuses:
+            return rec, seen
+        time.sleep(1)
+    raise AssertionError(f"{job_id} never reached {statuses}; saw {seen}")
+
+
+def write_job(tmp_path, text, name="job.yaml"):
+    (tmp_path / "userjob").symlink_to(ROOT / "tests" / "fixtures" / "userjob")
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_quickstart_trains_with_two_bf16_workers(ray_home):
+    proc = run_orch(ray_home, "submit", "examples/quickstart.yaml", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout)
+    m = rec["metrics"]
+    assert rec["status"] == "SUCCEEDED" and rec["target"] == "local"
+    assert m["accuracy"] >= 0.9
+    assert m["workers"] == 2 and m["precision"] == "bf16"
+    assert m["run_settings"]["world_size"] == 2
+    assert m["samples_per_sec"] > 0 and m["epoch"] == m["epochs"] == 8
+    assert "report epoch 8/8" in proc.stderr  # progress and logs go to stderr with --json
+    assert [h["status"] for h in rec["history"]] == ["PENDING", "RUNNING", "SUCCEEDED"]
+    listed = {j["id"]: j for j in run_json(ray_home, "status")}
+    assert listed[rec["id"]]["target"] == "local" and listed[rec["id"]]["status"] == "SUCCEEDED"
+    logs = run_orch(ray_home, "logs", rec["id"])
+    assert logs.returncode == 0 and "Wrapping provided model in DistributedDataParallel" in logs.stdout
+
+
+def test_detach_then_status_follows_to_succeeded(ray_home, tmp_path):
+    job = write_job(tmp_path, "name: detached\ntrain:\n  job: image-classification\n"
+                              "  config: {epochs: 2}\nscaling: {num_workers: 2}\n")
+    start = time.monotonic()
+    proc = run_orch(ray_home, "submit", str(job), "--detach")
+    returned_in = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    assert job_id.startswith("orch-")
+    assert returned_in < 20, f"--detach took {returned_in:.1f}s"
+    rec, seen = wait_for(ray_home, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"})
+    assert rec["status"] == "SUCCEEDED", rec
+    assert seen[-1] == "SUCCEEDED" and rec["metrics"]["epoch"] == 2
+
+
+def test_cancel_running_job_leaves_no_workers(ray_home, tmp_path):
+    job = write_job(tmp_path, "name: long\ntrain:\n  job: image-classification\n"
+                              "  config: {epochs: 200, dataset_multiplier: 4}\nscaling: {num_workers: 2}\n")
+    job_id = run_orch(ray_home, "submit", str(job), "--detach").stdout.strip()
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # wait until training really runs
+        rec = run_json(ray_home, "status", job_id)
+        if rec["metrics"].get("reports"):
+            break
+        assert rec["status"] in ("PENDING", "RUNNING"), rec
+        time.sleep(1)
+    assert len(train_processes()) >= 2
+    proc = run_orch(ray_home, "cancel", job_id)
+    assert proc.returncode == 0, proc.stderr
+    assert "CANCELLED" in proc.stdout
+    rec = run_json(ray_home, "status", job_id)
+    assert rec["status"] == "CANCELLED"
+    deadline = time.monotonic() + 30
+    while train_processes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert train_processes() == []
+    assert run_orch(ray_home, "cancel", job_id).returncode == 0  # already ended: says so
+
+
+def test_unmodified_ray_train_script_runs_as_run_job(ray_home, tmp_path):
+    job = tmp_path / "plain.yaml"
+    job.write_text(f"name: plain-script\nworkdir: {ROOT / 'tests' / 'fixtures'}\n"
+                   "envs:\n  GREETING: hello\n"
+                   "setup: echo setup says $GREETING\n"
+                   "run: python plain_ray_train.py\n")
+    proc = run_orch(ray_home, "submit", str(job), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout)
+    assert rec["status"] == "SUCCEEDED" and rec["name"] == "plain-script"
+    log = run_orch(ray_home, "logs", rec["id"]).stdout
+    assert "setup says hello" in log
+    assert "plain script finished, error: None" in log
+    # It joined orch's Ray (2 CPUs or however many the instance has) rather than starting one.
+    assert "Connecting to existing Ray cluster" in log
+
+
+def test_user_entrypoint_and_a_failing_one(ray_home, tmp_path):
+    good = write_job(tmp_path, "name: user-loop\nworkdir: userjob\ntrain:\n"
+                               "  entrypoint: mytrain:train_func\n  config: {epochs: 3}\n"
+                               "scaling: {num_workers: 2}\nprecision: bf16\n")
+    proc = run_orch(ray_home, "submit", str(good), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout)
+    assert rec["metrics"]["epoch"] == 3 and rec["metrics"]["precision"] == "bf16"
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: user-broken\nworkdir: userjob\ntrain:\n  entrypoint: mytrain:broken\n")
+    proc = run_orch(ray_home, "submit", str(bad), "--json")
+    assert proc.returncode == 1
+    rec = json.loads(proc.stdout)
+    assert rec["status"] == "FAILED"
+    assert "user code failed on purpose" in rec["message"]
+
+
+def test_local_status_reports_the_instance(ray_home):
+    state = run_json(ray_home, "local", "status")
+    assert state["dashboard_url"].startswith("http://127.0.0.1:")
+    assert state["processes"] > 0

@@ -1,0 +1,66 @@
+"""The CLI with bad input: one located message, exit 2, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT, run_orch
+
+CASES = [
+    ("missing.yaml", None, "no such file"),
+    ("syntax.yaml", "train: [oops\n", "YAML syntax error"),
+    ("unknown.yaml", "train:\n  job: image-classification\nscalng: {num_workers: 2}\n", ":3: scalng: unknown key"),
+    ("type.yaml", "train:\n  job: image-classification\nscaling:\n  num_workers: lots\n", "scaling.num_workers"),
+    ("accel.yaml", "resources:\n  accelerators: 'H100:many'\nrun: echo\n", "resources.accelerators"),
+    ("zero.yaml", "train:\n  job: image-classification\nscaling:\n  num_workers: 0\n", "greater than 0"),
+    ("entry.yaml", "workdir: userjob\ntrain:\n  entrypoint: nothere:fn\n", "does not import"),
+    ("attr.yaml", "workdir: userjob\ntrain:\n  entrypoint: mytrain:nope\n", "no attribute 'nope'"),
+    ("notfn.yaml", "workdir: userjob\ntrain:\n  entrypoint: notfn:VALUE\n", "not a function"),
+    ("wd.yaml", "workdir: no-such-dir\nrun: echo\n", "is not a directory"),
+]
+
+
+@pytest.mark.parametrize("name,doc,words", CASES)
+def test_bad_job_file(orch_home, tmp_path, name, doc, words):
+    (tmp_path / "userjob").symlink_to(ROOT / "tests" / "fixtures" / "userjob")
+    path = tmp_path / name
+    if doc is not None:
+        path.write_text(doc)
+    proc = run_orch(orch_home, "submit", str(path))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stderr.startswith("error: ") and str(path) in proc.stderr
+    assert words in proc.stderr, proc.stderr
+    assert not (orch_home / "orch.db").exists(), "bad input must not touch the store"
+
+
+def test_bad_settings_is_exit_2(orch_home):
+    (orch_home / "config.toml").write_text("currency_rate = 'lots'\n")
+    proc = run_orch(orch_home, "status")
+    assert proc.returncode == 2 and "currency_rate" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_orch(orch_home, "status", ORCH_MODE="sideways")
+    assert proc.returncode == 2 and "ORCH_MODE" in proc.stderr
+
+
+def test_unknown_job_id(orch_home):
+    proc = run_orch(orch_home, "status", "orch-doesnotexist")
+    assert proc.returncode == 2 and "no job" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_help_is_fast_and_imports_no_sdk():
+    code = ("import sys, time; t=time.perf_counter();"
+            "from orchestrator.cli import app, commands;"
+            "print([m for m in ('ray','torch','sky','boto3') if m in sys.modules]);"
+            "print(time.perf_counter()-t)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded, seconds = out.stdout.splitlines()
+    assert loaded == "[]"
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "--help"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "submit" in proc.stdout
+    print(f"import {float(seconds):.3f}s, --help {time.perf_counter() - start:.3f}s")

@@ -1,0 +1,137 @@
+"""The job file loader: SkyPilot compatibility, orch's keys, and located errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.errors import SpecError
+from orchestrator.spec import load_spec, load_spec_text
+
+SKYPILOT_TASK = """\
+name: sky-task
+workdir: .
+num_nodes: 1
+resources:
+  accelerators: {H100: 1, A100-80GB: 1}
+  cpus: 8+
+  memory: 32+
+  use_spot: true
+  disk_size: 256
+envs:
+  LR: 0.01
+  DEBUG: true
+file_mounts:
+  /data: s3://bucket/data
+setup: |
+  pip install -r requirements.txt
+run: |
+  python train.py --lr $LR
+"""
+
+
+def test_skypilot_task_loads_unchanged():
+    spec = load_spec_text(SKYPILOT_TASK, "sky.yaml")
+    assert spec.name == "sky-task"
+    assert [str(c) for c in spec.resources.accelerator_choices()] == ["H100:1", "A100-80GB:1"]
+    assert not spec.resources.accelerators_ordered
+    assert spec.resources.use_spot and spec.resources.disk_size == 256
+    assert spec.env_strings() == {"LR": "0.01", "DEBUG": "true"}
+    assert spec.run.startswith("python train.py") and spec.train is None
+
+
+@pytest.mark.parametrize("value,expected,ordered", [
+    ("H100:8", ["H100:8"], False),
+    ("A10G", ["A10G:1"], False),
+    ("{H100: 1, A100-80GB: 2}", ["H100:1", "A100-80GB:2"], False),
+    ("[H100:1, A100:1]", ["H100:1", "A100:1"], True),
+])
+def test_accelerator_forms(value, expected, ordered):
+    spec = load_spec_text(f"resources:\n  accelerators: {value}\nrun: echo hi\n")
+    assert [str(c) for c in spec.resources.accelerator_choices()] == expected
+    assert spec.resources.accelerators_ordered is ordered
+
+
+def test_orch_keys_and_defaults():
+    spec = load_spec_text("""\
+train:
+  job: image-classification
+  config: {epochs: 2}
+  sweep: [lr]
+scaling: {num_workers: 2, use_gpu: false}
+precision: bf16
+data: {loader_workers: 4, pin_memory: auto}
+schedule: {kind: steady, cron: "0 3 * * *"}
+budget: {max_cost: 12.5, max_hourly: 3}
+placement: {allow: [local, cloud]}
+checkpoint: {storage: "s3://bucket/ckpt", max_failures: 2}
+""", "j.yaml")
+    assert spec.name == "j"
+    assert spec.train.job == "image-classification" and spec.train.config == {"epochs": 2}
+    assert spec.scaling.num_workers == 2 and spec.scaling.use_gpu is False
+    assert spec.data.loader_workers == 4 and spec.data.pin_memory == "auto"
+    assert spec.schedule.cron == "0 3 * * *" and spec.budget.max_cost == 12.5
+    assert spec.placement.allow == ["local", "cloud"]
+    assert spec.checkpoint.max_failures == 2
+
+    plain = load_spec_text("train:\n  job: image-classification\n")
+    assert plain.scaling.num_workers == 1 and plain.precision == "auto"
+    assert plain.placement.allow == ["local", "onprem", "cloud"]
+
+
+BAD = [
+    # (document, line, key, words in the message)
+    ("train:\n  job: image-classification\nscaling:\n  num_workers: 0\n", 4, "scaling.num_workers", "greater than 0"),
+    ("train:\n  job: image-classification\nscaling:\n  num_workers: -3\n", 4, "scaling.num_workers", "greater than 0"),
+    ("train:\n  job: image-classification\nscaling:\n  num_workers: two\n", 4, "scaling.num_workers", "integer"),
+    ("train:\n  job: image-classification\nscalng:\n  num_workers: 2\n", 3, "scalng", "did you mean 'scaling'"),
+    ("train:\n  job: image-classification\n  epochs: 3\n", 3, "train.epochs", "unknown key"),
+    ("resources:\n  accelerators: H100:x\nrun: echo\n", 2, "resources.accelerators", "NAME:COUNT"),
+    ("resources:\n  accelerators: 'H100:0'\nrun: echo\n", 2, "resources.accelerators", "positive"),
+    ("resources:\n  accelerators: [H100:1, 7]\nrun: echo\n", 2, "resources.accelerators", "not an accelerator"),
+    ("resources:\n  cpus: lots\nrun: echo\n", 2, "resources.cpus", "CPU count"),
+    ("run: echo\nprecision: fp8\n", 2, "precision", "fp32"),
+    ("run: echo\nscaling:\n  use_gpu: maybe\n", 3, "scaling.use_gpu", "auto, true or false"),
+    ("run: echo\ndata:\n  loader_workers: -1\n", 3, "data.loader_workers", "auto or a whole number"),
+    ("run: echo\nschedule:\n  cron: every day\n", 3, "schedule.cron", "five fields"),
+    ("run: echo\nplacement:\n  allow: [local, moon]\n", 3, "placement.allow.1", "local"),
+    ("run: echo\nplacement:\n  allow: []\n", 3, "placement.allow", "at least one"),
+    ("run: echo\nbudget:\n  max_cost: -5\n", 3, "budget.max_cost", "greater than 0"),
+    ("train:\n  job: nope\n", 2, "train.job", "built-in jobs: image-classification"),
+    ("train:\n  entrypoint: not a path\n", 2, "train.entrypoint", "package.module:function"),
+    ("train:\n  config: {}\n", 1, "train", "exactly one of 'job'"),
+    ("name: x\n", None, None, "exactly one of 'train:'"),
+    ("run: echo\ntrain:\n  job: image-classification\n", None, None, "exactly one of 'train:'"),
+    ("run: echo\nrun: echo again\n", 2, "run", "appears twice"),
+    ("run: [echo\n", 2, None, "YAML syntax error"),
+    ("- just\n- a list\n", 1, None, "must be a mapping"),
+    ("", None, None, "empty"),
+    ("name: 'bad name!'\nrun: echo\n", 1, "name", "letters, digits"),
+    ("run: echo\nenvs:\n  1BAD: x\n", 2, "envs", "environment variable name"),
+]
+
+
+@pytest.mark.parametrize("doc,line,key,words", BAD)
+def test_bad_input_is_located(doc, line, key, words):
+    with pytest.raises(SpecError) as info:
+        load_spec_text(doc, "job.yaml")
+    e = info.value
+    assert e.file == "job.yaml"
+    assert words in str(e), str(e)
+    if line is not None:
+        assert e.line == line, str(e)
+    if key is not None:
+        assert e.key == key, str(e)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SpecError, match="no such file"):
+        load_spec(tmp_path / "missing.yaml")
+    with pytest.raises(SpecError, match="directory"):
+        load_spec(tmp_path)
+
+
+def test_workdir_is_relative_to_the_job_file(tmp_path):
+    (tmp_path / "code").mkdir()
+    f = tmp_path / "job.yaml"
+    f.write_text("workdir: code\nrun: echo\n")
+    assert load_spec(f).workdir_path() == (tmp_path / "code").resolve()

@@ -1,0 +1,99 @@
+"""The SQLite job store: records, status history, concurrency, schema version."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sqlite3
+import stat
+
+import pytest
+
+from orchestrator.errors import NotFound, StoreError
+from orchestrator.store import SCHEMA_VERSION, Store, public
+
+
+def _new(store: Store, **kw) -> dict:
+    args = dict(name="j", spec={"run": "echo"}, kind="exploratory", target="local", fingerprint="fp1")
+    args.update(kw)
+    return store.create_job(**args)
+
+
+def test_record_lifecycle_and_history(tmp_path):
+    store = Store(tmp_path / "orch.db")
+    rec = _new(store)
+    assert rec["status"] == "PENDING" and rec["id"].startswith("orch-")
+    store.update(rec["id"], backend_id="b-1")
+    store.set_status(rec["id"], "RUNNING", "started", metrics={"epoch": 1})
+    store.set_status(rec["id"], "RUNNING", "still running", metrics={"epoch": 2})
+    done = store.set_status(rec["id"], "SUCCEEDED", "done", metrics={"epoch": 3})
+    assert done["status"] == "SUCCEEDED" and done["metrics"] == {"epoch": 3}
+    assert done["started_at"] <= done["finished_at"]
+    # A finished job stays finished: a late RUNNING or FAILED changes nothing.
+    again = store.set_status(rec["id"], "FAILED", "late")
+    assert again["status"] == "SUCCEEDED"
+    assert [h["status"] for h in store.history(rec["id"])] == ["PENDING", "RUNNING", "SUCCEEDED"]
+    pub = public(done, store.history(rec["id"]))
+    for key in ("id", "name", "status", "kind", "target", "created_at", "metrics"):
+        assert key in pub
+
+
+def test_prefix_lookup_and_not_found(tmp_path):
+    store = Store(tmp_path / "orch.db")
+    rec = _new(store)
+    assert store.get(rec["id"][:9])["id"] == rec["id"]
+    with pytest.raises(NotFound):
+        store.get("orch-nothere")
+
+
+def test_idempotency_key_returns_the_same_job(tmp_path):
+    store = Store(tmp_path / "orch.db")
+    a = _new(store, idempotency_key="k1")
+    b = _new(store, idempotency_key="k1")
+    assert a["id"] == b["id"] and len(store.list()) == 1
+
+
+def test_schema_version_and_file_mode(tmp_path):
+    path = tmp_path / "home" / "orch.db"
+    store = Store(path)
+    assert store.schema_version == SCHEMA_VERSION
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    store.close()
+    Store(path).close()  # migrations re-run safely
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="newer orch"):
+        Store(path)
+
+
+def test_corrupt_store_is_a_clear_error(tmp_path):
+    path = tmp_path / "orch.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match="cannot open the job store"):
+        Store(path)
+
+
+def _writer(path: str, n: int) -> None:
+    store = Store(path)
+    for i in range(n):
+        rec = _new(store, name=f"w{os.getpid()}-{i}")
+        store.set_status(rec["id"], "RUNNING", "r")
+        store.set_status(rec["id"], "SUCCEEDED", "s")
+
+
+def test_concurrent_writers(tmp_path):
+    path = str(tmp_path / "orch.db")
+    Store(path).close()
+    procs = [mp.get_context("spawn").Process(target=_writer, args=(path, 15)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    store = Store(path)
+    recs = store.list(limit=1000)
+    assert len(recs) == 60
+    for r in recs:
+        assert [h["status"] for h in store.history(r["id"])] == ["PENDING", "RUNNING", "SUCCEEDED"]

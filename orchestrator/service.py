@@ -128,8 +128,12 @@ class Orch:
 
     def refresh(self, rec: dict) -> dict:
         """Bring a job's record in step with its backend; finished jobs are left alone."""
-        if rec["status"] in TERMINAL or not rec["backend_id"]:
+        if rec["status"] in TERMINAL:
             return rec
+        if not rec["backend_id"]:
+            rec = self._recover_launch(rec)
+            if not rec["backend_id"]:
+                return rec
         provider = self.provider(rec["target"])
         if rec["target"] == "local" and not provider.running:
             return self._finish(rec, "FAILED", "the local Ray instance stopped while the job was "
@@ -142,6 +146,21 @@ class Orch:
             metrics = self._metrics_from(provider.logs(rec["backend_id"]), rec)
             return self.store.set_status(rec["id"], "RUNNING", state.message, metrics=metrics)
         return rec
+
+    def _recover_launch(self, rec: dict, grace_s: float = 60.0) -> dict:
+        """A job recorded but with no backend id: its `orch submit` died or is still launching.
+        The backend knows the job by orch's id, so ask it before declaring the job lost."""
+        if time.time() - rec["created_at"] < grace_s:
+            return rec  # a live submit may still be starting Ray or uploading the workdir
+        provider = self.provider(rec["target"])
+        if rec["target"] == "local" and not provider.running:
+            return self.store.set_status(rec["id"], "FAILED", "never launched: orch stopped "
+                                         "before the launch; submit the job again")
+        state = provider.state(rec["id"])
+        if "has no job" in (state.message or ""):
+            return self.store.set_status(rec["id"], "FAILED", "never launched: orch stopped "
+                                         "before the launch; submit the job again")
+        return self.store.update(rec["id"], backend_id=rec["id"], address=provider.address)
 
     def _finish(self, rec: dict, status: str, message: Optional[str]) -> dict:
         text = self.logs(rec)

@@ -1,0 +1,55 @@
+"""Service wiring without a backend: launch commands, and records reconciled after a crash."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from orchestrator.service import Orch
+from orchestrator.settings import Settings
+from orchestrator.spec import load_spec_text
+
+
+def _orch(tmp_path) -> Orch:
+    return Orch(Settings(home=tmp_path / "home", mode="local"))
+
+
+def test_launch_for_a_train_job(tmp_path):
+    orch = _orch(tmp_path)
+    spec = load_spec_text("train:\n  job: image-classification\n  config: {epochs: 2}\n"
+                          "scaling: {num_workers: 2}\nenvs: {SEED: 3}\nsetup: echo hi\n")
+    launch = orch.launch_for("orch-abc", spec, "local")
+    run = json.loads(launch.env["ORCH_RUN"])
+    assert run["num_workers"] == 2 and run["config"] == {"epochs": 2}
+    assert run["storage_path"] == str(tmp_path / "home" / "checkpoints")
+    assert launch.env["SEED"] == "3" and launch.env["ORCH_JOB_ID"] == "orch-abc"
+    assert "-m jobs.runner" in launch.entrypoint and "echo hi" in launch.entrypoint
+    assert launch.entrypoint.startswith("bash -c ")
+
+
+def test_a_job_whose_submit_died_before_launch_is_marked_failed(tmp_path):
+    orch = _orch(tmp_path)
+    rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
+                                fingerprint="f")
+    assert orch.refresh(rec)["status"] == "PENDING"  # within the grace period: maybe launching
+    orch.store.update(rec["id"], created_at=time.time() - 3600)
+    rec = orch.refresh(orch.get(rec["id"]))
+    assert rec["status"] == "FAILED" and "never launched" in rec["message"]
+
+
+def test_a_running_job_whose_local_ray_is_gone_ends_failed(tmp_path):
+    orch = _orch(tmp_path)
+    rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
+                                fingerprint="f")
+    orch.store.update(rec["id"], backend_id=rec["id"])
+    orch.store.set_status(rec["id"], "RUNNING", "running")
+    rec = orch.refresh(orch.get(rec["id"]))
+    assert rec["status"] == "FAILED" and "local Ray instance stopped" in rec["message"]
+    assert [h["status"] for h in orch.store.history(rec["id"])] == ["PENDING", "RUNNING", "FAILED"]
+
+
+def test_cancel_before_launch(tmp_path):
+    orch = _orch(tmp_path)
+    rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
+                                fingerprint="f")
+    assert orch.cancel(rec["id"])["status"] == "CANCELLED"

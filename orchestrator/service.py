@@ -57,15 +57,24 @@ class Orch:
     # -- submit -----------------------------------------------------------------------
 
     def place(self, spec: JobSpec, fp: str, dirty: bool) -> dict:
-        """Where the job runs and why. Local-only mode keeps everything on this machine."""
-        if self.settings.effective_mode == "local" or spec.placement.allow == ["local"]:
-            if "local" not in spec.placement.allow:
-                raise spec.error("placement.allow", "local-only mode can only run jobs locally, "
-                                 "but this job does not allow 'local'",
-                                 "add local to placement.allow, or configure a cluster or cloud")
-            return {"target": "local", "kind": _kind_hint(spec), "reasons": ["local-only mode"]}
-        raise InputError("hybrid placement (on-prem and cloud) is not available in this version",
-                         "set ORCH_MODE=local")
+        """Where the job runs and why: the same decision `orch plan` shows."""
+        from orchestrator import planning
+
+        history = planning.history_for(fp, self.settings)
+        decision = planning.plan_job(spec, self.settings, fingerprint=fp, history=history,
+                                     code_dirty=dirty)
+        if decision.choice is None:
+            raise InputError(f"{spec.source_file or spec.name}: no place to run this job: "
+                             f"{decision.refusal}",
+                             "`orch plan FILE` lists every alternative and why it was excluded")
+        if decision.target != "local":
+            raise InputError(
+                f"{spec.source_file or spec.name}: the cheapest place for this job is "
+                f"{decision.target}, and this version of orch runs jobs only on this machine",
+                "set ORCH_MODE=local or `placement: {allow: [local]}` to run it here")
+        record = decision.to_dict()
+        record["alternatives"] = record["alternatives"][:10]  # the record keeps the best few
+        return record
 
     def submit(self, spec: JobSpec, idempotency_key: Optional[str] = None) -> dict:
         """Check, record (PENDING), then launch. Bad input raises before anything is written."""
@@ -249,9 +258,3 @@ class Orch:
             except BackendError:
                 out.append(rec)  # shown as last known; `orch status ID` names the problem
         return out
-
-
-def _kind_hint(spec: JobSpec) -> str:
-    if spec.schedule.kind != "auto":
-        return spec.schedule.kind
-    return "steady" if spec.schedule.cron else "exploratory"

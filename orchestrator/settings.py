@@ -99,6 +99,20 @@ class Settings(BaseSettings):
         # Explicit arguments (the TOML file's contents, or a test's) rank below the env.
         return (env_settings, init_settings)
 
+    # Used by placement (orchestrator/decision, providers/catalog.py).
+    catalog_dir: Optional[Path] = Field(None, description="SkyPilot price catalogs (<cloud>/vms.csv); "
+                                                          "default SkyPilot's own ~/.sky/catalogs/v8")
+    gpu_speeds: dict[str, float] = Field(default_factory=dict,
+                                         description="relative GPU speeds (H100 = 1.0) to add or "
+                                                     "override, e.g. {\"RTX4090\": 0.17}")
+    default_job_hours: float = Field(1.0, gt=0, description="hours assumed on the job's first "
+                                     "accelerator when neither history nor estimate.hours says")
+
+    @field_validator("catalog_dir")
+    @classmethod
+    def _catalog_dir(cls, v: Optional[Path]) -> Optional[Path]:
+        return None if v is None else Path(os.path.expanduser(str(v)))
+
 
 def config_path(environ: Optional[dict] = None) -> Path:
     environ = os.environ if environ is None else environ

@@ -1,12 +1,21 @@
 """Registers every command on the app; each command lives in its own short module."""
 
 from orchestrator.cli import app
+from orchestrator.cli.config_cmd import config_show
 from orchestrator.cli.jobs import cancel, logs, status
 from orchestrator.cli.local import local_app
+from orchestrator.cli.plan import plan
 from orchestrator.cli.submit import submit
 
+import typer
+
+config_app = typer.Typer(no_args_is_help=True, help="Show orch's settings.")
+config_app.command("show")(config_show)
+
 app.command()(submit)
+app.command()(plan)
 app.command()(status)
 app.command()(logs)
 app.command()(cancel)
 app.add_typer(local_app, name="local")
+app.add_typer(config_app, name="config")

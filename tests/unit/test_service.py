@@ -53,3 +53,33 @@ def test_cancel_before_launch(tmp_path):
     rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
                                 fingerprint="f")
     assert orch.cancel(rec["id"])["status"] == "CANCELLED"
+
+
+def test_submit_uses_the_planner_and_history_makes_a_job_steady(tmp_path):
+    from orchestrator.fingerprint import fingerprint
+
+    orch = _orch(tmp_path)
+    spec = load_spec_text("train:\n  job: image-classification\n", "nightly.yaml")
+    fp, dirty = fingerprint(spec)
+    first = orch.place(spec, fp, dirty)
+    assert first["target"] == "local" and first["kind"] == "exploratory"
+    assert any("local-only mode" in r for r in first["reasons"])
+    for _ in range(3):  # three successful runs of the same fingerprint, just now
+        rec = orch.store.create_job(name="nightly", spec={}, kind="exploratory", target="local",
+                                    fingerprint=fp)
+        orch.store.set_status(rec["id"], "RUNNING")
+        orch.store.set_status(rec["id"], "SUCCEEDED")
+    again = orch.place(spec, fp, dirty)
+    assert again["kind"] == "steady" and again["target"] == "local"
+
+
+def test_a_job_this_machine_cannot_hold_is_refused_before_recording(tmp_path):
+    import pytest
+
+    from orchestrator.errors import InputError
+
+    orch = _orch(tmp_path)
+    spec = load_spec_text("resources:\n  accelerators: H100:8\nrun: echo\n", "big.yaml")
+    with pytest.raises(InputError, match="no place to run this job"):
+        orch.submit(spec)
+    assert not (tmp_path / "home" / "orch.db").exists()

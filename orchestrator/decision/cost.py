@@ -1,0 +1,168 @@
+"""What a whole job costs on an offer: hours on that GPU, times price, plus start-up."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional
+
+from orchestrator.decision.gpus import CPU, canonical_gpu, relative_speed
+from orchestrator.decision.models import Offer, PastRun
+
+HOURS_PER_YEAR = 8766.0
+_RECENT = 5  # runs that count towards a measurement: recent code, recent data
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """One known point: this job takes `hours` on `count` x `gpu` (None = CPU)."""
+
+    gpu: Optional[str]
+    count: float
+    hours: float
+    basis: str
+
+
+def _dev(gpu: Optional[str], count: float) -> str:
+    return CPU if gpu is None else f"{gpu}x{int(count) if float(count).is_integer() else count}"
+
+
+def _measured(n: int, key: tuple) -> str:
+    return f"measured: median of {n} run{'s' if n > 1 else ''} on {_dev(*key)}"
+
+
+def _key(gpu: Optional[str], count: Optional[float]) -> tuple[Optional[str], float]:
+    return (None, 0.0) if gpu is None else (canonical_gpu(gpu), float(count or 0))
+
+
+def reference_device(spec) -> tuple[Optional[str], float]:
+    """The device a spec's hints refer to: estimate.gpu, else its first accelerator, else CPU."""
+    choices = spec.resources.accelerator_choices()
+    if spec.estimate is not None and spec.estimate.gpu:
+        name = spec.estimate.gpu
+        count = next((c.count for c in choices if canonical_gpu(c.name) == canonical_gpu(name)), 1)
+        return canonical_gpu(name), count
+    if choices:
+        return canonical_gpu(choices[0].name), choices[0].count
+    return None, 0
+
+
+class HoursEstimator:
+    """Estimated hours of one job on each (GPU, count), with the basis of each figure.
+
+    Order of trust: this fingerprint's measured runs on that very device; its measured
+    throughput on two devices; one known point (a measurement, else the spec's
+    `estimate`, else `default_hours`) scaled by relative GPU speed, assuming the work
+    splits evenly over the GPUs."""
+
+    def __init__(self, spec, fingerprint: str, history: Iterable[PastRun],
+                 default_hours: float = 1.0, speeds: Mapping[str, float] | None = None):
+        self.speeds = dict(speeds or {})
+        runs = sorted((r for r in history if r.fingerprint == fingerprint and r.succeeded),
+                      key=lambda r: r.created_at, reverse=True)
+        by_dev: dict[tuple, list[PastRun]] = {}
+        for r in runs:
+            by_dev.setdefault(_key(r.gpu, r.gpu_count), []).append(r)
+        self.measured: dict[tuple, tuple[float, int]] = {}
+        self.throughput: dict[tuple, float] = {}
+        for key, rs in by_dev.items():
+            timed = [r.duration_s for r in rs if r.duration_s and r.duration_s > 0][:_RECENT]
+            if timed:
+                self.measured[key] = (statistics.median(timed) / 3600.0, len(timed))
+            sps = [r.samples_per_sec for r in rs if r.samples_per_sec][:_RECENT]
+            if sps:
+                self.throughput[key] = statistics.median(sps)
+        runs = [r for r in runs if r.duration_s and r.duration_s > 0]
+        if runs:
+            key = _key(runs[0].gpu, runs[0].gpu_count)
+            h, n = self.measured[key]
+            self.reference = Reference(key[0], key[1], h, _measured(n, key))
+        else:
+            gpu, count = reference_device(spec)
+            if spec.estimate is not None:
+                hint = spec.estimate.hours
+                self.reference = Reference(gpu, count, hint, f"estimate.hours {hint:g} h on {_dev(gpu, count)}")
+            else:
+                self.reference = Reference(gpu, count, default_hours,
+                                           f"no measurement or estimate: assumed {default_hours:g} h "
+                                           f"on {_dev(gpu, count)} (give estimate.hours)")
+        self._cache: dict[tuple, tuple[Optional[float], str]] = {}
+
+    def _speed(self, gpu: Optional[str], count: float) -> Optional[float]:
+        s = relative_speed(gpu, self.speeds)
+        if s is None:
+            return None
+        return s if gpu is None else s * max(count, 1e-9)
+
+    def hours(self, gpu: Optional[str], count: float) -> tuple[Optional[float], str]:
+        key = _key(gpu, count)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        if key in self.measured:
+            h, n = self.measured[key]
+            out = (h, _measured(n, key))
+        else:
+            ref = self.reference
+            ref_key = (ref.gpu, float(ref.count))
+            if key in self.throughput and ref_key in self.throughput:
+                out = (ref.hours * self.throughput[ref_key] / self.throughput[key],
+                       f"measured throughput on {_dev(*key)} vs {_dev(*ref_key)}")
+            else:
+                s_ref, s_new = self._speed(ref.gpu, ref.count), self._speed(*key)
+                if s_ref is None or s_new is None:
+                    unknown = ref.gpu if s_ref is None else key[0]
+                    out = (None, f"no speed figure for {unknown} (add it to the gpu_speeds setting)")
+                elif key == ref_key:
+                    out = (ref.hours, ref.basis)
+                else:
+                    out = (ref.hours * s_ref / s_new, f"{ref.basis}, scaled by relative speed")
+        self._cache[key] = out
+        return out
+
+
+def job_cost(offer: Offer, hours: float, used: float,
+             startup_minutes: float) -> tuple[float, Optional[float]]:
+    """(full, marginal) USD for a whole job. Cloud bills the whole offer for the run plus
+    its start-up; owned hardware bills the share of GPUs used, and its marginal cost is
+    the power alone. Marginal is None for cloud, where every dollar is marginal."""
+    if offer.target == "cloud":
+        return offer.price_per_hour * (hours + startup_minutes / 60.0), None
+    share = min(used / offer.count, 1.0) if offer.gpu is not None and offer.count else 1.0
+    return offer.price_per_hour * share * hours, offer.power_per_hour * share * hours
+
+
+def owned_hourly(purchase_price: float, lifetime_years: float, utilization: float,
+                 watts: float, electricity_price: float) -> tuple[float, float]:
+    """(amortized, power) USD per hour of use: the purchase spread over the hours it is
+    expected to be busy in its lifetime, and watts x the electricity price per kWh."""
+    amortized = purchase_price / (lifetime_years * HOURS_PER_YEAR * utilization)
+    return amortized, watts / 1000.0 * electricity_price
+
+
+def onprem_offer(inv, electricity_price: float) -> Offer:
+    """The offer of one on-prem inventory line (settings.OwnedGpus)."""
+    am, pw = owned_hourly(inv.purchase_price, inv.lifetime_years, inv.utilization,
+                          inv.watts * inv.count, electricity_price)
+    return Offer(target="onprem", gpu=canonical_gpu(inv.gpu), count=inv.count,
+                 price_per_hour=am + pw, amortized_per_hour=am, power_per_hour=pw)
+
+
+def local_offer(machine, electricity_price: float, gpu: Optional[str], count: float,
+                cpus: Optional[float], memory_gb: Optional[float]) -> Offer:
+    """This machine's offer (settings.LocalMachine); `gpu=None` for its CPU."""
+    am, pw = owned_hourly(machine.purchase_price, machine.lifetime_years, machine.utilization,
+                          machine.watts, electricity_price)
+    return Offer(target="local", gpu=None if gpu is None else canonical_gpu(gpu),
+                 count=count if gpu is not None else 0, price_per_hour=am + pw,
+                 cpus=cpus, memory_gb=memory_gb, amortized_per_hour=am, power_per_hour=pw)
+
+
+def fmt_money(usd: Optional[float], currency: str = "USD", rate: float = 1.0) -> str:
+    """USD shown in the user's currency: whole units for currencies like KRW or JPY."""
+    if usd is None:
+        return "-"
+    v = usd * rate
+    if abs(v) >= 1000 or currency.upper() in ("KRW", "JPY", "IDR", "VND"):
+        return f"{v:,.0f} {currency}"
+    return f"{v:,.2f} {currency}" if abs(v) >= 0.1 else f"{v:.3g} {currency}"

@@ -1,0 +1,68 @@
+"""Relative training speed of GPU models, and the names they go by."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Mapping, Optional
+
+CPU = "CPU"
+
+# Dense bf16 tensor TFLOPS per device (fp16 for GPUs without bf16: V100, T4, P100),
+# from vendor data sheets, divided by H100 SXM's 989. A coarse guide to scale one
+# measured run to other models; a measured run of the same job beats it.
+_TFLOPS = {
+    "B200": 2250, "B100": 1750, "MI300X": 1307, "H200": 989, "GH200": 989, "H100": 989,
+    "H100-MEGA": 989, "H100-PCIE": 756, "H800": 989, "MI250X": 383, "MI250": 362,
+    "L40S": 362, "RTX6000-ADA": 364, "RTXPRO6000": 500, "A100-80GB": 312, "A100": 312,
+    "A800": 312, "L40": 181, "RTX5090": 209, "RTX4090": 165, "A6000": 155, "RTX6000": 130,
+    "A40": 150, "A30": 165, "A10": 125, "L4": 121, "V100-32GB": 125, "V100": 125,
+    "RTX4080": 97, "A5000": 111, "A4000": 77, "RTX3090": 71, "RTX3080": 60, "A10G": 70,
+    "T4": 65, "P100": 19, "K80": 4, CPU: 2,  # a workstation CPU with AVX-512 bf16
+}
+SPEED: dict[str, float] = {k: v / 989 for k, v in _TFLOPS.items()}
+
+# Vendor spellings (nvidia-smi, torch) that differ from SkyPilot's names.
+_ALIASES = {
+    "A100SXM480GB": "A100-80GB", "A100PCIE80GB": "A100-80GB", "A10080GB": "A100-80GB",
+    "A100SXM440GB": "A100", "A100PCIE40GB": "A100", "A10040GB": "A100",
+    "H100SXM5": "H100", "H10080GBHBM3": "H100", "H100SXM": "H100", "H100NVL": "H100",
+    "H100PCIE": "H100-PCIE", "H200NVL": "H200", "H200SXM": "H200",
+    "GEFORCERTX4090": "RTX4090", "GEFORCERTX3090": "RTX3090", "GEFORCERTX5090": "RTX5090",
+    "RTXA6000": "A6000", "RTXA5000": "A5000", "RTXA4000": "A4000",
+    "RTX6000ADAGENERATION": "RTX6000-ADA", "RTX6000ADA": "RTX6000-ADA",
+    "TESLAT4": "T4", "TESLAV100": "V100", "TESLAV100SXM232GB": "V100-32GB",
+    "TESLAV100SXM216GB": "V100", "TESLAP100": "P100", "TESLAK80": "K80",
+    "A10G": "A10G", "INSTINCTMI300X": "MI300X",
+}
+_BY_KEY = {re.sub(r"[^A-Z0-9]", "", k.upper()): k for k in _TFLOPS}
+
+
+def _key(name: str) -> str:
+    s = name.upper().replace("NVIDIA", "").replace("AMD", "")
+    return re.sub(r"[^A-Z0-9]", "", s)
+
+
+@lru_cache(maxsize=4096)
+def canonical_gpu(name: str) -> str:
+    """SkyPilot's spelling of a GPU model, e.g. 'NVIDIA A100-SXM4-80GB' -> 'A100-80GB'."""
+    k = _key(name)
+    if k in _ALIASES:
+        return _ALIASES[k]
+    if k in _BY_KEY:
+        return _BY_KEY[k]
+    return name.strip()
+
+
+def same_gpu(a: str, b: str) -> bool:
+    return a == b or a.upper() == b.upper() or canonical_gpu(a) == canonical_gpu(b)
+
+
+def relative_speed(gpu: Optional[str], overrides: Mapping[str, float] | None = None) -> Optional[float]:
+    """Speed of one device relative to H100 = 1.0; `gpu=None` is the CPU; None if unknown."""
+    name = CPU if gpu is None else canonical_gpu(gpu)
+    if overrides:
+        for k, v in overrides.items():
+            if k == name or canonical_gpu(k) == name:
+                return float(v)
+    return SPEED.get(name)

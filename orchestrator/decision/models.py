@@ -1,0 +1,184 @@
+"""Plain values the decision core passes around: offers, past runs, capacity, decisions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Optional
+
+Target = Literal["local", "onprem", "cloud"]
+Kind = Literal["exploratory", "steady"]
+# Order of preference when two options cost exactly the same: owned hardware first.
+TARGET_ORDER = {"onprem": 0, "local": 1, "cloud": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """One place a job could run. Prices are USD per hour for the whole offer.
+
+    For owned hardware (`local`, `onprem`) `price_per_hour` is the full cost
+    (`amortized_per_hour + power_per_hour`) of all `count` GPUs; a job using fewer
+    GPUs pays its share. `gpu=None` means a CPU-only machine.
+    """
+
+    target: Target
+    gpu: Optional[str]
+    count: float
+    price_per_hour: float
+    cloud: Optional[str] = None
+    region: Optional[str] = None
+    spot: bool = False
+    cpus: Optional[float] = None
+    memory_gb: Optional[float] = None
+    amortized_per_hour: float = 0.0
+    power_per_hour: float = 0.0
+    instance_type: Optional[str] = None
+
+    @property
+    def owned(self) -> bool:
+        return self.target != "cloud"
+
+
+def share_price(offer: Offer, used: float) -> float:
+    """What a job pays per hour: the whole cloud offer, or its share of owned GPUs."""
+    if offer.target == "cloud" or offer.gpu is None or not offer.count:
+        return offer.price_per_hour
+    return offer.price_per_hour * min(used / offer.count, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class PastRun:
+    """One earlier run of some job, as the store recorded it."""
+
+    fingerprint: str
+    status: str
+    created_at: float  # epoch seconds
+    duration_s: Optional[float] = None
+    target: Optional[str] = None
+    gpu: Optional[str] = None
+    gpu_count: float = 1
+    samples_per_sec: Optional[float] = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status.lower() in ("succeeded", "success", "completed", "done")
+
+    @classmethod
+    def from_record(cls, rec: Any) -> "PastRun":
+        """From a store row (a mapping or an object with attributes); unknown keys ignored.
+        Missing figures come from where the store keeps them: start/finish times, the
+        job's metrics and the placement decision recorded with it."""
+        get = rec.get if isinstance(rec, Mapping) else (lambda k, d=None: getattr(rec, k, d))
+        created = get("created_at", 0.0)
+        if isinstance(created, str):
+            from datetime import datetime
+
+            created = datetime.fromisoformat(created).timestamp()
+        duration = get("duration_s", None)
+        started, finished = get("started_at", None), get("finished_at", None)
+        if duration is None and isinstance(started, (int, float)) and isinstance(finished, (int, float)):
+            duration = finished - started
+        metrics = get("metrics", None) or {}
+        choice = (get("decision", None) or {}).get("choice") or {}
+        gpu = get("gpu", None) or choice.get("gpu")
+        count = get("gpu_count", None)
+        if count is None:
+            count = choice.get("count", 1 if gpu else 0)
+        return cls(fingerprint=str(get("fingerprint", "")), status=str(get("status", "")),
+                   created_at=float(created or 0.0), duration_s=duration,
+                   target=get("target", None) or choice.get("target"), gpu=gpu, gpu_count=count,
+                   samples_per_sec=get("samples_per_sec", None) or metrics.get("samples_per_sec"))
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What the on-prem cluster can take now; `None` fields mean it was not asked."""
+
+    onprem_free: Optional[Mapping[str, float]] = None  # free GPUs by model
+    wait_minutes: Optional[float] = None  # estimated queue wait when not enough is free
+    source: str = "not checked"
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    kind: Kind
+    reasons: tuple[str, ...]
+    recent_successes: int = 0
+    expected_hours: Optional[float] = None
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    """One offer priced for this job; `excluded` says why it cannot be chosen."""
+
+    offer: Offer
+    est_hours: Optional[float]
+    est_cost: Optional[float]  # USD for the whole job, full cost
+    marginal_cost: Optional[float] = None  # USD, power only; owned hardware
+    hours_basis: str = ""
+    used: float = 0.0  # GPUs the job gets; all of a cloud offer, a share of an owned pool
+    excluded: Optional[str] = None
+    wait_minutes: float = 0.0
+
+    @property
+    def price_per_hour(self) -> float:
+        return share_price(self.offer, self.used)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    kind: Kind
+    target: Optional[Target]
+    choice: Optional[Alternative]
+    reasons: tuple[str, ...]
+    classification: Classification
+    alternatives: tuple[Alternative, ...]
+    decided_by: Literal["full", "marginal"] = "full"
+    refusal: Optional[str] = None
+    currency: str = "USD"
+    currency_rate: float = 1.0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def est_hours(self) -> Optional[float]:
+        return self.choice.est_hours if self.choice else None
+
+    @property
+    def est_cost(self) -> Optional[float]:
+        return self.choice.est_cost if self.choice else None
+
+    def money(self, usd: Optional[float]) -> Optional[float]:
+        """USD in the user's currency."""
+        return None if usd is None else usd * self.currency_rate
+
+    def to_dict(self) -> dict:
+        """The `orch plan --json` shape; money in `currency`."""
+        m = self.money
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "reasons": list(self.classification.reasons) + list(self.reasons),
+            "classification": {"kind": self.classification.kind,
+                               "reasons": list(self.classification.reasons)},
+            "estimate": {"hours": self.est_hours, "cost": m(self.est_cost),
+                         "currency": self.currency, "cost_usd": self.est_cost},
+            "decided_by": self.decided_by,
+            "choice": _alt_dict(self.choice, m) if self.choice else None,
+            "refusal": self.refusal,
+            "notes": list(self.notes),
+            "alternatives": [_alt_dict(a, m) for a in self.alternatives],
+        }
+
+
+def _alt_dict(a: Alternative, m) -> dict:
+    o = a.offer
+    return {"target": o.target, "cloud": o.cloud, "region": o.region, "gpu": o.gpu,
+            "count": _num(a.used), "offer_count": _num(o.count), "spot": o.spot,
+            "instance_type": o.instance_type,
+            "price_per_hour": m(a.price_per_hour), "est_hours": a.est_hours,
+            "est_cost": m(a.est_cost), "marginal_cost": m(a.marginal_cost),
+            "wait_minutes": a.wait_minutes, "hours_basis": a.hours_basis,
+            "excluded": a.excluded}
+
+
+def _num(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else x

@@ -1,0 +1,324 @@
+"""Where a job runs: price every fitting offer per job, apply the policy, say why."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence, Union
+
+from orchestrator.decision.cost import HoursEstimator, fmt_money, job_cost
+from orchestrator.decision.gpus import canonical_gpu
+from orchestrator.decision.models import (TARGET_ORDER, Alternative, Capacity, Classification,
+                                          Decision, Offer, PastRun, share_price)
+
+# Blockers that a setting or a line of the job file can lift, cheapest to suggest first.
+_SOFT = ("mode", "allow", "use_spot", "spot", "wait", "hourly", "cost")
+
+
+class OfferIndex:
+    """Offers grouped for matching, built once and shared by many decisions: cloud
+    offers by (GPU model, count), owned pools by model, CPU-only machines apart."""
+
+    def __init__(self, offers: Iterable[Offer]):
+        self.offers = tuple(offers)
+        self.cloud: dict[tuple[str, float], list[Offer]] = {}
+        self.owned: dict[str, list[Offer]] = {}
+        self.cpu: list[Offer] = []
+        for o in self.offers:
+            if o.gpu is None:
+                self.cpu.append(o)
+            elif o.target == "cloud":
+                self.cloud.setdefault((canonical_gpu(o.gpu), o.count), []).append(o)
+            else:
+                self.owned.setdefault(canonical_gpu(o.gpu), []).append(o)
+        self.has_onprem = any(o.target == "onprem" for o in self.offers)
+
+    def models(self) -> dict[str, list[float]]:
+        """GPU model -> the counts offered."""
+        out: dict[str, set] = {}
+        for g, c in self.cloud:
+            out.setdefault(g, set()).add(c)
+        for g, os_ in self.owned.items():
+            out.setdefault(g, set()).update(o.count for o in os_)
+        return {g: sorted(c) for g, c in sorted(out.items())}
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """A job's resources in the form the matcher wants."""
+
+    choices: tuple[tuple[str, float], ...]  # canonical GPU, count
+    cpus: Optional[float]
+    memory: Optional[float]
+    cloud: Optional[str]
+    region: Optional[str]
+    use_spot: bool
+    gpu_allowed: bool
+
+    @classmethod
+    def of(cls, spec) -> "Needs":
+        from orchestrator.spec import quantity_min
+
+        r = spec.resources
+        cloud, region = r.cloud, r.region
+        if r.infra:  # SkyPilot's 'cloud/region[/zone]'
+            parts = r.infra.split("/")
+            cloud = cloud or parts[0] or None
+            region = region or (parts[1] if len(parts) > 1 and parts[1] != "*" else None)
+        return cls(choices=tuple((canonical_gpu(c.name), c.count) for c in r.accelerator_choices()),
+                   cpus=quantity_min(r.cpus), memory=quantity_min(r.memory),
+                   cloud=cloud.lower() if cloud else None, region=region, use_spot=r.use_spot,
+                   gpu_allowed=spec.scaling.use_gpu is not False)
+
+    def describe(self) -> str:
+        parts = [", ".join(f"{g}:{c:g}" for g, c in self.choices) or "no accelerator"]
+        if self.cpus:
+            parts.append(f"{self.cpus:g}+ CPUs")
+        if self.memory:
+            parts.append(f"{self.memory:g}+ GiB")
+        if self.cloud:
+            parts.append(f"cloud {self.cloud}" + (f"/{self.region}" if self.region else ""))
+        return ", ".join(parts)
+
+
+def _candidates(needs: Needs, index: OfferIndex) -> list[tuple[Offer, float]]:
+    """(offer, GPUs used) for every offer of a requested model and count. Cloud
+    instances must match the count exactly, as in SkyPilot; owned pools need enough."""
+    out: list[tuple[Offer, float]] = []
+    if needs.choices:
+        wanted = dict.fromkeys(needs.choices)  # a model named twice is matched once
+    elif needs.gpu_allowed:
+        wanted = dict.fromkeys((g, 1.0) for g in index.models())
+    else:
+        wanted = {}
+    for gpu, count in wanted:
+        out.extend((o, count) for o in index.cloud.get((gpu, count), ()))
+        out.extend((o, count) for o in index.owned.get(gpu, ()) if o.count >= count)
+    if not needs.choices:
+        out.extend((o, 0.0) for o in index.cpu)
+    return out
+
+
+def _misfit(o: Offer, needs: Needs) -> Optional[str]:
+    if needs.cloud and (o.cloud or o.target) != needs.cloud:
+        return f"the job asks for cloud {needs.cloud}"
+    if needs.region and (o.region or "").lower() != needs.region.lower():
+        return f"the job asks for region {needs.region}"
+    if needs.cpus and o.cpus is not None and o.cpus < needs.cpus:
+        return f"{o.cpus:g} CPUs < {needs.cpus:g}"
+    if needs.memory and o.memory_gb is not None and o.memory_gb < needs.memory:
+        return f"{o.memory_gb:g} GiB memory < {needs.memory:g}"
+    return None
+
+
+def _wait(o: Offer, used: float, capacity: Optional[Capacity]) -> float:
+    if o.target != "onprem" or capacity is None or capacity.onprem_free is None:
+        return 0.0
+    free = sum(n for g, n in capacity.onprem_free.items() if canonical_gpu(g) == o.gpu)
+    if free >= used:
+        return 0.0
+    return capacity.wait_minutes if capacity.wait_minutes is not None else math.inf
+
+
+def _rank(a: Alternative, pref: dict) -> tuple:
+    o = a.offer
+    return (math.inf if a.est_cost is None else a.est_cost,
+            math.inf if a.est_hours is None else a.est_hours,
+            TARGET_ORDER[o.target], pref.get(o.gpu, 99), o.cloud or "", o.region or "",
+            o.gpu or "", o.count, o.spot, o.price_per_hour, o.instance_type or "")
+
+
+def decide(spec, classification: Classification, offers: Union[Sequence[Offer], OfferIndex],
+           capacity: Optional[Capacity], settings, *, fingerprint: str = "",
+           history: Iterable[PastRun] = (), estimator: Optional[HoursEstimator] = None) -> Decision:
+    """Decide where one job runs. Pure: everything arrives as arguments.
+
+    Steady work goes on-prem when it can start within `max_wait_minutes`, else to the
+    cheapest allowed option (a cloud burst). Exploratory work goes to the cheapest cloud
+    offer per job; spot only when the job checkpoints and is short. Local-only mode
+    keeps everything on this machine. Budgets and `placement.allow` are hard limits."""
+    index = offers if isinstance(offers, OfferIndex) else OfferIndex(offers)
+    est = estimator or HoursEstimator(spec, fingerprint, history, settings.default_job_hours,
+                                      settings.gpu_speeds)
+    needs = Needs.of(spec)
+    rate, cur = settings.currency_rate, settings.currency
+    money = lambda usd: fmt_money(usd, cur, rate)  # noqa: E731
+    local_only = settings.effective_mode == "local"
+    allow = set(spec.placement.allow)
+    checkpoints = spec.checkpoint.storage is not None
+    short_h, startup = settings.short_job_hours, settings.cloud_startup_minutes
+    max_cost = spec.budget.max_cost / rate if spec.budget.max_cost else None
+    max_hourly = spec.budget.max_hourly / rate if spec.budget.max_hourly else None
+    # A list of accelerators states a preference: it breaks ties in cost, never outranks it.
+    ordered = spec.resources.accelerators_ordered
+    pref = {g: i for i, (g, _) in enumerate(needs.choices)} if ordered else {}
+
+    alts: list[Alternative] = []
+    blockers: list[list[tuple[str, str]]] = []  # (code, text) per alternative, same order
+    hours_of: dict[tuple, tuple] = {}
+    for o, used in _candidates(needs, index):
+        misfit = _misfit(o, needs)
+        if (o.gpu, used) not in hours_of:  # a few devices, many offers each
+            hours_of[o.gpu, used] = est.hours(o.gpu, used)
+        hours, basis = hours_of[o.gpu, used]
+        full = marginal = None
+        if hours is not None:
+            full, marginal = job_cost(o, hours, used, startup)
+        wait = _wait(o, used, capacity)
+        b: list[tuple[str, str]] = []
+        if misfit:
+            b.append(("fit", misfit))
+        else:
+            if local_only and o.target != "local":
+                b.append(("mode", "local-only mode keeps jobs on this machine"))
+            if o.target not in allow:
+                b.append(("allow", f"placement.allow excludes {o.target}"))
+            if needs.use_spot and o.target == "cloud" and not o.spot:
+                b.append(("use_spot", "resources.use_spot asks for spot"))
+            elif o.spot and not needs.use_spot:
+                if not checkpoints:
+                    b.append(("spot", "spot needs checkpoint.storage: a preemption would lose the work"))
+                elif hours is not None and hours >= short_h:
+                    b.append(("spot", f"spot is for short jobs: {hours:.3g} h >= {short_h:g} h"))
+            if hours is None:
+                b.append(("speed", basis))
+            if wait > settings.max_wait_minutes:
+                w = "unknown" if math.isinf(wait) else f"{wait:g} min"
+                b.append(("wait", f"on-prem busy: wait {w} > max {settings.max_wait_minutes:g} min"))
+            per_h = share_price(o, used)
+            if max_hourly is not None and per_h > max_hourly:
+                b.append(("hourly", f"{money(per_h)}/h > budget.max_hourly "
+                                    f"{money(max_hourly)}"))
+            if max_cost is not None and full is not None and full > max_cost:
+                b.append(("cost", f"{money(full)} > budget.max_cost {money(max_cost)}"))
+        alts.append(Alternative(offer=o, est_hours=hours, est_cost=full, marginal_cost=marginal,
+                                hours_basis=basis, used=used, wait_minutes=wait,
+                                excluded="; ".join(t for _, t in b) if b else None))
+        blockers.append(b)
+
+    order = sorted(range(len(alts)), key=lambda i: _rank(alts[i], pref))
+    ranked = tuple(alts[i] for i in order)
+    eligible = [a for a in ranked if a.excluded is None]
+    notes = _notes(index, len(alts), capacity, local_only)
+    common = dict(kind=classification.kind, classification=classification, alternatives=ranked,
+                  currency=cur, currency_rate=rate, notes=notes)
+
+    if not eligible:
+        refusal = _refusal(needs, index, alts, blockers, settings, money, local_only)
+        return Decision(target=None, choice=None, reasons=(refusal,), refusal=refusal, **common)
+
+    reasons: list[str] = []
+    decided_by = "full"
+    if local_only:
+        choice = eligible[0]
+        reasons.append("local-only mode keeps every job on this machine; "
+                       f"cheapest here per job: {_what(choice)}")
+    elif classification.kind == "steady":
+        onprem = [a for a in eligible if a.offer.target == "onprem"]
+        if onprem:
+            choice = onprem[0]
+            reasons.append(f"steady work runs on owned GPUs: {_what(choice)} can start "
+                           f"within {settings.max_wait_minutes:g} min")
+            other = next((a for a in eligible if a.offer.target != "onprem"), None)
+            if other is None or choice.est_cost <= other.est_cost:
+                reasons.append(f"on-prem is also the cheapest on full cost ({money(choice.est_cost)}"
+                               " incl. amortized purchase)")
+            else:
+                decided_by = "marginal"
+                reasons.append(f"on full cost {_where(other)} is cheaper ({money(other.est_cost)} vs "
+                               f"{money(choice.est_cost)}), but the GPUs are already paid for: "
+                               f"this job adds only {money(choice.marginal_cost)} of power")
+        else:
+            choice = eligible[0]
+            reasons.append(f"{'cloud burst' if choice.offer.target == 'cloud' else 'not on-prem'}: "
+                           f"{_why_not_onprem(ranked, settings)}; cheapest allowed per job: "
+                           f"{_what(choice)}")
+    else:
+        cloud = [a for a in eligible if a.offer.target == "cloud"]
+        choice = cloud[0] if cloud else eligible[0]
+        if cloud:
+            reasons.append(f"exploratory work goes to the cheapest cloud offer per job: {_what(choice)}")
+        else:
+            reasons.append(f"no cloud offer is eligible ({_why_not(ranked, 'cloud')}); "
+                           f"cheapest allowed per job: {_what(choice)}")
+    reasons.append(f"estimated {choice.est_hours:.3g} h ({choice.hours_basis}), "
+                   f"{money(choice.est_cost)} per job")
+    if choice.offer.spot:
+        reasons.append(f"spot: the job checkpoints to {spec.checkpoint.storage} and is short")
+    elif choice.offer.target == "cloud":
+        only_spot = {id(a) for a, b in zip(alts, blockers) if b and all(c == "spot" for c, _ in b)}
+        spot = next((a for a in ranked if id(a) in only_spot and a.est_cost < choice.est_cost), None)
+        if spot is not None:
+            reasons.append(f"on-demand: spot would cost {money(spot.est_cost)}, but {spot.excluded}")
+    return Decision(target=choice.offer.target, choice=choice, reasons=tuple(reasons),
+                    decided_by=decided_by, **common)
+
+
+def _where(a: Alternative) -> str:
+    o = a.offer
+    return o.target if o.target != "cloud" else f"{o.cloud}/{o.region}"
+
+
+def _what(a: Alternative) -> str:
+    o = a.offer
+    dev = "CPU" if o.gpu is None else f"{o.gpu}x{a.used:g}"
+    return f"{_where(a)} {dev}{' spot' if o.spot else ''}"
+
+
+def _why_not(ranked: Sequence[Alternative], target: str) -> str:
+    ex = [a.excluded for a in ranked if a.offer.target == target and a.excluded]
+    if not ex and not any(a.offer.target == target for a in ranked):
+        return f"no {target} offer has the job's resources"
+    return ex[0] if ex else f"{target} is not cheaper"
+
+
+def _why_not_onprem(ranked: Sequence[Alternative], settings) -> str:
+    return _why_not(ranked, "onprem") if settings.onprem else "no on-prem GPUs configured"
+
+
+def _notes(index: OfferIndex, listed: int, capacity: Optional[Capacity], local_only: bool) -> tuple:
+    notes = []
+    if len(index.offers) > listed:
+        notes.append(f"{len(index.offers) - listed} offers of other GPU models or counts not listed")
+    if capacity is None or capacity.onprem_free is None:
+        if index.has_onprem and not local_only:
+            notes.append("on-prem capacity not checked: assumed free")
+    return tuple(notes)
+
+
+_FIX = {
+    "mode": lambda a, s, m: "set mode = \"hybrid\" (ORCH_MODE=hybrid)",
+    "allow": lambda a, s, m: f"add '{a.offer.target}' to placement.allow",
+    "use_spot": lambda a, s, m: "set resources.use_spot: false",
+    "spot": lambda a, s, m: "set checkpoint.storage and keep the job short, or use on-demand",
+    "wait": lambda a, s, m: (f"raise max_wait_minutes to {a.wait_minutes:g}"
+                             if not math.isinf(a.wait_minutes) else "free on-prem GPUs"),
+    "hourly": lambda a, s, m: f"raise budget.max_hourly to at least {m(a.price_per_hour)}",
+    "cost": lambda a, s, m: f"raise budget.max_cost to at least {m(a.est_cost)}",
+}
+
+
+def _refusal(needs: Needs, index: OfferIndex, alts: list[Alternative], blockers: list,
+             settings, money, local_only: bool) -> str:
+    """Nothing fits: say what the cheapest change would be."""
+    if not alts:
+        have = [f"{g}x{c:g}" for g, counts in index.models().items() for c in counts]
+        where = "this machine has" if local_only else "no offer has"
+        msg = f"nothing fits: {where} {needs.describe()}"
+        if needs.choices:
+            msg += f" (offered: {', '.join(have[:12]) or 'CPU only'})"
+        if local_only:
+            msg += "; set mode = \"hybrid\" and enable clouds (ORCH_CLOUDS) or on-prem GPUs"
+        else:
+            msg += "; change resources.accelerators or enable a cloud that has it (ORCH_CLOUDS)"
+        return msg
+    soft = [i for i, b in enumerate(blockers) if b and all(code in _SOFT for code, _ in b)]
+    if soft:
+        best = min(soft, key=lambda i: (len(blockers[i]), alts[i].est_cost or math.inf))
+        a = alts[best]
+        fixes = "; ".join(dict.fromkeys(_FIX[c](a, settings, money) for c, _ in blockers[best]))
+        return (f"nothing fits. The nearest option, {_what(a)} at {money(a.est_cost)} per job, "
+                f"would need: {fixes}")
+    misfits = sorted({t for b in blockers for c, t in b if c in ("fit", "speed")})
+    return (f"nothing fits {needs.describe()}: " + "; ".join(misfits[:4]) +
+            " - change resources or enable more clouds (ORCH_CLOUDS)")

@@ -1,0 +1,127 @@
+"""Cloud GPU offers from SkyPilot's price catalogs, read from disk only, never the network.
+
+SkyPilot's own `sky.catalog.list_accelerators` downloads a catalog that is missing or
+older than its pull interval, with no timeout, and fixes each catalog's path when its
+module is first imported. So orch reads the same CSV files itself (from `catalog_dir`,
+else SkyPilot's catalog directory) and hands them to SkyPilot's
+`list_accelerators_impl`, the function every CSV-backed cloud's catalog uses.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Iterable, Optional
+
+from orchestrator.decision.gpus import canonical_gpu
+from orchestrator.decision.models import Offer
+from orchestrator.errors import BackendError, InputError
+
+# Clusters, not priced clouds; GCP prices a GPU apart from its host VM in its own code.
+_NOT_PRICED = {"kubernetes": "a cluster you run", "ssh": "a cluster you run",
+               "slurm": "a cluster you run", "vsphere": "a cluster you run",
+               "gcp": "its catalog prices GPUs apart from host VMs, which orch does not read yet"}
+_FETCH_HINT = ("while online, `sky gpus list --infra {cloud}` downloads it; or point "
+               "ORCH_CATALOG_DIR at a directory holding <cloud>/vms.csv; or remove {cloud} "
+               "from ORCH_CLOUDS")
+
+
+def _quiet_sky() -> None:
+    # Before `import sky`: no telemetry hosts, no instance-metadata probes.
+    os.environ.setdefault("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
+    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
+
+class _Problem(Exception):
+    """One cloud's catalog cannot be used; collected so the user sees all at once."""
+
+
+def default_catalog_dir() -> Path:
+    """SkyPilot's own catalog directory (honours SKY_RUNTIME_DIR), e.g. ~/.sky/catalogs/v8."""
+    _quiet_sky()
+    from sky.catalog import common
+
+    return Path(common.get_catalog_path(""))
+
+
+def _check_cloud(cloud: str) -> None:
+    from sky.skylet import constants
+
+    if cloud in _NOT_PRICED:
+        raise InputError(f"ORCH_CLOUDS: {cloud} has no price catalog orch can use "
+                         f"({_NOT_PRICED[cloud]})", f"remove {cloud} from ORCH_CLOUDS")
+    if cloud not in constants.ALL_CLOUDS:
+        known = sorted(set(constants.ALL_CLOUDS) - set(_NOT_PRICED))
+        raise InputError(f"ORCH_CLOUDS: unknown cloud {cloud!r}",
+                         f"SkyPilot clouds with price catalogs: {', '.join(known)}")
+
+
+def cloud_offers(clouds: Iterable[str], catalog_dir: Optional[Path] = None) -> list[Offer]:
+    """On-demand and spot offers for every GPU instance of `clouds`, all regions.
+
+    Raises InputError for a cloud name orch cannot price and BackendError naming every
+    catalog that is missing or unreadable."""
+    clouds = [c.lower() for c in clouds]
+    if not clouds:
+        return []
+    _quiet_sky()
+    for c in clouds:
+        _check_cloud(c)
+    root = Path(catalog_dir) if catalog_dir else default_catalog_dir()
+    offers: list[Offer] = []
+    problems: dict[str, str] = {}
+    for cloud in clouds:
+        try:
+            offers.extend(_read(cloud, root / cloud / "vms.csv"))
+        except _Problem as e:
+            problems[cloud] = str(e)
+    if problems:
+        raise BackendError("SkyPilot price catalog missing or unreadable: "
+                           + "; ".join(problems.values()), _FETCH_HINT.format(cloud=next(iter(problems))))
+    return offers
+
+
+def _read(cloud: str, path: Path) -> list[Offer]:
+    import pandas as pd
+    from sky.catalog import common
+
+    if not path.is_file():
+        raise _Problem(f"{cloud}: no catalog at {path}")
+    try:
+        df = pd.read_csv(path)
+    except Exception as e:  # pandas raises many kinds for a bad file
+        raise _Problem(f"{cloud}: cannot read {path}: {type(e).__name__}: {e}") from None
+    missing = [c for c in ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs",
+                           "MemoryGiB", "Price", "SpotPrice", "Region", "GpuInfo")
+               if c not in df.columns]
+    if missing:
+        raise _Problem(f"{cloud}: {path} is not a SkyPilot catalog (no column "
+                       f"{', '.join(missing)})")
+    try:
+        by_gpu = common.list_accelerators_impl(cloud, df, gpus_only=True, name_filter=None,
+                                               region_filter=None, quantity_filter=None,
+                                               all_regions=True)
+    except Exception as e:  # malformed rows surface as KeyError/TypeError/ValueError
+        raise _Problem(f"{cloud}: cannot read {path}: {type(e).__name__}: {e}") from None
+    out: list[Offer] = []
+    for infos in by_gpu.values():
+        for i in infos:
+            base = dict(target="cloud", gpu=canonical_gpu(str(i.accelerator_name)),
+                        count=float(i.accelerator_count), cloud=cloud, region=str(i.region),
+                        cpus=_num(i.cpu_count), memory_gb=_num(i.memory),
+                        instance_type=None if i.instance_type is None else str(i.instance_type))
+            price, spot = _num(i.price), _num(i.spot_price)
+            if price is not None and price > 0:
+                out.append(Offer(price_per_hour=price, spot=False, **base))
+            if spot is not None and spot > 0:
+                out.append(Offer(price_per_hour=spot, spot=True, **base))
+    return out
+
+
+def _num(x) -> Optional[float]:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v

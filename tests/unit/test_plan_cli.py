@@ -1,0 +1,160 @@
+"""`orch plan` and `orch config show` through typer, offline, with no Ray and no API server."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from orchestrator.cli.config_cmd import config_show
+from orchestrator.cli.plan import plan
+from orchestrator.errors import BackendError, SpecError
+from tests.unit.test_catalog import CATALOGS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+app = typer.Typer()
+app.command("plan")(plan)
+app.command("config-show")(config_show)
+
+JOB = """\
+name: tiny
+run: python train.py
+resources: {accelerators: {RTX4090: 1, A100-80GB: 1}}
+estimate: {hours: 1, gpu: RTX4090}
+checkpoint: {storage: 's3://bucket/ckpt'}
+"""
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("ORCH_"):
+            monkeypatch.delenv(k)
+    cat = tmp_path / "catalogs"
+    for cloud, lines in CATALOGS.items():
+        (cat / cloud).mkdir(parents=True)
+        (cat / cloud / "vms.csv").write_text("\n".join(lines) + "\n")
+    values = {"ORCH_HOME": str(tmp_path / "home"), "ORCH_CONFIG": str(tmp_path / "config.toml"),
+              "ORCH_CLOUDS": "lambda,runpod", "ORCH_CATALOG_DIR": str(cat)}
+    for k, v in values.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr("orchestrator.fingerprint.fingerprint", lambda spec: ("fp-tiny", True))
+    monkeypatch.setattr("providers.local_offer.detect_gpus", lambda: {})
+
+    def refuse(*a, **k):
+        raise AssertionError("orch plan must not start processes or open connections")
+
+    class NoPopen(subprocess.Popen):  # a class: some libraries subclass Popen on import
+        def __init__(self, *a, **k):
+            refuse()
+
+    # Ray and SkyPilot's API server would both need one of these.
+    monkeypatch.setattr(subprocess, "Popen", NoPopen)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    job = tmp_path / "tiny.yaml"
+    job.write_text(JOB)
+    return job
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), catch_exceptions=True)
+
+
+def test_plan_json(env):
+    r = invoke("plan", str(env), "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["kind"] == "exploratory" and d["target"] == "cloud"
+    assert d["choice"]["cloud"] == "runpod" and d["choice"]["gpu"] == "RTX4090" and d["choice"]["spot"]
+    assert d["estimate"]["currency"] == "USD" and d["estimate"]["hours"] == pytest.approx(1.0)
+    assert d["estimate"]["cost"] == pytest.approx(0.34 * (1 + 6 / 60))
+    assert any("uncommitted changes" in x for x in d["reasons"])
+    keys = {"target", "cloud", "region", "gpu", "count", "spot", "price_per_hour", "est_hours",
+            "est_cost", "excluded"}
+    assert d["alternatives"] and all(keys <= set(a) for a in d["alternatives"])
+    costs = [a["est_cost"] for a in d["alternatives"]]
+    assert costs == sorted(costs)
+    assert {a["target"] for a in d["alternatives"]} == {"cloud"}  # no local GPU, no on-prem
+
+
+def test_plan_table(env):
+    r = invoke("plan", str(env))
+    assert r.exit_code == 0, r.output
+    for text in ("tiny", "exploratory", "new job", "runpod", "RTX4090 x1", "choice:",
+                 "cheapest cloud offer per job", "est. cost"):
+        assert text in r.stdout, text
+
+
+def test_plan_in_the_users_currency(env, monkeypatch):
+    monkeypatch.setenv("ORCH_CURRENCY", "KRW")
+    monkeypatch.setenv("ORCH_CURRENCY_RATE", "1400")
+    d = json.loads(invoke("plan", str(env), "--json").stdout)
+    assert d["estimate"]["currency"] == "KRW"
+    assert d["estimate"]["cost"] == pytest.approx(d["estimate"]["cost_usd"] * 1400)
+    assert "KRW" in invoke("plan", str(env)).stdout
+
+
+def test_plan_refusal_says_what_to_change(env):
+    env.write_text(JOB + "budget: {max_cost: 0.01}\n")
+    r = invoke("plan", str(env), "--json")
+    assert r.exit_code == 0
+    d = json.loads(r.stdout)
+    assert d["target"] is None and d["choice"] is None
+    assert "raise budget.max_cost to at least" in d["refusal"]
+    assert "no placement" in invoke("plan", str(env)).stdout
+
+
+def test_bad_job_file_propagates_as_spec_error(env):
+    env.write_text("name: tiny\nrun: x\nresorces: {}\n")
+    r = invoke("plan", str(env))
+    assert isinstance(r.exception, SpecError) and "resorces" in str(r.exception)
+
+
+def test_missing_catalog_propagates_as_backend_error(env, monkeypatch, tmp_path):
+    monkeypatch.setenv("ORCH_CATALOG_DIR", str(tmp_path / "empty"))
+    r = invoke("plan", str(env))
+    assert isinstance(r.exception, BackendError) and "no catalog at" in str(r.exception)
+
+
+def test_config_show(env):
+    r = invoke("config-show", "--json")
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)["settings"]
+    assert s["clouds"] == {"value": ["lambda", "runpod"], "source": "env ORCH_CLOUDS"}
+    assert s["max_wait_minutes"]["source"] == "default"
+    table = invoke("config-show").stdout
+    assert "env ORCH_CLOUDS" in table and "steady_min_runs" in table
+
+
+def test_plan_imports_neither_ray_nor_torch(tmp_path):
+    # A fresh interpreter: other tests may have imported ray into this one.
+    code = textwrap.dedent(f"""
+        import json, sys
+        import typer
+        from typer.testing import CliRunner
+        import orchestrator.fingerprint, providers.local_offer
+        orchestrator.fingerprint.fingerprint = lambda spec: ("fp", False)
+        providers.local_offer.detect_gpus = lambda: {{}}
+        from orchestrator.cli.plan import plan
+        app = typer.Typer(); app.command()(plan)
+        r = CliRunner().invoke(app, [{str(tmp_path / 'job.yaml')!r}, "--json"])
+        assert r.exit_code == 0, r.output
+        print(json.dumps([m for m in ("ray", "torch", "boto3") if m in sys.modules]))
+    """)
+    (tmp_path / "job.yaml").write_text("name: j\nrun: x\nestimate: {hours: 1}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update(ORCH_HOME=str(tmp_path), ORCH_CONFIG=str(tmp_path / "c.toml"), ORCH_MODE="local",
+               PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -25,7 +25,8 @@ class OwnedGpus(BaseModel):
     model_config = ConfigDict(extra="forbid")
     gpu: str = Field(description="accelerator name as SkyPilot spells it, e.g. A100-80GB")
     count: int = Field(1, ge=1)
-    purchase_price: float = Field(0.0, ge=0, description="for all `count` GPUs with their host, base currency")
+    # Required: owned hardware is never free, so orch will not guess what it cost.
+    purchase_price: float = Field(..., ge=0, description="for all `count` GPUs with their host, USD")
     lifetime_years: float = Field(3.0, gt=0)
     utilization: float = Field(0.6, gt=0, le=1, description="expected busy fraction over the lifetime")
     watts: float = Field(300.0, ge=0, description="per GPU under load, host share included")
@@ -35,7 +36,8 @@ class LocalMachine(BaseModel):
     """This workstation, when it is where a job runs."""
 
     model_config = ConfigDict(extra="forbid")
-    purchase_price: float = Field(0.0, ge=0)
+    # A typical workstation, so that even unconfigured, local work is not priced as free.
+    purchase_price: float = Field(2500.0, ge=0, description="USD; set your own")
     lifetime_years: float = Field(3.0, gt=0)
     utilization: float = Field(0.3, gt=0, le=1)
     watts: float = Field(150.0, ge=0, description="under load, whole machine")

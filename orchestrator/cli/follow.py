@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
+from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jobs import events
@@ -35,7 +36,8 @@ def follow(orch, rec: dict, console: Console, poll_s: float = 1.0) -> dict:
                 ev = events.parse_line(line)
                 if ev is None:
                     if not any(n in line for n in _NOISE):
-                        progress.console.print(line, markup=False, highlight=False)
+                        # Ray colours its prefixes; let rich keep or drop them per terminal.
+                        progress.console.print(Text.from_ansi(line), highlight=False)
                     continue
                 kind = ev["event"]
                 if kind == "progress":

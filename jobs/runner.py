@@ -40,7 +40,10 @@ def worker_entry(config: dict) -> Any:
     options = config.pop(_OPTIONS_KEY)
     if os.getcwd() not in sys.path:  # the job's workdir, where a user's entrypoint lives
         sys.path.insert(0, os.getcwd())
-    context.install(options)
+    ctx = context.install(options)
+    import ray
+
+    events.emit("worker", rank=ctx.rank, node_id=ray.get_runtime_context().get_node_id())
     fn = resolve_callable(options["target"])
     return fn(config)
 
@@ -94,10 +97,11 @@ def run(spec: dict) -> int:
     trainer = TorchTrainer(
         worker_entry,
         train_loop_config=config,
-        scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=use_gpu),
+        scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=use_gpu,
+                                     placement_strategy=spec.get("placement", "pack").upper()),
         run_config=RunConfig(
             name=spec["job_id"],  # a fixed name: a rerun under the same storage resumes
-            storage_path=spec["storage_path"],
+            storage_path=spec.get("storage_path"),  # None: Ray's default on the cluster
             checkpoint_config=CheckpointConfig(num_to_keep=spec.get("num_to_keep") or 2),
             failure_config=FailureConfig(max_failures=int(spec.get("max_failures") or 0)),
             callbacks=[_make_reporter()],

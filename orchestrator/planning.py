@@ -40,7 +40,46 @@ def plan_job(spec, settings, *, fingerprint: str, history: Sequence[PastRun] = (
                     code_dirty, est.reference.hours)
     if offers is None:
         offers = gather_offers(spec, settings)
+    if capacity is None and wants_cluster(spec, settings):
+        capacity = cluster_capacity(spec, settings, time.time() if now is None else now)
     return decide(spec, kind, offers, capacity, settings, estimator=est)
+
+
+def wants_cluster(spec, settings) -> bool:
+    return bool(settings.ray_address and settings.effective_mode != "local"
+                and "onprem" in spec.placement.allow)
+
+
+def job_needs(spec) -> tuple[float, float]:
+    """(CPUs, GPUs) a job holds on a cluster: one CPU or one GPU per data-parallel worker."""
+    workers = spec.scaling.num_workers if spec.train is not None else 1
+    gpus = spec.scaling.use_gpu is True or bool(spec.resources.accelerator_choices())
+    return (0.0, float(workers)) if gpus else (float(workers), 0.0)
+
+
+def cluster_capacity(spec, settings, now: float) -> Capacity:
+    """Whether the on-prem cluster can start this job now, else about when; never raises."""
+    from orchestrator.decision.capacity import Running, estimate_start
+    from orchestrator.errors import BackendError
+    from providers.onprem import OnPremProvider
+
+    try:
+        snap = OnPremProvider(settings.ray_address, settings.ray_token_file).snapshot()
+    except BackendError as e:
+        return Capacity(unreachable=f"on-prem cluster unreachable: {e.message}",
+                        source=settings.ray_address)
+    running = []
+    for j in snap.jobs:
+        remaining = None
+        if j.est_hours is not None and j.start_time is not None:
+            remaining = max(0.0, j.est_hours * 3600 - (now - j.start_time))
+        running.append(Running(cpus=j.cpus, gpus=j.gpus, remaining_s=remaining,
+                               queued=j.status == "PENDING"))
+    need_cpus, need_gpus = job_needs(spec)
+    source = (f"{snap.address}: {snap.free('CPU'):g}/{snap.total.get('CPU', 0):g} CPUs and "
+              f"{snap.free('GPU'):g}/{snap.total.get('GPU', 0):g} GPUs free, "
+              f"{len(snap.jobs)} jobs active")
+    return estimate_start(snap.free("CPU"), snap.free("GPU"), running, need_cpus, need_gpus, source)
 
 
 def history_for(fingerprint: str, settings) -> list[PastRun]:

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from jobs import events
 from orchestrator.checks import check_runnable
-from orchestrator.errors import BackendError, InputError
+from orchestrator.errors import BackendError, InputError, OrchError
 from orchestrator.fingerprint import fingerprint
 from orchestrator.settings import Settings
 from orchestrator.spec import JobSpec
@@ -49,6 +49,11 @@ class Orch:
                 from providers.local import LocalProvider
 
                 self._providers[target] = LocalProvider(self.local_ray(), self.on_ray_start)
+            elif target == "onprem" and self.settings.ray_address:
+                from providers.onprem import OnPremProvider
+
+                self._providers[target] = OnPremProvider(self.settings.ray_address,
+                                                         self.settings.ray_token_file)
             else:
                 raise InputError(f"target {target!r} is not available in this version of orch",
                                  "use placement.allow: [local] or ORCH_MODE=local")
@@ -67,11 +72,11 @@ class Orch:
             raise InputError(f"{spec.source_file or spec.name}: no place to run this job: "
                              f"{decision.refusal}",
                              "`orch plan FILE` lists every alternative and why it was excluded")
-        if decision.target != "local":
+        if decision.target == "cloud":
             raise InputError(
-                f"{spec.source_file or spec.name}: the cheapest place for this job is "
-                f"{decision.target}, and this version of orch runs jobs only on this machine",
-                "set ORCH_MODE=local or `placement: {allow: [local]}` to run it here")
+                f"{spec.source_file or spec.name}: the cheapest place for this job is the cloud "
+                f"({decision.choice.offer.cloud}), and this version of orch cannot launch there yet",
+                "run it on owned hardware with `placement: {allow: [local, onprem]}`")
         record = decision.to_dict()
         record["alternatives"] = record["alternatives"][:10]  # the record keeps the best few
         return record
@@ -92,7 +97,7 @@ class Orch:
             return rec  # the same key was submitted before
         try:
             provider.prepare()
-            launch = self.launch_for(rec["id"], spec, target)
+            launch = self.launch_for(rec["id"], spec, target, decision)
             backend_id = provider.submit(launch)
         except BackendError as e:
             self.store.set_status(rec["id"], "FAILED", f"launch failed: {e.message}")
@@ -101,10 +106,16 @@ class Orch:
                                  info={"entrypoint": launch.entrypoint,
                                        "storage_path": launch.metadata.get("storage_path")})
 
-    def launch_for(self, job_id: str, spec: JobSpec, target: str) -> Launch:
+    def launch_for(self, job_id: str, spec: JobSpec, target: str,
+                   decision: Optional[dict] = None) -> Launch:
+        from orchestrator.planning import job_needs
+
         env = {**_RAY_TRAIN_ENV, **spec.env_strings(), "ORCH_JOB_ID": job_id}
         workdir = spec.workdir_path()
-        storage = spec.checkpoint.storage or str(self.settings.home / "checkpoints")
+        if target == "local":
+            storage = spec.checkpoint.storage or str(self.settings.home / "checkpoints")
+        else:  # a path on the user's machine means nothing to the cluster
+            storage = spec.checkpoint.storage or self.settings.onprem_checkpoint_storage
         if spec.train is not None:
             run = {
                 "job_id": job_id, "target": spec.train.job or spec.train.entrypoint,
@@ -112,10 +123,10 @@ class Orch:
                 "use_gpu": spec.scaling.use_gpu, "precision": spec.precision,
                 "loader_workers": spec.data.loader_workers, "pin_memory": spec.data.pin_memory,
                 "storage_path": storage, "num_to_keep": spec.checkpoint.num_to_keep,
-                "max_failures": spec.checkpoint.max_failures,
+                "max_failures": spec.checkpoint.max_failures, "placement": spec.scaling.placement,
             }
             env["ORCH_RUN"] = json.dumps(run)
-            python = sys.executable if target == "local" else "python"
+            python = sys.executable if target == "local" else "python3"
             command = f"{shlex.quote(python)} -m jobs.runner"
         else:
             command = spec.run
@@ -125,10 +136,16 @@ class Orch:
             # `python` in a run: or setup: line means the interpreter orch (and its Ray) runs in.
             command = f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"\n{command}'
         entrypoint = f"bash -c {shlex.quote(command)}"
+        cpus, gpus = job_needs(spec)
+        est_hours = ((decision or {}).get("estimate") or {}).get("hours")
+        # The cluster keeps these with the job, so any orch can estimate the queue from them.
+        metadata = {"orch_job": job_id, "name": spec.name or "job", "cpus": cpus, "gpus": gpus}
+        if est_hours is not None:
+            metadata["est_hours"] = round(est_hours, 4)
+        if spec.train and storage:
+            metadata["storage_path"] = storage
         return Launch(job_id=job_id, entrypoint=entrypoint, env=env,
-                      workdir=str(workdir) if workdir else None,
-                      metadata={"orch_job": job_id, "name": spec.name or "job",
-                                "storage_path": storage if spec.train else None})
+                      workdir=str(workdir) if workdir else None, metadata=metadata)
 
     # -- follow -----------------------------------------------------------------------
 
@@ -255,6 +272,6 @@ class Orch:
         for rec in self.store.list(limit):
             try:
                 out.append(self.refresh(rec))
-            except BackendError:
+            except OrchError:
                 out.append(rec)  # shown as last known; `orch status ID` names the problem
         return out

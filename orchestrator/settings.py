@@ -23,8 +23,10 @@ class OwnedGpus(BaseModel):
     """GPUs the user owns, priced so they are never free."""
 
     model_config = ConfigDict(extra="forbid")
-    gpu: str = Field(description="accelerator name as SkyPilot spells it, e.g. A100-80GB")
-    count: int = Field(1, ge=1)
+    gpu: str = Field(description="accelerator name as SkyPilot spells it, e.g. A100-80GB; "
+                                 "CPU for a pool of CPU-only nodes")
+    count: int = Field(1, ge=1, description="GPUs (or, for a CPU pool, nodes)")
+    cpus: Optional[int] = Field(None, ge=1, description="CPUs in the pool, all nodes together")
     # Required: owned hardware is never free, so orch will not guess what it cost.
     purchase_price: float = Field(..., ge=0, description="for all `count` GPUs with their host, USD")
     lifetime_years: float = Field(3.0, gt=0)
@@ -60,6 +62,11 @@ class Settings(BaseSettings):
         None, description="local keeps every job on this machine; unset: local unless a "
                           "cluster or a cloud is configured")
     ray_address: Optional[str] = Field(None, description="on-prem Ray dashboard address, http://host:8265")
+    ray_token_file: Optional[Path] = Field(None, description="the on-prem cluster's Ray auth token; "
+                                                             "default ~/.ray/auth_token when it exists")
+    onprem_checkpoint_storage: Optional[str] = Field(
+        None, description="default checkpoint.storage for on-prem jobs: a path every node "
+                          "shares, or s3://bucket/prefix; unset: Ray's default on the cluster")
     clouds: Annotated[list[str], NoDecode] = Field(default_factory=list,
                                                    description="enabled SkyPilot clouds, e.g. runpod,lambda,aws")
     currency: str = "USD"
@@ -82,6 +89,23 @@ class Settings(BaseSettings):
     @classmethod
     def _home(cls, v: Path) -> Path:
         return Path(os.path.expanduser(str(v)))
+
+    @field_validator("ray_token_file")
+    @classmethod
+    def _token_file(cls, v: Optional[Path]) -> Optional[Path]:
+        return None if v is None else Path(os.path.expanduser(str(v)))
+
+    @field_validator("ray_address")
+    @classmethod
+    def _address(cls, v: Optional[str]) -> Optional[str]:
+        if v is None or not v.strip():
+            return None
+        v = v.strip().rstrip("/")
+        if "://" not in v:
+            v = "http://" + v  # host:8265 is what `ray start` prints
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"{v!r}: give the Ray dashboard's HTTP address, e.g. http://10.0.0.10:8265")
+        return v
 
     @property
     def effective_mode(self) -> str:

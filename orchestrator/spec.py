@@ -175,6 +175,8 @@ class Train(Strict):
 class Scaling(Strict):
     num_workers: PositiveInt = 1
     use_gpu: AutoBool = "auto"
+    # pack: fill a node before the next (fast links within a node); spread: one per node.
+    placement: Literal["pack", "spread"] = "pack"
 
 
 class Data(Strict):

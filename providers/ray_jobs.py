@@ -34,9 +34,9 @@ class RayJobsProvider:
     def prepare(self) -> None:
         self._connect()
 
-    def submit(self, launch: Launch) -> str:
+    def submit(self, launch: Launch, extra_runtime_env: Optional[dict] = None) -> str:
         client = self._connect()
-        runtime_env: dict = {"env_vars": dict(launch.env)}
+        runtime_env: dict = {"env_vars": dict(launch.env), **(extra_runtime_env or {})}
         if launch.workdir:
             runtime_env["working_dir"] = launch.workdir
         try:

@@ -18,6 +18,7 @@ from torch import nn
 
 import ray.train
 import ray.train.torch
+from jobs import events
 from jobs.context import current
 
 
@@ -84,6 +85,8 @@ def train_loop(config: dict) -> None:
         _unwrap(model).load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_epoch = state["epoch"] + 1
+        if ctx.rank == 0:
+            events.emit("resume", epoch=start_epoch)
 
     steps = len(loader)
     for epoch in range(start_epoch, epochs):

@@ -1,6 +1,7 @@
 """Registers every command on the app; each command lives in its own short module."""
 
 from orchestrator.cli import app
+from orchestrator.cli.cluster import cluster_app
 from orchestrator.cli.config_cmd import config_show
 from orchestrator.cli.jobs import cancel, logs, status
 from orchestrator.cli.local import local_app
@@ -18,4 +19,5 @@ app.command()(status)
 app.command()(logs)
 app.command()(cancel)
 app.add_typer(local_app, name="local")
+app.add_typer(cluster_app, name="cluster")
 app.add_typer(config_app, name="config")

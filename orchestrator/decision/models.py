@@ -96,6 +96,8 @@ class Capacity:
     onprem_free: Optional[Mapping[str, float]] = None  # free GPUs by model
     wait_minutes: Optional[float] = None  # estimated queue wait when not enough is free
     source: str = "not checked"
+    can_start_now: Optional[bool] = None  # decided by whoever read the cluster, for this job
+    unreachable: Optional[str] = None  # why the cluster could not be read
 
 
 @dataclass(frozen=True, slots=True)

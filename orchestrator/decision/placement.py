@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence, Union
@@ -112,7 +113,13 @@ def _misfit(o: Offer, needs: Needs) -> Optional[str]:
 
 
 def _wait(o: Offer, used: float, capacity: Optional[Capacity]) -> float:
-    if o.target != "onprem" or capacity is None or capacity.onprem_free is None:
+    if o.target != "onprem" or capacity is None:
+        return 0.0
+    if capacity.can_start_now is not None:
+        if capacity.can_start_now:
+            return 0.0
+        return capacity.wait_minutes if capacity.wait_minutes is not None else math.inf
+    if capacity.onprem_free is None:
         return 0.0
     free = sum(n for g, n in capacity.onprem_free.items() if canonical_gpu(g) == o.gpu)
     if free >= used:
@@ -182,7 +189,9 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
                     b.append(("spot", f"spot is for short jobs: {hours:.3g} h >= {short_h:g} h"))
             if hours is None:
                 b.append(("speed", basis))
-            if wait > settings.max_wait_minutes:
+            if o.target == "onprem" and capacity is not None and capacity.unreachable:
+                b.append(("unreachable", capacity.unreachable))
+            elif wait > settings.max_wait_minutes:
                 w = "unknown" if math.isinf(wait) else f"{wait:g} min"
                 b.append(("wait", f"on-prem busy: wait {w} > max {settings.max_wait_minutes:g} min"))
             per_h = share_price(o, used)
@@ -202,6 +211,20 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
     notes = _notes(index, len(alts), capacity, local_only)
     common = dict(kind=classification.kind, classification=classification, alternatives=ranked,
                   currency=cur, currency_rate=rate, notes=notes)
+
+    queueable = [a for a, b in zip(alts, blockers) if a.offer.target == "onprem"
+                 and b and all(code == "wait" for code, _ in b)]
+    if not eligible and queueable and classification.kind == "steady" and not local_only:
+        # Nothing can start now and no cloud may take it: wait for the owned GPUs.
+        best = min(queueable, key=lambda a: _rank(a, pref))
+        choice = dataclasses.replace(best, excluded=None)
+        w = "an unknown time" if math.isinf(best.wait_minutes) else f"about {best.wait_minutes:.0f} min"
+        reasons = (f"queued on-prem: the cluster is busy for {w} (more than max_wait_minutes "
+                   f"{settings.max_wait_minutes:g}), and no cloud offer is allowed "
+                   f"({_why_not(ranked, 'cloud')}), so the job waits for the owned GPUs",
+                   f"estimated {choice.est_hours:.3g} h ({choice.hours_basis}), "
+                   f"{money(choice.est_cost)} per job")
+        return Decision(target="onprem", choice=choice, reasons=reasons, **common)
 
     if not eligible:
         refusal = _refusal(needs, index, alts, blockers, settings, money, local_only)
@@ -280,8 +303,12 @@ def _notes(index: OfferIndex, listed: int, capacity: Optional[Capacity], local_o
     notes = []
     if len(index.offers) > listed:
         notes.append(f"{len(index.offers) - listed} offers of other GPU models or counts not listed")
-    if capacity is None or capacity.onprem_free is None:
-        if index.has_onprem and not local_only:
+    checked = capacity is not None and (capacity.onprem_free is not None
+                                        or capacity.can_start_now is not None)
+    if index.has_onprem and not local_only:
+        if checked:
+            notes.append(f"on-prem capacity: {capacity.source}")
+        elif capacity is None or not capacity.unreachable:
             notes.append("on-prem capacity not checked: assumed free")
     return tuple(notes)
 
@@ -319,6 +346,6 @@ def _refusal(needs: Needs, index: OfferIndex, alts: list[Alternative], blockers:
         fixes = "; ".join(dict.fromkeys(_FIX[c](a, settings, money) for c, _ in blockers[best]))
         return (f"nothing fits. The nearest option, {_what(a)} at {money(a.est_cost)} per job, "
                 f"would need: {fixes}")
-    misfits = sorted({t for b in blockers for c, t in b if c in ("fit", "speed")})
+    misfits = sorted({t for b in blockers for c, t in b if c in ("fit", "speed", "unreachable")})
     return (f"nothing fits {needs.describe()}: " + "; ".join(misfits[:4]) +
             " - change resources or enable more clouds (ORCH_CLOUDS)")

@@ -1,0 +1,55 @@
+"""The on-prem Ray cluster: the Ray Jobs provider pointed at ORCH_RAY_ADDRESS.
+
+Same code as local-only mode; the differences are where the cluster is, whose token it
+takes, and that orch's runner travels with the job (py_modules) instead of being assumed
+installed at the same version on every node.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import jobs
+from orchestrator.errors import BackendError
+from providers.base import Launch
+from providers.ray_cluster import ClusterSnapshot, get_json, snapshot
+from providers.ray_jobs import RayJobsProvider
+
+HINT = ("check ORCH_RAY_ADDRESS (the dashboard's http://host:8265) and that the Ray head "
+        "runs; `orch cluster status` tests the connection")
+
+
+def token_for(token_file: Optional[Path]) -> Optional[str]:
+    """The cluster's Ray auth token: the configured file, RAY_AUTH_TOKEN, or Ray's default file."""
+    if token_file is not None:
+        try:
+            return token_file.read_text().strip()
+        except OSError as e:
+            raise BackendError(f"cannot read the Ray token file {token_file}: {e.strerror}",
+                               "set ORCH_RAY_TOKEN_FILE to a readable file") from None
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip()
+    default = Path.home() / ".ray" / "auth_token"
+    return default.read_text().strip() if default.exists() else None
+
+
+class OnPremProvider(RayJobsProvider):
+    def __init__(self, address: str, token_file: Optional[Path] = None):
+        token = token_for(token_file)
+        super().__init__("onprem", address, {"Authorization": f"Bearer {token}"} if token else {},
+                         hint=HINT)
+
+    def prepare(self) -> None:
+        # A plain HTTP probe with a timeout first: the Jobs client can hang on a dead host.
+        get_json(self.address, "/api/version", self.headers, timeout=5.0, hint=HINT)
+        super().prepare()
+
+    def submit(self, launch: Launch) -> str:
+        # orch's runner goes with the job, so every node runs the submitter's version of it.
+        extra = {"py_modules": [str(Path(jobs.__file__).parent)]}
+        return super().submit(launch, extra_runtime_env=extra)
+
+    def snapshot(self) -> ClusterSnapshot:
+        return snapshot(self.address, self.headers)

@@ -1,0 +1,177 @@
+"""On-prem mode against a real two-node Ray cluster on loopback, through the real `orch` CLI."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from jobs import events
+from tests.conftest import ROOT, run_orch, short_tmp
+from tests.integration.cluster import TwoNodeCluster
+from tests.integration.conftest import train_processes
+
+pytestmark = pytest.mark.integration
+
+INVENTORY = """\
+[[onprem]]
+gpu = "CPU"
+count = 2
+cpus = 3
+purchase_price = 6000
+watts = 300
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = TwoNodeCluster(short_tmp("oc"))
+    try:
+        c.start_head()
+        c.start_node()
+        yield c
+    finally:
+        left = c.stop()
+        assert not left, f"cluster processes left running: {left}"
+
+
+@pytest.fixture
+def home(cluster, orch_home):
+    (orch_home / "config.toml").write_text(INVENTORY)
+    return orch_home
+
+
+def orch(cluster, home, *args, **env):
+    env = dict(ORCH_MODE="hybrid", ORCH_RAY_ADDRESS=cluster.address,
+               ORCH_RAY_TOKEN_FILE=str(cluster.token_file), **env)
+    return run_orch(home, *args, **env)
+
+
+def status(cluster, home, job_id):
+    proc = orch(cluster, home, "status", job_id, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def job_file(tmp_path, name, *, epochs=3, workers=2, placement="spread", allow="[onprem]",
+             extra=""):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"name: {name}\nschedule: {{kind: steady}}\nplacement: {{allow: {allow}}}\n"
+                    f"train:\n  job: image-classification\n  config: {{epochs: {epochs}, "
+                    f"dataset_multiplier: 3}}\n"
+                    f"scaling: {{num_workers: {workers}, placement: {placement}}}\n{extra}")
+    return path
+
+
+def wait_reports(cluster, home, job_id, n=1, timeout=180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rec = status(cluster, home, job_id)
+        if (rec["metrics"].get("reports") or 0) >= n:
+            return rec
+        assert rec["status"] in ("PENDING", "RUNNING"), rec
+        time.sleep(1)
+    raise AssertionError(f"{job_id} reported fewer than {n} times")
+
+
+def wait_end(cluster, home, job_id, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rec = status(cluster, home, job_id)
+        if rec["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            return rec
+        time.sleep(1)
+    raise AssertionError(f"{job_id} did not end")
+
+
+def test_cluster_status(cluster, home):
+    proc = orch(cluster, home, "cluster", "status", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert sum(n["alive"] for n in data["nodes"]) == 2
+    assert data["total"]["CPU"] == 3
+    assert data["cost_per_hour"]["full"] > data["cost_per_hour"]["power"] > 0
+    text = orch(cluster, home, "cluster", "status").stdout
+    assert "2 nodes alive" in text and "USD/h" in text
+
+
+def test_steady_job_runs_on_two_nodes(cluster, home, tmp_path):
+    proc = orch(cluster, home, "submit", str(job_file(tmp_path, "steady")), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout)
+    assert rec["status"] == "SUCCEEDED" and rec["target"] == "onprem" and rec["kind"] == "steady"
+    assert rec["metrics"]["epoch"] == 3 and rec["metrics"]["workers"] == 2
+    log = orch(cluster, home, "logs", rec["id"]).stdout
+    nodes = {e["node_id"] for e in events.parse(log) if e["event"] == "worker"}
+    assert len(nodes) == 2, f"workers were not on different nodes: {nodes}"
+    assert "Wrapping provided model in DistributedDataParallel" in log
+
+
+def test_cancel_on_prem_job(cluster, home, tmp_path):
+    job_id = orch(cluster, home, "submit", str(job_file(tmp_path, "long", epochs=500)),
+                  "--detach").stdout.strip()
+    wait_reports(cluster, home, job_id)
+    proc = orch(cluster, home, "cancel", job_id)
+    assert proc.returncode == 0 and "CANCELLED" in proc.stdout, proc.stderr
+    deadline = time.monotonic() + 30
+    while train_processes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert train_processes() == []
+
+
+def test_busy_cluster_bursts_to_cloud_or_queues(cluster, home, tmp_path):
+    hog = job_file(tmp_path, "hog", epochs=500, workers=3, placement="pack",
+                   extra="estimate: {hours: 5}\n")
+    hog_id = orch(cluster, home, "submit", str(hog), "--detach").stdout.strip()
+    try:
+        wait_reports(cluster, home, hog_id)
+        time.sleep(3)  # the cluster's usage report lags a few seconds
+        clouds = dict(ORCH_CLOUDS="lambda,runpod,aws",
+                      ORCH_CATALOG_DIR=str(ROOT / "examples" / "catalog"),
+                      ORCH_MAX_WAIT_MINUTES="30")
+        steady = job_file(tmp_path, "nightly", allow="[onprem, cloud]")
+        proc = orch(cluster, home, "plan", str(steady), "--json", **clouds)
+        assert proc.returncode == 0, proc.stderr
+        plan = json.loads(proc.stdout)
+        assert plan["kind"] == "steady" and plan["target"] == "cloud", plan["reasons"]
+        why = " ".join(plan["reasons"])
+        assert "cloud burst" in why and "busy" in why and "30 min" in why, why
+
+        onprem_only = job_file(tmp_path, "nightly2", allow="[onprem]")
+        plan = json.loads(orch(cluster, home, "plan", str(onprem_only), "--json", **clouds).stdout)
+        assert plan["target"] == "onprem", plan
+        assert "queued on-prem" in " ".join(plan["reasons"])
+    finally:
+        orch(cluster, home, "cancel", hog_id)
+
+
+def test_lost_node_with_max_failures_resumes(cluster, home, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    job = job_file(tmp_path, "resilient", epochs=12,
+                   extra=f"checkpoint: {{storage: {ckpt}, max_failures: 1}}\n")
+    job_id = orch(cluster, home, "submit", str(job), "--detach").stdout.strip()
+    try:
+        wait_reports(cluster, home, job_id, n=2)
+        cluster.kill_node()
+        rec = wait_end(cluster, home, job_id)
+        assert rec["status"] == "SUCCEEDED", rec
+        assert rec["metrics"]["epoch"] == 12
+        log = orch(cluster, home, "logs", job_id).stdout
+        resumed = [e for e in events.parse(log) if e["event"] == "resume"]
+        assert resumed and resumed[0]["epoch"] >= 2, "training did not resume from a checkpoint"
+    finally:
+        cluster.start_node()
+
+
+def test_lost_node_without_failures_allowed_fails_clearly(cluster, home, tmp_path):
+    job = job_file(tmp_path, "fragile", epochs=40, extra="checkpoint: {max_failures: 0}\n")
+    job_id = orch(cluster, home, "submit", str(job), "--detach").stdout.strip()
+    try:
+        wait_reports(cluster, home, job_id, n=1)
+        cluster.kill_node()
+        rec = wait_end(cluster, home, job_id)
+        assert rec["status"] == "FAILED", rec
+        assert rec["message"] and ("died" in rec["message"] or "Worker" in rec["message"]), rec
+    finally:
+        cluster.start_node()

@@ -339,6 +339,13 @@ def _refusal(needs: Needs, index: OfferIndex, alts: list[Alternative], blockers:
         else:
             msg += "; change resources.accelerators or enable a cloud that has it (ORCH_CLOUDS)"
         return msg
+    down = next((t for b in blockers for c, t in b if c == "unreachable"), None)
+    if down:  # the cluster being down is the news, whatever else would also have to change
+        rest = [(a, b) for a, b in zip(alts, blockers) if all(c != "unreachable" for c, _ in b)]
+        if not rest:
+            return down
+        return f"{down}. " + _refusal(needs, index, [a for a, _ in rest], [b for _, b in rest],
+                                      settings, money, local_only)
     soft = [i for i, b in enumerate(blockers) if b and all(code in _SOFT for code, _ in b)]
     if soft:
         best = min(soft, key=lambda i: (len(blockers[i]), alts[i].est_cost or math.inf))

@@ -1,0 +1,65 @@
+"""An on-prem address that is wrong or dead: one clear message naming it, in seconds."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+
+import pytest
+
+from orchestrator.decision.capacity import Running, estimate_start
+from tests.conftest import run_orch
+from providers.local_ray import _free_port
+
+JOB = "name: nightly\nschedule: {kind: steady}\nplacement: {allow: [onprem]}\nrun: echo hi\n"
+INVENTORY = '[[onprem]]\ngpu = "CPU"\ncount = 1\ncpus = 4\npurchase_price = 3000\n'
+
+
+@pytest.fixture
+def not_ray():
+    """An HTTP server on loopback that is not a Ray dashboard."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("kind", ["closed port", "not ray"])
+def test_bad_address_is_exit_2_naming_it(orch_home, tmp_path, not_ray, kind):
+    address = f"http://127.0.0.1:{_free_port()}" if kind == "closed port" else not_ray
+    (orch_home / "config.toml").write_text(INVENTORY)
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB)
+    start = time.monotonic()
+    proc = run_orch(orch_home, "submit", str(job), ORCH_MODE="hybrid", ORCH_RAY_ADDRESS=address)
+    took = time.monotonic() - start
+    assert proc.returncode == 2, proc.stderr
+    assert address in proc.stderr and "unreachable" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert took < 15, f"took {took:.1f}s"
+    assert not (orch_home / "orch.db").exists()
+    status = run_orch(orch_home, "cluster", "status", ORCH_RAY_ADDRESS=address)
+    assert status.returncode == 1 and address in status.stderr
+
+
+def test_cluster_status_without_a_cluster(orch_home):
+    proc = run_orch(orch_home, "cluster", "status")
+    assert proc.returncode == 2 and "ORCH_RAY_ADDRESS" in proc.stderr
+
+
+@pytest.mark.parametrize("free,jobs,need,now,minutes", [
+    ((4, 0), [], (2, 0), True, 0.0),                                  # room now
+    ((0, 0), [Running(4, 0, 600)], (2, 0), False, 10.0),              # one job ends in 10 min
+    ((1, 0), [Running(1, 0, 60), Running(2, 0, 1200)], (2, 0), False, 1.0),  # the first to end frees enough
+    ((0, 0), [Running(4, 0, None)], (2, 0), False, None),             # nobody knows when
+    ((4, 0), [Running(4, 0, None, queued=True)], (2, 0), False, None),  # a queued job goes first
+    ((0, 0), [], (2, 0), False, None),                                # too big for the cluster
+    ((8, 1), [Running(0, 2, 300)], (0, 2), False, 5.0),              # GPUs, not CPUs, decide
+])
+def test_estimate_start(free, jobs, need, now, minutes):
+    cap = estimate_start(free[0], free[1], jobs, need[0], need[1], "test")
+    assert cap.can_start_now is now
+    assert cap.wait_minutes == minutes

@@ -100,7 +100,7 @@ def run(spec: dict) -> int:
         scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=use_gpu,
                                      placement_strategy=spec.get("placement", "pack").upper()),
         run_config=RunConfig(
-            name=spec["job_id"],  # a fixed name: a rerun under the same storage resumes
+            name=spec["job_id"],  # fixed per job: a restarted worker group finds its checkpoints
             storage_path=spec.get("storage_path"),  # None: Ray's default on the cluster
             checkpoint_config=CheckpointConfig(num_to_keep=spec.get("num_to_keep") or 2),
             failure_config=FailureConfig(max_failures=int(spec.get("max_failures") or 0)),

@@ -7,7 +7,9 @@ from typing import Optional
 
 import typer
 
-from orchestrator.cli.render import (duration, job_duration, metric_summary, out, print_json,
+from rich.markup import escape
+
+from orchestrator.cli.render import (duration, err, job_duration, metric_summary, out, print_json,
                                      status_text, table)
 
 
@@ -42,12 +44,20 @@ def status(
               duration(job_duration(r)), metric_summary(r["metrics"] or {}))
              for r in recs]))
         return
-    rec = orch.refresh(orch.get(job_id))
+    from orchestrator.errors import BackendError
+
+    rec, warning = orch.get(job_id), None
+    try:
+        rec = orch.refresh(rec)
+    except BackendError as e:  # show what is known, and why it may be stale
+        warning = f"last known state: {e.message}"
     history = orch.store.history(rec["id"])
     if json_out:
-        print_json(public(rec, history))
+        print_json({**public(rec, history), **({"warning": warning} if warning else {})})
         return
     out.print(f"[bold]{rec['id']}[/] {rec['name']}  {status_text(rec['status'])}")
+    if warning:
+        err.print(f"[yellow]warning:[/] {escape(warning)}")
     for label, value in (("kind", rec["kind"]), ("target", rec["target"]),
                          ("fingerprint", rec["fingerprint"]), ("duration", duration(job_duration(rec))),
                          ("job file", rec["source_file"]), ("message", rec["message"]),

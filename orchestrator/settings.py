@@ -64,6 +64,12 @@ class Settings(BaseSettings):
     ray_address: Optional[str] = Field(None, description="on-prem Ray dashboard address, http://host:8265")
     ray_token_file: Optional[Path] = Field(None, description="the on-prem cluster's Ray auth token; "
                                                              "default ~/.ray/auth_token when it exists")
+    s3_endpoint_url: Optional[str] = Field(
+        None, description="an S3-compatible endpoint (MinIO, ...) for s3:// checkpoints and "
+                          "artifacts; unset: AWS S3. Credentials come from boto3's own chain")
+    cloud_storage: Optional[str] = Field(
+        None, description="default checkpoint.storage for cloud jobs, s3://bucket/prefix; a "
+                          "recovered spot job resumes from it")
     onprem_checkpoint_storage: Optional[str] = Field(
         None, description="default checkpoint.storage for on-prem jobs: a path every node "
                           "shares, or s3://bucket/prefix; unset: Ray's default on the cluster")

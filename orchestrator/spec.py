@@ -222,6 +222,9 @@ class Checkpoint(Strict):
     storage: Optional[str] = None
     num_to_keep: PositiveInt = 2
     max_failures: int = Field(0, ge=-1, description="worker-group restarts; -1 means unlimited")
+    resume_from: Optional[str] = Field(
+        None, description="continue an earlier job's run from its latest checkpoint: a job id "
+                          "(or unique prefix), or 'latest' for the newest job of this name")
 
 
 class Estimate(Strict):

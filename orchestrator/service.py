@@ -3,6 +3,7 @@ with the backends. The CLI calls these functions; they do not print."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shlex
@@ -54,6 +55,11 @@ class Orch:
 
                 self._providers[target] = OnPremProvider(self.settings.ray_address,
                                                          self.settings.ray_token_file)
+            elif target == "cloud":
+                from providers.cloud import CloudProvider
+
+                self._providers[target] = CloudProvider(
+                    startup_minutes=self.settings.cloud_startup_minutes)
             else:
                 raise InputError(f"target {target!r} is not available in this version of orch",
                                  "use placement.allow: [local] or ORCH_MODE=local")
@@ -72,18 +78,41 @@ class Orch:
             raise InputError(f"{spec.source_file or spec.name}: no place to run this job: "
                              f"{decision.refusal}",
                              "`orch plan FILE` lists every alternative and why it was excluded")
+        notes: list[str] = []
         if decision.target == "cloud":
-            raise InputError(
-                f"{spec.source_file or spec.name}: the cheapest place for this job is the cloud "
-                f"({decision.choice.offer.cloud}), and this version of orch cannot launch there yet",
-                "run it on owned hardware with `placement: {allow: [local, onprem]}`")
+            decision, notes = self._with_enabled_clouds(spec, fp, dirty, history, decision)
         record = decision.to_dict()
+        record["reasons"] = notes + record["reasons"]
+        record["warnings"] = notes
         record["alternatives"] = record["alternatives"][:10]  # the record keeps the best few
         return record
+
+    def _with_enabled_clouds(self, spec, fp, dirty, history, decision):
+        """A cloud choice needs credentials for that cloud. Without them, say so and how to
+        enable one (`sky check`), and re-plan without the clouds that are not enabled."""
+        from orchestrator import planning
+        from providers.cloud import enabled_clouds
+
+        enabled, why = enabled_clouds(self.settings.clouds)
+        if decision.choice.offer.cloud in enabled:
+            return decision, []
+        off = "; ".join(f"{c}: {w}" for c, w in why.items())
+        settings = self.settings.model_copy(update={"clouds": enabled})
+        again = planning.plan_job(spec, settings, fingerprint=fp, history=history, code_dirty=dirty)
+        if again.choice is None:
+            raise InputError(f"{spec.source_file or spec.name}: the cheapest place for this job is "
+                             f"{decision.choice.offer.cloud}, but no configured cloud is enabled "
+                             f"({off}), and without the cloud: {again.refusal}",
+                             "run `sky check` to enable a cloud (SkyPilot shows what each needs), "
+                             "or allow owned hardware in placement.allow")
+        note = (f"no cloud is enabled for {decision.choice.offer.cloud} ({off}); `sky check` "
+                f"enables one. Instead: {again.target}")
+        return again, [note]
 
     def submit(self, spec: JobSpec, idempotency_key: Optional[str] = None) -> dict:
         """Check, record (PENDING), then launch. Bad input raises before anything is written."""
         check_runnable(spec)
+        self.resume_point(spec)  # a resume_from that names no usable run: refused, nothing written
         fp, dirty = fingerprint(spec)
         decision = self.place(spec, fp, dirty)
         target = decision["target"]
@@ -98,33 +127,52 @@ class Orch:
         try:
             provider.prepare()
             launch = self.launch_for(rec["id"], spec, target, decision)
+            if target == "cloud":
+                launch = self.for_cloud(launch, spec, decision)
             backend_id = provider.submit(launch)
         except BackendError as e:
             self.store.set_status(rec["id"], "FAILED", f"launch failed: {e.message}")
             raise
-        return self.store.update(rec["id"], backend_id=backend_id, address=provider.address,
-                                 info={"entrypoint": launch.entrypoint,
-                                       "storage_path": launch.metadata.get("storage_path")})
+        rec = self.store.update(rec["id"], backend_id=backend_id, address=provider.address,
+                                info={"entrypoint": launch.entrypoint,
+                                      "storage_path": launch.metadata.get("storage_path"),
+                                      "run_name": launch.metadata.get("run_name")})
+        extra = getattr(provider, "launch_info", lambda _: {})(backend_id)
+        if launch.offers:  # what the cloud ledger prices each launch with
+            extra = {**extra, "offers": list(launch.offers)}
+        return self.store.update(rec["id"], info={**(rec["info"] or {}), **extra}) if extra else rec
 
     def launch_for(self, job_id: str, spec: JobSpec, target: str,
                    decision: Optional[dict] = None) -> Launch:
         from orchestrator.planning import job_needs
 
-        env = {**_RAY_TRAIN_ENV, **spec.env_strings(), "ORCH_JOB_ID": job_id}
+        endpoint = self.settings.s3_endpoint_url
+        # An address, not a secret: boto3 and pyarrow in the job's own code find S3 there too.
+        aws = {"AWS_ENDPOINT_URL_S3": endpoint} if endpoint else {}  # S3 only, not every AWS service
+        env = {**_RAY_TRAIN_ENV, **aws, **spec.env_strings(), "ORCH_JOB_ID": job_id}
         workdir = spec.workdir_path()
         if target == "local":
             storage = spec.checkpoint.storage or str(self.settings.home / "checkpoints")
+        elif target == "cloud":  # a recovered spot VM resumes only from shared storage
+            storage = spec.checkpoint.storage or self.settings.cloud_storage
         else:  # a path on the user's machine means nothing to the cluster
             storage = spec.checkpoint.storage or self.settings.onprem_checkpoint_storage
+        resume = self.resume_point(spec, before=job_id)
+        run_name = resume["run_name"] if resume else job_id
+        if resume:
+            storage = resume["storage_path"]
         if spec.train is not None:
             run = {
-                "job_id": job_id, "target": spec.train.job or spec.train.entrypoint,
+                "job_id": job_id, "run_name": run_name,
+                "target": spec.train.job or spec.train.entrypoint,
                 "config": spec.train.config, "num_workers": spec.scaling.num_workers,
                 "use_gpu": spec.scaling.use_gpu, "precision": spec.precision,
                 "loader_workers": spec.data.loader_workers, "pin_memory": spec.data.pin_memory,
                 "storage_path": storage, "num_to_keep": spec.checkpoint.num_to_keep,
                 "max_failures": spec.checkpoint.max_failures, "placement": spec.scaling.placement,
             }
+            if endpoint and storage and storage.startswith("s3://"):
+                run["s3_endpoint_url"] = endpoint
             env["ORCH_RUN"] = json.dumps(run)
             python = sys.executable if target == "local" else "python3"
             command = f"{shlex.quote(python)} -m jobs.runner"
@@ -144,8 +192,76 @@ class Orch:
             metadata["est_hours"] = round(est_hours, 4)
         if spec.train and storage:
             metadata["storage_path"] = storage
+        if spec.train:
+            metadata["run_name"] = run_name
         return Launch(job_id=job_id, entrypoint=entrypoint, env=env,
                       workdir=str(workdir) if workdir else None, metadata=metadata)
+
+    def resume_point(self, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:
+        """The run `checkpoint.resume_from` continues: {job_id, run_name, storage_path}, or
+        None when the spec resumes nothing. `before` is the job being launched: neither it nor
+        a later job is a candidate. Raises SpecError at checkpoint.resume_from when the
+        reference names no job, an unfinished one, or one whose storage differs; `submit`
+        calls it before recording anything."""
+        ref = spec.checkpoint.resume_from
+        if not ref:
+            return None
+        key = "checkpoint.resume_from"
+        if spec.train is None:
+            raise spec.error(key, "only a train: job keeps checkpoints to resume from",
+                             "remove checkpoint.resume_from, or run the job through train:")
+        name = spec.name or "job"
+        found = self._earlier_jobs(before)
+        if ref == "latest":
+            found = [r for r in found if r["name"] == name and (r["info"] or {}).get("storage_path")]
+            if not found:
+                raise spec.error(key, f"no earlier job named {name!r} kept checkpoints",
+                                 "`orch status` lists the jobs; give a job id instead")
+        else:
+            exact = [r for r in found if r["id"] == ref]
+            found = exact or [r for r in found if r["id"].startswith(ref)]
+            if len(found) != 1:
+                raise spec.error(key, f"no job {ref!r}" if not found else
+                                 f"{ref!r} matches several jobs", "`orch status` lists the jobs "
+                                 "with their ids; give more of the id")
+        earlier = found[0]  # newest first
+        info = earlier["info"] or {}
+        storage = info.get("storage_path")
+        if not storage:
+            raise spec.error(key, f"job {earlier['id']} kept no checkpoints (a run: job, or "
+                                  "never launched)", "name a train: job that ran")
+        if earlier["status"] not in TERMINAL:
+            raise spec.error(key, f"job {earlier['id']} is still {earlier['status']}: two runs "
+                                  "would write the same checkpoints",
+                             f"wait for it to end, or `orch cancel {earlier['id']}`")
+        mine = spec.checkpoint.storage
+        if mine and mine.rstrip("/") != storage.rstrip("/"):
+            raise spec.error(key, f"job {earlier['id']} kept its checkpoints in {storage}, "
+                                  f"not in this job's checkpoint.storage {mine}",
+                             f"set checkpoint.storage to {storage}, or leave it out")
+        return {"job_id": earlier["id"], "run_name": info.get("run_name") or earlier["id"],
+                "storage_path": storage}
+
+    def _earlier_jobs(self, before: Optional[str]) -> list[dict]:
+        """Every job recorded before `before` (all jobs when it is None), newest first."""
+        if not (self.settings.home / "orch.db").exists():
+            return []  # no jobs yet, and a rejected job file must not create the store
+        jobs = self.store.list(limit=1_000_000)
+        mine = next((r for r in jobs if r["id"] == before), None)
+        if mine is None:
+            return jobs  # not recorded (a test, a plan): every job is earlier
+        # Later jobs too: a job submitted meanwhile must not change what this one resumes.
+        return [r for r in jobs if r["id"] != before and r["created_at"] <= mine["created_at"]]
+
+    def for_cloud(self, launch: Launch, spec: JobSpec, decision: dict) -> Launch:
+        """What a cloud VM needs beyond the command: the offers in cost order (the chosen
+        one first, then the eligible cloud alternatives as fallbacks) and the file mounts."""
+        offers = [decision["choice"]] + [
+            a for a in decision.get("alternatives", [])
+            if a["target"] == "cloud" and a["excluded"] is None and a != decision["choice"]]
+        return dataclasses.replace(launch, offers=tuple(offers),
+                                   file_mounts=dict(spec.file_mounts), num_nodes=spec.num_nodes,
+                                   disk_size=spec.resources.disk_size)
 
     # -- follow -----------------------------------------------------------------------
 
@@ -164,7 +280,9 @@ class Orch:
         if rec["target"] == "local" and not provider.running:
             return self._finish(rec, "FAILED", "the local Ray instance stopped while the job was "
                                                "running (`orch local up` starts a new one)")
-        state = provider.state(rec["backend_id"])
+        state = provider.state(rec["backend_id"], rec["info"])
+        if state.info:
+            rec = self.store.update(rec["id"], info={**(rec["info"] or {}), **state.info})
         if state.status in TERMINAL:
             status = "CANCELLED" if rec["cancel_requested"] else state.status
             return self._finish(rec, status, state.message)

@@ -179,8 +179,17 @@ class Store:
             row = db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:
                 raise NotFound(f"no job {job_id}")
-            if row["status"] in TERMINAL or row["status"] == status:
+            if row["status"] in TERMINAL:
                 changed = False
+            elif row["status"] == status:
+                # Same state, new news (a cloud job recovering): note it in the history too.
+                changed = False
+                if message and message != db.execute("SELECT message FROM jobs WHERE id = ?",
+                                                      (job_id,)).fetchone()["message"]:
+                    db.execute("UPDATE jobs SET message = ?, updated_at = ? WHERE id = ?",
+                               (message, now, job_id))
+                    db.execute("INSERT INTO job_events (job_id, ts, status, message) "
+                               "VALUES (?, ?, ?, ?)", (job_id, now, status, message))
             else:
                 changed = True
                 extra = {"status": status, "message": message}
@@ -264,6 +273,10 @@ def public(rec: dict, history: Optional[list] = None) -> dict:
         "run": rec["info"] or {},
         "decision": rec["decision"],
     }
+    ledger = (rec["info"] or {}).get("ledger")
+    if ledger:  # a cloud job: what its launches and recoveries really cost
+        out["cost"] = {"usd": ledger["cost_usd"], "billed_hours": ledger["billed_hours"],
+                       "recoveries": ledger["recoveries"], "launches": ledger["launches"]}
     if history is not None:
         out["history"] = [{k: h[k] for k in ("at", "status", "message")} for h in history]
     return out

@@ -15,12 +15,20 @@ class Launch:
     env: dict = field(default_factory=dict)
     workdir: Optional[str] = None
     metadata: dict = field(default_factory=dict)
+    # For a cloud VM: what SkyPilot provisions. `offers` are the chosen offer first, then
+    # the next-best in cost order, each a dict as `orch plan --json` shows alternatives.
+    setup: Optional[str] = None
+    file_mounts: dict = field(default_factory=dict)
+    offers: tuple = ()
+    num_nodes: int = 1
+    disk_size: Optional[int] = None
 
 
 @dataclass(frozen=True)
 class BackendState:
     status: str  # one of orch's statuses: PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED
     message: Optional[str] = None
+    info: Optional[dict] = None  # facts to keep with the job (a cloud job's cost ledger)
 
 
 class Provider(Protocol):
@@ -33,8 +41,9 @@ class Provider(Protocol):
         """Start the job and return the backend's id for it. Submitting the same job_id
         twice never starts it twice: the second call returns the existing id."""
 
-    def state(self, backend_id: str) -> BackendState:
-        """The job's state as the backend sees it. Raises BackendError when unreachable."""
+    def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
+        """The job's state as the backend sees it; `info` is what orch kept from earlier
+        calls. Raises BackendError when the backend cannot be reached."""
 
     def logs(self, backend_id: str) -> str:
         """Everything the job printed so far."""

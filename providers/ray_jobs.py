@@ -49,7 +49,7 @@ class RayJobsProvider:
             raise BackendError(f"Ray at {self.address} rejected job {launch.job_id}: {_short(e)}",
                                self.hint) from None
 
-    def state(self, backend_id: str) -> BackendState:
+    def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
         client = self._connect()
         try:
             info = client.get_job_info(backend_id)

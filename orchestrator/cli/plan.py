@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -13,7 +14,9 @@ from orchestrator.cli.render import out, print_json
 
 def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
          json_out: bool = typer.Option(False, "--json", help="print the decision as JSON"),
-         show_all: bool = typer.Option(False, "--all", help="list every alternative")) -> None:
+         show_all: bool = typer.Option(False, "--all", help="list every alternative"),
+         emit: Optional[str] = typer.Option(None, "--emit", help="sky: print the SkyPilot task "
+                                            "YAML orch would launch (valid for `sky launch`)")) -> None:
     """Show every place the job could run, ranked by cost per job, and the choice."""
     from orchestrator import planning
     from orchestrator.fingerprint import fingerprint
@@ -25,10 +28,37 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
     fp, dirty = fingerprint(spec)
     history = planning.history_for(fp, settings)
     decision = planning.plan_job(spec, settings, fingerprint=fp, history=history, code_dirty=dirty)
-    if json_out:
+    if emit is not None:
+        _emit(emit, spec, settings, decision)
+    elif json_out:
         print_json({**decision.to_dict(), "fingerprint": fp})
     else:
         render(decision, spec.name or str(file), limit=None if show_all else 40)
+
+
+def _emit(kind: str, spec, settings, decision) -> None:
+    """The SkyPilot task for the cloud offers of this plan, chosen one first."""
+    import yaml
+
+    from orchestrator.errors import InputError
+    from orchestrator.service import Orch
+    from providers.cloud import task_yaml
+
+    if kind != "sky":
+        raise InputError(f"--emit {kind}: the only format is 'sky'")
+    d = decision.to_dict()
+    clouds = [a for a in d["alternatives"] if a["target"] == "cloud" and a["excluded"] is None]
+    if d["target"] != "cloud":
+        if not clouds:
+            raise InputError(f"no cloud offer is eligible for this job, so there is no SkyPilot "
+                             f"task to emit ({d['refusal'] or 'target: ' + str(d['target'])})",
+                             "enable clouds with ORCH_CLOUDS and allow cloud in placement.allow")
+        d["choice"] = clouds[0]
+    orch = Orch(settings)
+    launch = orch.launch_for("orch-plan", spec, "cloud", d)
+    config = task_yaml(orch.for_cloud(launch, spec, d))
+    config = {k: v for k, v in config.items() if not k.startswith("_")}
+    out.print(yaml.safe_dump(config, sort_keys=False), markup=False, highlight=False, end="")
 
 
 def render(d, name: str, limit: int | None = 40) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from orchestrator.cli.render import err, metric_summary, out, print_json, status_text, duration, job_duration
 
@@ -27,6 +28,8 @@ def submit(
     orch = Orch(settings, on_ray_start=lambda: err.print(
         "[dim]starting the local Ray instance (reused by later jobs; `orch local down` stops it)[/]"))
     rec = orch.submit(spec)
+    for warning in (rec["decision"] or {}).get("warnings", []):
+        err.print(f"[yellow]note:[/] {escape(warning)}")
     if detach:
         if json_out:
             print_json(public(rec))

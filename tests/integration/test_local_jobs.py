@@ -129,3 +129,17 @@ def test_local_status_reports_the_instance(ray_home):
     state = run_json(ray_home, "local", "status")
     assert state["dashboard_url"].startswith("http://127.0.0.1:")
     assert state["processes"] > 0
+
+
+def test_exploratory_job_without_cloud_credentials_runs_locally(ray_home, tmp_path):
+    job = write_job(tmp_path, "name: explore-cpu\ntrain:\n  job: image-classification\n"
+                              "  config: {epochs: 1}\nscaling: {num_workers: 2}\n")
+    proc = run_orch(ray_home, "submit", str(job), "--detach", ORCH_MODE="hybrid",
+                    ORCH_CLOUDS="lambda,runpod,aws", HOME=str(tmp_path),
+                    ORCH_CATALOG_DIR=str(ROOT / "examples" / "catalog"))
+    assert proc.returncode == 0, proc.stderr
+    assert "no cloud is enabled" in proc.stderr and "sky check" in proc.stderr
+    assert "Instead: local" in proc.stderr and "Traceback" not in proc.stderr
+    rec, _ = wait_for(ray_home, proc.stdout.strip(), {"SUCCEEDED", "FAILED", "CANCELLED"})
+    assert rec["status"] == "SUCCEEDED" and rec["target"] == "local"
+    assert any("no cloud is enabled" in r for r in rec["decision"]["reasons"])

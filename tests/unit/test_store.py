@@ -32,7 +32,10 @@ def test_record_lifecycle_and_history(tmp_path):
     # A finished job stays finished: a late RUNNING or FAILED changes nothing.
     again = store.set_status(rec["id"], "FAILED", "late")
     assert again["status"] == "SUCCEEDED"
-    assert [h["status"] for h in store.history(rec["id"])] == ["PENDING", "RUNNING", "SUCCEEDED"]
+    # A new message in the same state is news too; a finished job's late news is not.
+    assert [(h["status"], h["message"]) for h in store.history(rec["id"])] == [
+        ("PENDING", "recorded"), ("RUNNING", "started"), ("RUNNING", "still running"),
+        ("SUCCEEDED", "done")]
     pub = public(done, store.history(rec["id"]))
     for key in ("id", "name", "status", "kind", "target", "created_at", "metrics"):
         assert key in pub

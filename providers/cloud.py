@@ -1,0 +1,230 @@
+"""The cloud through SkyPilot: the task orch chose, launched as a managed job, followed, priced.
+
+orch decides what to rent (cloud, region, GPU, spot) and hands SkyPilot exactly that,
+with the next-best offers as ordered fallbacks. SkyPilot provisions, recovers spot
+preemptions (job_recovery) and runs the same runner as on-prem. The SDK is reached only
+through `SkySDK`, which tests replace with a fake that replays managed-job states.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+import jobs
+from orchestrator.decision.ledger import update_ledger
+from orchestrator.errors import BackendError
+from providers.base import BackendState, Launch
+
+# SkyPilot's managed-job states to orch's; RECOVERING is still a running job to the user.
+_STATES = {"PENDING": "PENDING", "SUBMITTED": "PENDING", "STARTING": "PENDING",
+           "RUNNING": "RUNNING", "RECOVERING": "RUNNING", "WINDING_DOWN": "RUNNING",
+           "CANCELLING": "RUNNING", "SUCCEEDED": "SUCCEEDED", "CANCELLED": "CANCELLED",
+           "FAILED": "FAILED", "FAILED_SETUP": "FAILED", "FAILED_PRECHECKS": "FAILED",
+           "FAILED_NO_RESOURCE": "FAILED", "FAILED_CONTROLLER": "FAILED"}
+_WHY = {
+    "RECOVERING": "the VM was preempted or lost; SkyPilot is recovering it",
+    "FAILED_SETUP": "the job's setup commands failed on the VM (see `orch logs`)",
+    "FAILED_PRECHECKS": "SkyPilot refused the task before launch",
+    "FAILED_NO_RESOURCE": "no capacity for any offer orch listed; try later, allow spot or "
+                          "more clouds (ORCH_CLOUDS), or raise the budget",
+    "FAILED_CONTROLLER": "SkyPilot's jobs controller failed; `sky jobs logs --controller` tells why",
+}
+RUNNER_DIR = "~/.orch-runner"  # where orch's runner package lands on the VM
+FALLBACKS = 4  # offers handed to SkyPilot after the chosen one
+
+
+def sky_env() -> None:
+    os.environ.setdefault("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
+
+
+def enabled_clouds(clouds: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Which configured clouds have credentials here, checked locally as `sky check` does."""
+    sky_env()
+    from sky import clouds as sky_clouds
+    from sky.utils import registry
+
+    ok, why = [], {}
+    for name in clouds:
+        cloud = registry.CLOUD_REGISTRY.from_str(name)
+        if cloud is None:
+            why[name] = "not a SkyPilot cloud"
+            continue
+        try:
+            good, reason = cloud.check_credentials(sky_clouds.CloudCapability.COMPUTE)
+        except Exception as e:  # a cloud's own check failing is "not enabled", not a crash
+            good, reason = False, f"{type(e).__name__}: {e}"
+        if good:
+            ok.append(name)
+        else:
+            why[name] = str(reason).strip().splitlines()[0] if reason else "no credentials"
+    return ok, why
+
+
+def _resources(offer: dict, launch: Launch):
+    import sky
+
+    infra = offer["cloud"] + (f"/{offer['region']}" if offer.get("region") else "")
+    kw: dict = {"infra": infra, "use_spot": bool(offer.get("spot"))}
+    if offer.get("gpu"):
+        count = offer.get("offer_count") or offer.get("count") or 1
+        kw["accelerators"] = {offer["gpu"]: count}
+    elif offer.get("instance_type"):
+        kw["instance_type"] = offer["instance_type"]
+    if launch.disk_size:
+        kw["disk_size"] = launch.disk_size
+    if offer.get("spot"):
+        # Preempted spot VMs come back elsewhere; errors in user code retry once.
+        kw["job_recovery"] = {"strategy": "EAGER_NEXT_REGION", "max_restarts_on_errors": 1}
+    return sky.Resources(**kw)
+
+
+def build_task(launch: Launch):
+    """The SkyPilot task for a launch: chosen offer first, fallbacks in cost order."""
+    sky_env()
+    import sky
+
+    if not launch.offers:
+        raise BackendError(f"{launch.job_id}: no cloud offer to launch on")
+    runner = str(Path(jobs.__file__).parent)
+    mounts = {f"{RUNNER_DIR}/jobs": runner, **launch.file_mounts}
+    envs = {**launch.env, "PYTHONPATH": RUNNER_DIR}
+    setup = ("set -e\n"
+             "pip install -q 'ray[train]>=2.50' torch scikit-learn boto3 pyarrow\n"
+             + (launch.setup or ""))
+    task = sky.Task(name=launch.job_id, run=launch.entrypoint, setup=setup, envs=envs,
+                    workdir=launch.workdir, num_nodes=launch.num_nodes)
+    task.set_file_mounts(mounts)
+    offers = list(launch.offers)[: 1 + FALLBACKS]
+    task.set_resources([_resources(o, launch) for o in offers])
+    return task
+
+
+def task_yaml(launch: Launch) -> dict:
+    return build_task(launch).to_yaml_config()
+
+
+class SkySDK:
+    """The only code that calls SkyPilot's client SDK (through its API server)."""
+
+    def __init__(self, timeout_s: float = 60.0):
+        sky_env()
+        self.timeout_s = timeout_s
+
+    def launch(self, task, name: str) -> str:
+        import sky
+
+        return str(sky.jobs.launch(task, name=name))  # a request id; the server does the work
+
+    def request(self, request_id: str) -> tuple[str, Optional[str]]:
+        """(status, error) of an API request: PENDING, RUNNING, SUCCEEDED, FAILED, ..."""
+        import sky
+
+        found = sky.api_status([request_id])
+        if not found:
+            return "FAILED", f"SkyPilot has no request {request_id}"
+        req = found[0]
+        status = str(getattr(req, "status", "")).split(".")[-1].upper()
+        error = None
+        if status == "FAILED":
+            try:
+                sky.get(request_id)
+            except Exception as e:  # the launch's own error, e.g. NoCloudAccessError
+                error = f"{type(e).__name__}: {e}"
+        return status, error
+
+    def queue(self, name: str) -> list[dict]:
+        import sky
+
+        result = sky.get(sky.jobs.queue_v2(refresh=False, name_match=name, all_users=False))
+        records = result[0] if isinstance(result, tuple) else result
+        out = []
+        for r in records:
+            d = r.model_dump() if hasattr(r, "model_dump") else dict(r)
+            if d.get("job_name") == name:
+                out.append(d)
+        return out
+
+    def logs(self, name: str) -> str:
+        import sky
+
+        buf = io.StringIO()
+        sky.jobs.tail_logs(name=name, follow=False, output_stream=buf)
+        return buf.getvalue()
+
+    def cancel(self, name: str) -> None:
+        import sky
+
+        sky.get(sky.jobs.cancel(name=name))
+
+
+class CloudProvider:
+    name = "cloud"
+
+    def __init__(self, sdk=None, startup_minutes: float = 6.0, clock=time.time):
+        self.sdk = sdk or SkySDK()
+        self.clock = clock
+        self.address = "skypilot"
+        self.startup_minutes = startup_minutes
+        self.requests: dict[str, str] = {}
+
+    def prepare(self) -> None:
+        """Nothing to start: the SDK starts SkyPilot's local API server on first use."""
+
+    def submit(self, launch: Launch) -> str:
+        if self.sdk.queue(launch.job_id):
+            return launch.job_id  # launched before a crash: never twice
+        try:
+            self.requests[launch.job_id] = self.sdk.launch(build_task(launch), launch.job_id)
+        except BackendError:
+            raise
+        except Exception as e:
+            raise BackendError(f"SkyPilot did not accept {launch.job_id}: {type(e).__name__}: {e}",
+                               "`sky check` shows which clouds are enabled; `sky api info` "
+                               "the API server") from None
+        return launch.job_id
+
+    def launch_info(self, backend_id: str) -> dict:
+        rid = self.requests.get(backend_id)
+        return {"sky_request_id": rid} if rid else {}
+
+    def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
+        info = info or {}
+        try:
+            records = self.sdk.queue(backend_id)
+        except Exception as e:
+            raise BackendError(f"cannot read managed job {backend_id} from SkyPilot: "
+                               f"{type(e).__name__}: {e}", "`sky api info` checks the API server") from None
+        if not records:  # not in the queue yet: the launch request may still be working
+            rid = info.get("sky_request_id")
+            status, error = self.sdk.request(rid) if rid else ("PENDING", None)
+            if status in ("FAILED", "CANCELLED"):
+                return BackendState("FAILED", f"the launch failed: {error or status}")
+            return BackendState("PENDING", "SkyPilot is provisioning")
+        rec = records[-1]
+        sky_status = str(rec.get("status") or "").split(".")[-1]
+        ledger = update_ledger(info.get("ledger"), rec, info.get("offers") or [], self.clock(),
+                               self.startup_minutes)
+        message = _WHY.get(sky_status) or rec.get("failure_reason") or sky_status.lower()
+        if rec.get("failure_reason") and sky_status.startswith("FAILED"):
+            message = f"{_WHY.get(sky_status, sky_status)}: {rec['failure_reason']}"
+        return BackendState(_STATES.get(sky_status, "FAILED"), message,
+                            info={"ledger": ledger, "sky_status": sky_status,
+                                  "sky_job_id": rec.get("job_id"), "infra": rec.get("infra")})
+
+    def logs(self, backend_id: str) -> str:
+        try:
+            return self.sdk.logs(backend_id)
+        except Exception as e:
+            raise BackendError(f"cannot read logs of {backend_id} from SkyPilot: {e}",
+                               f"`sky jobs logs --name {backend_id}`") from None
+
+    def cancel(self, backend_id: str) -> None:
+        try:
+            self.sdk.cancel(backend_id)
+        except Exception as e:
+            raise BackendError(f"cannot cancel {backend_id} through SkyPilot: {e}",
+                               f"`sky jobs cancel --name {backend_id}`") from None

@@ -1,0 +1,195 @@
+"""The cloud provider: real sky.Task objects, and the SDK boundary through a replaying fake."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from jobs import events
+from orchestrator.decision.ledger import update_ledger
+from orchestrator.service import Orch
+from orchestrator.settings import Settings
+from orchestrator.spec import load_spec_text
+from providers.cloud import CloudProvider, build_task
+from tests.conftest import ROOT
+from tests.fake_sky import FakeSky
+
+T0 = 1_800_000_000.0
+JOB = """\
+name: explore
+resources:
+  accelerators: {accel}
+train:
+  job: image-classification
+estimate: {{hours: 1.5, gpu: A100}}
+checkpoint: {{storage: "s3://bucket/ckpt"}}
+"""
+RESULT = "::orch::" + json.dumps({"event": "result", "ok": True, "metrics": {"epoch": 3, "accuracy": 0.95}})
+
+
+@pytest.fixture
+def orch(tmp_path, monkeypatch):
+    monkeypatch.setattr("providers.cloud.enabled_clouds", lambda clouds: (list(clouds), {}))
+    settings = Settings(home=tmp_path / "home", mode="hybrid", clouds=["lambda", "runpod", "aws"],
+                        catalog_dir=ROOT / "examples" / "catalog")
+    return Orch(settings)
+
+
+def use_fake(orch, script, clock=None, **kw) -> FakeSky:
+    fake = FakeSky(script, logs=kw.pop("logs", RESULT), **kw)
+    ticks = iter(clock or [])
+    orch._providers["cloud"] = CloudProvider(sdk=fake, startup_minutes=6,
+                                             clock=lambda: next(ticks, T0 + 10_000))
+    return fake
+
+
+def statuses(orch, rec, n):
+    seen = []
+    for _ in range(n):
+        rec = orch.refresh(orch.get(rec["id"]))
+        seen.append(rec["status"])
+    return rec, seen
+
+
+def strip(cfg: dict) -> dict:
+    return {k: v for k, v in cfg.items() if not k.startswith("_")}
+
+
+@pytest.mark.parametrize("accel", ["H100:1", "{H100: 1, A100-80GB: 1}", "[H100:1, A100:1]"])
+def test_task_round_trips_through_skypilot_yaml(orch, accel):
+    import sky
+
+    spec = load_spec_text(JOB.format(accel=accel), "explore.yaml")
+    decision = orch.place(spec, "fp", False)
+    assert decision["target"] == "cloud"
+    launch = orch.for_cloud(orch.launch_for("orch-t", spec, "cloud", decision), spec, decision)
+    task = build_task(launch)
+    cfg = task.to_yaml_config()
+    # from_yaml_config consumes the dict it is given, so hand it a copy.
+    again = sky.Task.from_yaml_config(copy.deepcopy(cfg)).to_yaml_config()
+    assert strip(again) == strip(cfg)
+    ordered = cfg["resources"]["ordered"]
+    first = decision["choice"]
+    assert ordered[0]["infra"] == f"{first['cloud']}/{first['region']}"
+    assert ordered[0]["accelerators"] == {first["gpu"]: first["count"]}
+    assert ordered[0]["use_spot"] is first["spot"]
+    assert len(ordered) >= 2  # fallbacks in cost order
+    allowed = {c.name for c in spec.resources.accelerator_choices()}
+    assert all(next(iter(r["accelerators"])) in allowed for r in ordered)
+    assert cfg["envs"]["ORCH_JOB_ID"] == "orch-t" and "jobs.runner" in cfg["run"]
+
+
+def test_pending_starting_running_succeeded(orch):
+    spec = load_spec_text(JOB.format(accel="H100:1"), "explore.yaml")
+    fake = use_fake(orch, [
+        {"status": "PENDING"}, {"status": "STARTING"},
+        {"status": "RUNNING", "start_at": T0, "cloud": "runpod", "region": "US",
+         "resources": "1x runpod([Spot], {'H100': 1})"},
+        {"status": "SUCCEEDED", "start_at": T0, "end_at": T0 + 1800, "cloud": "runpod",
+         "region": "US", "resources": "1x runpod([Spot], {'H100': 1})", "job_duration": 1800}])
+    rec = orch.submit(spec)
+    assert len(fake.launched) == 1 and fake.launched[0][1] == rec["id"]
+    rec, seen = statuses(orch, rec, 4)
+    assert seen == ["PENDING", "PENDING", "RUNNING", "SUCCEEDED"]
+    ledger = rec["info"]["ledger"]
+    assert len(ledger["launches"]) == 1 and ledger["launches"][0]["price_per_hour"] == 1.75
+    assert ledger["cost_usd"] == pytest.approx(1.75 * (0.5 + 0.1))
+    assert rec["metrics"]["accuracy"] == 0.95
+
+
+def test_recovery_cost_is_summed_over_both_runs(orch):
+    spec = load_spec_text(JOB.format(accel="H100:1"), "explore.yaml")
+    where = {"cloud": "runpod", "region": "US", "resources": "1x runpod([Spot], {'H100': 1})"}
+    use_fake(orch, [
+        {"status": "RUNNING", "start_at": T0, **where},
+        {"status": "RECOVERING", "start_at": T0, **where},
+        {"status": "RUNNING", "start_at": T0, "recovery_count": 1, "last_recovered_at": T0 + 900, **where},
+        {"status": "SUCCEEDED", "start_at": T0, "recovery_count": 1, "last_recovered_at": T0 + 900,
+         "end_at": T0 + 2700, **where}],
+        clock=[T0 + 100, T0 + 600, T0 + 1000, T0 + 2800])
+    rec = orch.submit(spec)
+    rec, seen = statuses(orch, rec, 4)
+    assert seen == ["RUNNING", "RUNNING", "RUNNING", "SUCCEEDED"]
+    ledger = rec["info"]["ledger"]
+    first, second = ledger["launches"]
+    assert (first["started_at"], first["ended_at"], first["reason"]) == (T0, T0 + 600, "preempted")
+    assert (second["started_at"], second["ended_at"]) == (T0 + 900, T0 + 2700)
+    assert ledger["recoveries"] == 1
+    assert ledger["cost_usd"] == pytest.approx(1.75 * (600 / 3600 + 0.1) + 1.75 * (1800 / 3600 + 0.1))
+
+
+def test_recovering_is_reported_while_it_happens(orch):
+    spec = load_spec_text(JOB.format(accel="H100:1"), "explore.yaml")
+    use_fake(orch, [{"status": "RUNNING", "start_at": T0}, {"status": "RECOVERING", "start_at": T0}])
+    rec = orch.submit(spec)
+    rec, _ = statuses(orch, rec, 2)
+    assert rec["status"] == "RUNNING" and "recovering" in rec["message"]
+
+
+@pytest.mark.parametrize("sky_status,words", [
+    ("FAILED_SETUP", "setup commands failed"),
+    ("FAILED_NO_RESOURCE", "no capacity for any offer"),
+    ("FAILED_CONTROLLER", "controller failed"),
+])
+def test_failures_end_failed_with_a_reason(orch, sky_status, words):
+    spec = load_spec_text(JOB.format(accel="{H100: 1, A100-80GB: 1}"), "explore.yaml")
+    fake = use_fake(orch, [{"status": "PENDING"}, {"status": sky_status, "failure_reason": "boom"}],
+                    logs="setup: pip failed\n")
+    rec = orch.submit(spec)
+    rec, seen = statuses(orch, rec, 2)
+    assert seen == ["PENDING", "FAILED"]
+    assert words in rec["message"] and "boom" in rec["message"]
+    # SkyPilot got the next offers to try before giving up on capacity.
+    assert len(fake.launched[0][0].resources) >= 2
+
+
+def test_a_launch_request_that_fails_before_any_job_exists(orch):
+    spec = load_spec_text(JOB.format(accel="H100:1"), "explore.yaml")
+    use_fake(orch, [], request_status="FAILED",
+             request_error="NoCloudAccessError: no cloud access")
+    rec = orch.submit(spec)
+    rec = orch.refresh(rec)
+    assert rec["status"] == "FAILED" and "NoCloudAccessError" in rec["message"]
+
+
+def test_cancel_and_no_double_launch(orch):
+    spec = load_spec_text(JOB.format(accel="H100:1"), "explore.yaml")
+    fake = use_fake(orch, [{"status": "RUNNING", "start_at": T0}])
+    rec = orch.submit(spec)
+    launch = orch.for_cloud(orch.launch_for(rec["id"], spec, "cloud", rec["decision"]), spec,
+                            rec["decision"])
+    assert orch.provider("cloud").submit(launch) == rec["id"]  # already in SkyPilot's queue
+    assert len(fake.launched) == 1
+    rec = orch.cancel(rec["id"], wait_s=5)
+    assert fake.cancelled == [rec["id"]] and rec["status"] == "CANCELLED"
+
+
+def test_ledger_misses_no_recovery_between_polls():
+    offers = [{"cloud": "runpod", "region": "US", "spot": True, "price_per_hour": 2.0}]
+    ledger = update_ledger(None, {"status": "RUNNING", "start_at": T0, "cloud": "runpod",
+                                  "region": "US"}, offers, T0 + 60, 0)
+    # The next poll sees it running again after a recovery it never saw happen.
+    ledger = update_ledger(ledger, {"status": "RUNNING", "start_at": T0, "recovery_count": 1,
+                                    "last_recovered_at": T0 + 1200, "cloud": "runpod",
+                                    "region": "US"}, offers, T0 + 1800, 0)
+    assert len(ledger["launches"]) == 2 and ledger["launches"][0]["ended_at"] == T0 + 1200
+    assert ledger["cost_usd"] == pytest.approx(2.0 * (1200 + 600) / 3600)
+
+
+def test_no_cloud_credentials_is_a_clear_refusal(orch_home, tmp_path):
+    """With nothing to fall back to, `orch submit` explains and exits 2, without hanging."""
+    import time
+
+    from tests.conftest import run_orch
+
+    start = time.monotonic()
+    proc = run_orch(orch_home, "submit", str(ROOT / "examples" / "explore.yaml"),
+                    ORCH_MODE="hybrid", ORCH_CLOUDS="lambda,runpod,aws",
+                    ORCH_CATALOG_DIR=str(ROOT / "examples" / "catalog"), HOME=str(tmp_path))
+    assert proc.returncode == 2, proc.stderr
+    assert "no configured cloud is enabled" in proc.stderr and "sky check" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert time.monotonic() - start < 60
+    assert not (orch_home / "orch.db").exists()

@@ -8,6 +8,7 @@ workstation, on an on-prem cluster and on a cloud VM.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -48,7 +49,7 @@ def worker_entry(config: dict) -> Any:
     return fn(config)
 
 
-def _make_reporter():
+def _make_reporter(where: Callable[[Any], Any] = lambda path: path):
     from ray.train import UserCallback
 
     class OrchReporter(UserCallback):
@@ -61,7 +62,7 @@ def _make_reporter():
             self.count += 1
             m = metrics[0] if metrics else {}
             events.emit("report", index=self.count, metrics=m,
-                        checkpoint=getattr(checkpoint, "path", None))
+                        checkpoint=where(getattr(checkpoint, "path", None)))
 
         def after_exception(self, run_context, worker_exceptions):
             for rank, exc in worker_exceptions.items():
@@ -83,6 +84,8 @@ def run(spec: dict) -> int:
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from jobs.storage import display_path, storage_args
+
     started = time.monotonic()
     ray.init(log_to_driver=True)
     num_workers = int(spec["num_workers"])
@@ -92,19 +95,24 @@ def run(spec: dict) -> int:
     resolve_callable(options["target"])  # fail here, once, rather than in every worker
     config = dict(spec.get("config") or {})
     config[_OPTIONS_KEY] = options
+    run_name = spec.get("run_name") or spec["job_id"]
     events.emit("start", num_workers=num_workers, use_gpu=use_gpu, target=spec["target"],
-                storage_path=spec["storage_path"])
+                storage_path=spec["storage_path"], run_name=run_name)
+    storage = storage_args(spec.get("storage_path"), spec.get("s3_endpoint_url"))
+    where = functools.partial(display_path, args=storage)
     trainer = TorchTrainer(
         worker_entry,
         train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=use_gpu,
                                      placement_strategy=spec.get("placement", "pack").upper()),
         run_config=RunConfig(
-            name=spec["job_id"],  # fixed per job: a restarted worker group finds its checkpoints
-            storage_path=spec.get("storage_path"),  # None: Ray's default on the cluster
+            # Fixed per run: a restarted worker group, or a later job resuming this run
+            # (checkpoint.resume_from), finds its checkpoints under this name.
+            name=run_name,
+            **storage,  # storage_path None: Ray's default on the cluster
             checkpoint_config=CheckpointConfig(num_to_keep=spec.get("num_to_keep") or 2),
             failure_config=FailureConfig(max_failures=int(spec.get("max_failures") or 0)),
-            callbacks=[_make_reporter()],
+            callbacks=[_make_reporter(where)],
         ),
     )
     try:
@@ -116,7 +124,7 @@ def run(spec: dict) -> int:
         return 1
     checkpoint = getattr(result, "checkpoint", None)
     events.emit("result", ok=True, metrics=result.metrics or {},
-                checkpoint=getattr(checkpoint, "path", None),
+                checkpoint=where(getattr(checkpoint, "path", None)),
                 wall_s=round(time.monotonic() - started, 2))
     return 0
 

@@ -1,6 +1,7 @@
 """Registers every command on the app; each command lives in its own short module."""
 
 from orchestrator.cli import app
+from orchestrator.cli.artifacts import artifacts
 from orchestrator.cli.cluster import cluster_app
 from orchestrator.cli.config_cmd import config_show
 from orchestrator.cli.jobs import cancel, logs, status
@@ -18,6 +19,7 @@ app.command()(plan)
 app.command()(status)
 app.command()(logs)
 app.command()(cancel)
+app.command()(artifacts)
 app.add_typer(local_app, name="local")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(config_app, name="config")

@@ -40,7 +40,9 @@ def train_processes() -> list:
 @pytest.fixture(scope="session")
 def ray_home():
     home = short_tmp("ohr")
-    proc = run_orch(home, "local", "up", "--json", timeout=300)
+    # Fake AWS credentials in every Ray process, so jobs reach the tests' moto S3 server.
+    proc = run_orch(home, "local", "up", "--json", timeout=300, AWS_ACCESS_KEY_ID="testing",
+                    AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
     assert proc.returncode == 0, proc.stderr
     state = json.loads(proc.stdout)
     try:

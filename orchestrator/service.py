@@ -81,6 +81,11 @@ class Orch:
         notes: list[str] = []
         if decision.target == "cloud":
             decision, notes = self._with_enabled_clouds(spec, fp, dirty, history, decision)
+        if decision.target == "cloud" and spec.num_nodes > 1:
+            # Each node would run the runner and start a Ray of its own; joining them into
+            # one cluster on the VMs is not built yet.
+            raise spec.error("num_nodes", "cloud jobs run on one node for now",
+                             "ask for more GPUs per node (e.g. H100:8) instead of more nodes")
         record = decision.to_dict()
         record["reasons"] = notes + record["reasons"]
         record["warnings"] = notes

@@ -193,3 +193,13 @@ def test_no_cloud_credentials_is_a_clear_refusal(orch_home, tmp_path):
     assert "Traceback" not in proc.stderr
     assert time.monotonic() - start < 60
     assert not (orch_home / "orch.db").exists()
+
+
+def test_multi_node_cloud_jobs_are_refused_before_recording(orch):
+    from orchestrator.errors import SpecError
+
+    spec = load_spec_text("num_nodes: 2\n" + JOB.format(accel="H100:1"), "explore.yaml")
+    use_fake(orch, [])
+    with pytest.raises(SpecError, match="num_nodes: cloud jobs run on one node"):
+        orch.submit(spec)
+    assert orch.store.list() == []

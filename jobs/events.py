@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from typing import Any, Iterator
 
 MARKER = "::orch::"
@@ -29,9 +30,10 @@ def _clean(value: Any) -> Any:
         return str(value)
 
 
-def emit(kind: str, **fields: Any) -> None:
+def emit(event: str, /, **fields: Any) -> None:
     """Print one event line; flushed at once so a follower sees it live."""
-    payload = json.dumps({"event": kind, **_clean(fields)}, separators=(",", ":"))
+    payload = json.dumps({"event": event, "t": round(time.time(), 3), **_clean(fields)},
+                         separators=(",", ":"))
     sys.stdout.write(f"{MARKER}{payload}\n")
     sys.stdout.flush()
 

@@ -126,7 +126,21 @@ def run(spec: dict) -> int:
     events.emit("result", ok=True, metrics=result.metrics or {},
                 checkpoint=where(getattr(checkpoint, "path", None)),
                 wall_s=round(time.monotonic() - started, 2))
+    _print_verdict(result.metrics or {})
     return 0
+
+
+def _print_verdict(metrics: dict) -> None:
+    """Where the time went, and what would help: at the end of every run, in its log."""
+    from jobs.verdict import diagnose
+
+    verdict = diagnose(metrics)
+    if verdict is None:
+        return
+    events.emit("verdict", **verdict)
+    print(f"orch runner: {verdict['kind']}: {'; '.join(verdict['reasons'])}")
+    for advice in verdict["advice"]:
+        print(f"orch runner:   try: {advice}")
 
 
 def main() -> int:

@@ -338,7 +338,12 @@ class Orch:
                 if ev.get("checkpoint"):
                     metrics["checkpoint"] = ev["checkpoint"]
             elif kind == "worker_setup":
-                metrics["run_settings"] = {k: v for k, v in ev.items() if k != "event"}
+                metrics["run_settings"] = {k: v for k, v in ev.items() if k not in ("event", "t")}
+            elif kind == "loader_tuned":  # what `loader_workers: auto` chose, and from what
+                metrics.setdefault("run_settings", {}).update(
+                    loader_workers=ev.get("chosen"), loader_tuning=ev.get("seconds_per_batch"))
+            elif kind == "verdict":
+                metrics["verdict"] = {k: v for k, v in ev.items() if k not in ("event", "t")}
             elif kind == "result":
                 metrics.update(ev.get("metrics") or {})
                 metrics["wall_s"] = ev.get("wall_s")

@@ -2,7 +2,8 @@
 
 The data ships inside scikit-learn, so the job needs no download. Config keys: epochs,
 batch_size, lr, dataset_multiplier (repeats the training split to make the job longer),
-seed.
+seed, model_width (multiplies the channels: more compute per sample) and slow_data_ms
+(sleeps per sample in the dataset: an input-bound job on purpose).
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from jobs.context import current
 
 
 class DigitsNet(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, width: int = 1) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, padding=1)
-        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
-        self.fc1 = nn.Linear(64 * 4 * 4, 128)
-        self.fc2 = nn.Linear(128, 10)
+        self.conv1 = nn.Conv2d(1, 32 * width, 3, padding=1)
+        self.conv2 = nn.Conv2d(32 * width, 64 * width, 3, padding=1)
+        self.fc1 = nn.Linear(64 * width * 4 * 4, 128 * width)
+        self.fc2 = nn.Linear(128 * width, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.conv1(x))
@@ -50,6 +51,21 @@ def load_split(seed: int = 0, test_fraction: float = 0.2):
             torch.from_numpy(x[test]), torch.from_numpy(y[test]).long())
 
 
+class SlowDataset(torch.utils.data.Dataset):
+    """The training split, made slow on purpose (`slow_data_ms` per sample) to show what an
+    input-bound job looks like and what loader workers do for it."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, delay_s: float):
+        self.x, self.y, self.delay_s = x, y, delay_s
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        time.sleep(self.delay_s)  # stands for decoding or augmenting one sample
+        return self.x[i], self.y[i]
+
+
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx) -> float:
     model.eval()
     with torch.no_grad(), ctx.autocast():
@@ -69,11 +85,12 @@ def train_loop(config: dict) -> None:
     x_train, y_train, x_test, y_test = load_split()
     if multiplier > 1:
         x_train, y_train = x_train.repeat(multiplier, 1, 1, 1), y_train.repeat(multiplier)
-    dataset = torch.utils.data.TensorDataset(x_train, y_train)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
-                                         **ctx.loader_kwargs())
-    loader = ray.train.torch.prepare_data_loader(loader)
-    model = ray.train.torch.prepare_model(DigitsNet())
+    slow_ms = float(config.get("slow_data_ms", 0))
+    dataset = (SlowDataset(x_train, y_train, slow_ms / 1000) if slow_ms
+               else torch.utils.data.TensorDataset(x_train, y_train))
+    loader = ray.train.torch.prepare_data_loader(ctx.data_loader(dataset, batch_size),
+                                                 move_to_device=False)
+    model = ray.train.torch.prepare_model(DigitsNet(int(config.get("model_width", 1))))
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     scaler = ctx.grad_scaler()
 
@@ -93,7 +110,10 @@ def train_loop(config: dict) -> None:
         if hasattr(loader, "sampler") and hasattr(loader.sampler, "set_epoch"):
             loader.sampler.set_epoch(epoch)
         t0, seen, loss_sum = time.perf_counter(), 0, 0.0
-        for step, (xb, yb) in enumerate(loader, start=1):
+        timer = ctx.timer
+        timer.reset()
+        for step, (xb, yb) in enumerate(timer.batches(loader), start=1):
+            xb, yb = timer.to_device(xb, yb)
             optimizer.zero_grad(set_to_none=True)
             with ctx.autocast():
                 logits = model(xb)
@@ -101,8 +121,10 @@ def train_loop(config: dict) -> None:
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
+            loss_value = float(loss.detach())  # waits for the step: its time counts as compute
+            timer.step_done(len(yb))
             seen += len(yb)
-            loss_sum += float(loss.detach()) * len(yb)
+            loss_sum += loss_value * len(yb)
             ctx.progress(epoch + 1, epochs, step, steps)
         elapsed = time.perf_counter() - t0
         metrics = {
@@ -115,6 +137,10 @@ def train_loop(config: dict) -> None:
             "epoch_s": elapsed,
             "precision": ctx.precision,
             "workers": ctx.world_size,
+            "device": str(ctx.device),
+            "loader_workers": ctx.loader_workers,
+            "pin_memory": ctx.pin_memory,
+            **timer.summary(),
         }
         with tempfile.TemporaryDirectory() as d:
             ckpt = None

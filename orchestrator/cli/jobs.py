@@ -67,6 +67,13 @@ def status(
     metrics = rec["metrics"] or {}
     if metrics:
         out.print(f"  {'metrics':12} {metric_summary(metrics)}")
+        if "time_data_s" in metrics:
+            out.print(f"  {'step time':12} data {metrics['time_data_s'] * 1000:.1f} ms, copy "
+                      f"{metrics['time_copy_s'] * 1000:.1f} ms, compute "
+                      f"{metrics['time_compute_s'] * 1000:.1f} ms")
+        verdict = metrics.get("verdict")
+        if verdict:
+            out.print(f"  {'verdict':12} {verdict['kind']}: " + "; ".join(verdict["advice"]))
         settings = metrics.get("run_settings")
         if settings:
             out.print(f"  {'run':12} " + ", ".join(f"{k} {v}" for k, v in settings.items()))

@@ -48,6 +48,11 @@ def submit(
     console.print(f"{rec['id']} {status_text(rec['status'])} in {duration(job_duration(rec))}"
                   + (f"  {summary}" if summary else "")
                   + (f"\n  {rec['message']}" if rec["status"] != "SUCCEEDED" and rec["message"] else ""))
+    verdict = (rec["metrics"] or {}).get("verdict")
+    if verdict:
+        console.print(f"[bold]{verdict['kind']}[/]: {escape('; '.join(verdict['reasons']))}")
+        for advice in verdict["advice"]:
+            console.print(f"  try: {escape(advice)}")
     if json_out:
         print_json(public(rec, orch.store.history(rec["id"])))
     raise typer.Exit(0 if rec["status"] == "SUCCEEDED" else 1)

@@ -1,0 +1,47 @@
+"""The run verdict and the step timer, without a cluster."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from jobs.profile import StepTimer
+from jobs.verdict import diagnose
+
+
+@pytest.mark.parametrize("metrics,single,kind,advice", [
+    ({"data_fraction": 0.6, "copy_fraction": 0.0, "loader_workers": 0}, None, "input-bound",
+     "raise data.loader_workers from 0 to 2"),
+    ({"data_fraction": 0.5, "loader_workers": 4, "device": "cuda:0", "pin_memory": False}, None,
+     "input-bound", "pin_memory: true"),
+    ({"data_fraction": 0.05, "precision": "fp32"}, None, "compute-bound", "precision: bf16"),
+    ({"data_fraction": 0.05, "precision": "bf16", "workers": 4, "samples_per_sec": 250}, 100.0,
+     "communication-bound", "fewer workers"),
+    ({"data_fraction": 0.05, "precision": "bf16", "workers": 4, "samples_per_sec": 380}, 100.0,
+     "compute-bound", "larger batch"),
+])
+def test_diagnose(metrics, single, kind, advice):
+    verdict = diagnose(metrics, single)
+    assert verdict["kind"] == kind
+    assert any(advice in a for a in verdict["advice"]), verdict
+
+
+def test_no_breakdown_no_verdict():
+    assert diagnose({"loss": 0.1}) is None
+
+
+def test_step_timer_splits_wait_from_compute():
+    def slow_loader():
+        for i in range(4):
+            time.sleep(0.02)
+            yield i
+
+    timer = StepTimer()
+    for _ in timer.batches(slow_loader()):
+        time.sleep(0.005)  # "compute"
+        timer.step_done(8)
+    s = timer.summary()
+    assert timer.steps == 4 and timer.samples == 32
+    assert s["time_data_s"] > s["time_compute_s"] > 0
+    assert 0.6 < s["data_fraction"] < 1.0

@@ -1,0 +1,75 @@
+"""Where the time goes, verdicts, loader tuning and surviving a killed worker, on a real local Ray."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import psutil
+import pytest
+
+from jobs import events
+from tests.conftest import run_json, run_orch
+from tests.integration.conftest import train_processes
+from tests.integration.test_local_jobs import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def submit(home, tmp_path, name, config, extra=""):
+    job = tmp_path / f"{name}.yaml"
+    job.write_text(f"name: {name}\ntrain:\n  job: image-classification\n  config: {config}\n"
+                   f"scaling: {{num_workers: 2}}\nprecision: bf16\n{extra}")
+    proc = run_orch(home, "submit", str(job), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_input_bound_and_compute_bound_jobs_are_told_apart(ray_home, tmp_path):
+    slow = submit(ray_home, tmp_path, "slow-input", "{epochs: 1, slow_data_ms: 3}",
+                  "data: {loader_workers: 0}\n")
+    m = slow["metrics"]
+    assert m["verdict"]["kind"] == "input-bound", m["verdict"]
+    assert m["data_fraction"] > 0.5 and m["time_data_s"] > m["time_compute_s"]
+    assert any("loader_workers" in a for a in m["verdict"]["advice"])
+
+    busy = submit(ray_home, tmp_path, "heavy-compute", "{epochs: 1, model_width: 2}",
+                  "data: {loader_workers: 0}\n")
+    m = busy["metrics"]
+    assert m["verdict"]["kind"] == "compute-bound", m["verdict"]
+    assert m["data_fraction"] < 0.3
+    for key in ("time_data_s", "time_copy_s", "time_compute_s", "samples_per_sec"):
+        assert key in m
+    assert m["run_settings"]["precision"] == "bf16"
+
+
+def test_loader_workers_auto_tunes_a_slow_dataset(ray_home, tmp_path):
+    rec = submit(ray_home, tmp_path, "slow-auto", "{epochs: 1, slow_data_ms: 3}",
+                 "data: {loader_workers: auto}\n")
+    settings = rec["metrics"]["run_settings"]
+    assert settings["loader_workers"] >= 2, settings
+    tuning = settings["loader_tuning"]
+    assert set(tuning) >= {"0", "2"} and tuning["0"] > tuning[str(settings["loader_workers"])]
+
+
+def test_a_killed_worker_is_restarted_and_training_resumes(ray_home, tmp_path):
+    job = tmp_path / "tough.yaml"
+    job.write_text("name: tough\ntrain:\n  job: image-classification\n"
+                   "  config: {epochs: 10, dataset_multiplier: 3}\n"
+                   "scaling: {num_workers: 2}\ncheckpoint: {max_failures: 1}\n")
+    job_id = run_orch(ray_home, "submit", str(job), "--detach").stdout.strip()
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        rec = run_json(ray_home, "status", job_id)
+        if (rec["metrics"].get("reports") or 0) >= 2:
+            break
+        time.sleep(1)
+    victims = [p for p in train_processes() if " ".join(p.cmdline()).startswith("ray::RayTrainWorker")]
+    assert victims, "no training worker to kill"
+    victims[0].kill()  # one worker process dies mid-run, as on an out-of-memory kill
+    rec, _ = wait_for(ray_home, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=300)
+    assert rec["status"] == "SUCCEEDED", rec
+    assert rec["metrics"]["epoch"] == 10
+    log = run_orch(ray_home, "logs", job_id).stdout
+    resumed = [e for e in events.parse(log) if e["event"] == "resume"]
+    assert resumed and resumed[0]["epoch"] >= 2

@@ -8,6 +8,7 @@ charged to the phase that queued it.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Iterable, Iterator
 
@@ -22,6 +23,14 @@ class StepTimer:
         self.steps = self.samples = 0
         self.data_s = self.copy_s = self.compute_s = 0.0
         self._mark = time.perf_counter()
+        self._gpu_util: list[float] = []
+        try:
+            import psutil
+
+            self._proc = psutil.Process()
+            self._proc.cpu_percent(None)  # starts the interval the summary reads
+        except Exception:
+            self._proc = None
 
     def _sync(self) -> None:
         if self._cuda:
@@ -61,12 +70,42 @@ class StepTimer:
         self._mark = now
         self.steps += 1
         self.samples += samples
+        if self._cuda and self.steps % 10 == 1:
+            util = gpu_utilization(self.device)
+            if util is not None:
+                self._gpu_util.append(util)
 
     def summary(self) -> dict:
         """Per-step averages and the share of time spent waiting for data."""
         total = self.data_s + self.copy_s + self.compute_s
         n = max(self.steps, 1)
-        return {"time_data_s": self.data_s / n, "time_copy_s": self.copy_s / n,
-                "time_compute_s": self.compute_s / n,
-                "data_fraction": self.data_s / total if total else 0.0,
-                "copy_fraction": self.copy_s / total if total else 0.0}
+        out = {"time_data_s": self.data_s / n, "time_copy_s": self.copy_s / n,
+               "time_compute_s": self.compute_s / n,
+               "data_fraction": self.data_s / total if total else 0.0,
+               "copy_fraction": self.copy_s / total if total else 0.0}
+        if self._proc is not None:  # this worker process: the CPU figures
+            out["cpu_percent"] = self._proc.cpu_percent(None)
+            out["rss_gb"] = self._proc.memory_info().rss / 2**30
+        if self._cuda:
+            import torch
+
+            out["gpu_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+            if self._gpu_util:
+                out["gpu_util_percent"] = sum(self._gpu_util) / len(self._gpu_util)
+        return out
+
+
+def gpu_utilization(device: Any) -> float | None:
+    """The GPU's busy percentage from NVML (nvidia-ml-py), or None where NVML is missing."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        index = device.index if getattr(device, "index", None) is not None else 0
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+        if index < len(visible) and visible[index].strip().isdigit():
+            index = int(visible[index])  # NVML counts physical GPUs; Ray renumbers them
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+    except Exception:  # no driver, no library, or a GPU NVML cannot see: just no figure
+        return None

@@ -323,8 +323,33 @@ class Orch:
             status = "FAILED"
         if status == "FAILED" and result and result.get("error"):
             message = result["error"]
+        if status == "SUCCEEDED":
+            self._scaling(rec, metrics)
         return self.store.set_status(rec["id"], status, message, metrics=metrics,
                                      log_path=str(log_path) if text else rec["log_path"])
+
+    def _scaling(self, rec: dict, metrics: dict) -> None:
+        """With N workers, what they bought: throughput against one worker's, from earlier
+        successful one-worker runs of the same job. The verdict is redone with it."""
+        from jobs.verdict import diagnose
+
+        workers = int(metrics.get("workers") or 1)
+        if workers < 2 or not metrics.get("samples_per_sec"):
+            return
+        singles = sorted(r["metrics"]["samples_per_sec"] for r in
+                         self.store.runs_for_fingerprint(rec["fingerprint"])
+                         if r["status"] == "SUCCEEDED" and r["id"] != rec["id"]
+                         and (r["metrics"] or {}).get("workers") == 1
+                         and (r["metrics"] or {}).get("samples_per_sec"))
+        if not singles:
+            return
+        single = singles[len(singles) // 2]
+        metrics["scaling"] = {"workers": workers, "one_worker_samples_per_sec": single,
+                              "speedup": metrics["samples_per_sec"] / single,
+                              "efficiency": metrics["samples_per_sec"] / (workers * single)}
+        verdict = diagnose(metrics, single)
+        if verdict:
+            metrics["verdict"] = verdict
 
     @staticmethod
     def _metrics_from(text: str, rec: dict) -> dict:

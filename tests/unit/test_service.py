@@ -83,3 +83,17 @@ def test_a_job_this_machine_cannot_hold_is_refused_before_recording(tmp_path):
     with pytest.raises(InputError, match="no place to run this job"):
         orch.submit(spec)
     assert not (tmp_path / "home" / "orch.db").exists()
+
+
+def test_scaling_efficiency_from_a_one_worker_run(tmp_path):
+    orch = _orch(tmp_path)
+    one = orch.store.create_job(name="j", spec={}, kind="steady", target="local", fingerprint="fp")
+    orch.store.set_status(one["id"], "RUNNING")
+    orch.store.set_status(one["id"], "SUCCEEDED", metrics={"workers": 1, "samples_per_sec": 1000.0})
+    four = orch.store.create_job(name="j", spec={}, kind="steady", target="local", fingerprint="fp")
+    metrics = {"workers": 4, "samples_per_sec": 2400.0, "data_fraction": 0.02, "precision": "bf16"}
+    orch._scaling(four, metrics)
+    assert metrics["scaling"]["speedup"] == 2.4
+    assert metrics["scaling"]["efficiency"] == 0.6
+    assert metrics["verdict"]["kind"] == "communication-bound"
+    assert "4 workers give 60%" in " ".join(metrics["verdict"]["reasons"])

@@ -77,6 +77,14 @@ def status(
         settings = metrics.get("run_settings")
         if settings:
             out.print(f"  {'run':12} " + ", ".join(f"{k} {v}" for k, v in settings.items()))
+    ledger = (rec["info"] or {}).get("ledger")
+    if ledger:
+        out.print(f"  {'cost':12} {ledger['cost_usd']:.2f} USD for {ledger['billed_hours']:.2f} "
+                  f"billed hours, {ledger['recoveries']} recoveries")
+    scaling = metrics.get("scaling")
+    if scaling:
+        out.print(f"  {'scaling':12} {scaling['workers']} workers: {scaling['speedup']:.2f}x one "
+                  f"worker ({scaling['efficiency']:.0%} efficiency)")
     out.print("  history")
     for h in history:
         out.print(f"    {h['at']}  {status_text(h['status'])}  {h['message'] or ''}")

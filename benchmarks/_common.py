@@ -207,7 +207,7 @@ def print_table(title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]
         table.add_column(c, justify="left" if i == 0 else "right")
     for row in rows:
         table.add_row(*[str(x) for x in row])
-    Console(width=120).print(table)
+    Console(width=200).print(table)
 
 
 def fmt(value: Optional[float], spec: str = ".2f", unit: str = "") -> str:

@@ -103,14 +103,18 @@ class UtilSampler:
         if self._thread:
             self._thread.join(timeout=15)
 
-    def mean(self, start: float | None, end: float | None, gpus=None) -> tuple:
-        """Mean utilization and peak memory in [start, end], over the given GPUs (all)."""
-        sel = [(u, m) for t, i, u, m in self.samples
-               if (start is None or t >= start) and (end is None or t <= end)
-               and (gpus is None or i in gpus)]
-        if not sel:
+    def mean(self, start: float | None, end: float | None, busiest: int = 1) -> tuple:
+        """Mean utilization in [start, end] of the `busiest` GPUs (the ones the job used:
+        Ray picks which), and the peak memory used on them."""
+        per_gpu: dict = {}
+        for t, i, u, m in self.samples:
+            if (start is None or t >= start) and (end is None or t <= end):
+                per_gpu.setdefault(i, []).append((u, m))
+        if not per_gpu:
             return None, None
-        return statistics.mean(u for u, _ in sel), max(m for _, m in sel)
+        ranked = sorted(per_gpu.values(), key=lambda v: -statistics.mean(u for u, _ in v))
+        used = [x for v in ranked[:busiest] for x in v]
+        return statistics.mean(u for u, _ in used), max(m for _, m in used)
 
 
 # -- 1. precision: plain PyTorch ---------------------------------------------------------------
@@ -197,7 +201,7 @@ def precision_part(args, device) -> list[dict]:
     bf16 = next((r for r in results if r["mode"] == "bf16"), None)
     if bf16:
         print(f"RATIO bf16 / fp32 time per step: {bf16['step_s'] / fp32:.3f} "
-              f"(bf16 {fp32 / bf16['step_s']:.2f}x faster; peak memory "
+              f"(bf16 speed-up {fp32 / bf16['step_s']:.2f}x; peak memory bf16 / fp32 "
               + (f"{bf16['peak_gib'] / results[0]['peak_gib']:.2f}x" if bf16["peak_gib"] else "n/a")
               + ")")
     return results
@@ -212,10 +216,11 @@ def run_job(home, sampler, name, config, **kw) -> dict:
     reports = run.reports()
     m = run.metrics
     first, last = run.first_t("progress"), run.last_t("report")
-    util, mem = sampler.mean(first, last) if sampler else (None, None)
+    util, mem = sampler.mean(first, last, kw.get("num_workers", 1)) if sampler else (None, None)
     tuned = run.of("loader_tuned")
     return {"sps": steady([r.get("samples_per_sec") for r in reports]),
-            "util": util, "mem_mib": mem, "loader_workers": m.get("loader_workers"),
+            "util": util, "mem_mib": mem, "orch_util": m.get("gpu_util_percent"),
+            "orch_mem_gb": m.get("gpu_mem_gb"), "loader_workers": m.get("loader_workers"),
             "pin_memory": m.get("pin_memory"), "precision": m.get("precision"),
             "device": m.get("device"), "data_fraction": m.get("data_fraction"),
             "data_ms": _ms(m.get("time_data_s")), "copy_ms": _ms(m.get("time_copy_s")),
@@ -246,7 +251,8 @@ def orch_parts(args, gpus: int) -> None:
                             precision="auto", loader_workers=lw, pin_memory="auto")
                 runs[lw] = r
                 rows.append((f"loader_workers: {lw}", str(r["loader_workers"]), str(r["pin_memory"]),
-                             fmt(r["util"], ".0f", " %"), fmt(r["sps"], ",.0f"),
+                             fmt(r["util"], ".0f", " %"), fmt(r["orch_util"], ".0f", " %"),
+                             fmt(r["orch_mem_gb"], ".2f"), fmt(r["sps"], ",.0f"),
                              fmt(r["data_ms"], ".2f"), fmt(r["copy_ms"], ".2f"),
                              fmt(r["compute_ms"], ".2f"), fmt(r["data_fraction"], ".2f"),
                              r["verdict"].get("kind", "n/a")))
@@ -254,7 +260,8 @@ def orch_parts(args, gpus: int) -> None:
                         f"slow_data_ms {slow['slow_data_ms']:g}, model_width {slow['model_width']}, "
                         f"batch {slow['batch_size']}, 1 worker, precision {runs[0]['precision']} "
                         f"(utilization from {sampler.source if sampler else 'n/a'}, mean over training)",
-                        ["run", "loader workers", "pinned", "GPU util", "samples/s", "data ms",
+                        ["run", "loader workers", "pinned", "GPU util", "util (orch's)",
+                         "GPU mem GiB (orch's)", "samples/s", "data ms",
                          "copy ms", "compute ms", "data share", "verdict"], rows)
             if runs["auto"]["tuning"]:
                 print("auto tuning, seconds per batch: " + ", ".join(
@@ -264,7 +271,7 @@ def orch_parts(args, gpus: int) -> None:
                       + "; ".join(r["verdict"].get("advice", [])))
             b, a = runs[0], runs["auto"]
             print(f"RATIO tuned / 0 loader workers: samples/s {fmt(_div(a['sps'], b['sps']), '.2f')}x, "
-                  f"GPU utilization {fmt(b['util'], '.0f')} % -> {fmt(a['util'], '.0f')} %")
+                  f"GPU utilization {fmt(b['util'], '.0f', ' %')} -> {fmt(a['util'], '.0f', ' %')}")
 
             n = gpus if use_gpu else 2
             if n < 2:
@@ -281,11 +288,12 @@ def orch_parts(args, gpus: int) -> None:
                             precision="auto", loader_workers="auto", pin_memory="auto")
                 res[w] = r
                 rows.append((f"{w} worker(s)", fmt(r["sps"], ",.0f"), fmt(r["util"], ".0f", " %"),
+                             fmt(r["orch_util"], ".0f", " %"),
                              fmt(r["data_fraction"], ".2f"), r["verdict"].get("kind", "n/a"),
                              fmt(r["verdict"].get("scaling_efficiency"), ".2f")))
             print_table(f"3. scaling: built-in job, model_width {heavy['model_width']}, batch "
                         f"{heavy['batch_size']} per worker, loader_workers auto",
-                        ["run", "samples/s", "GPU util", "data share", "verdict",
+                        ["run", "samples/s", "GPU util", "util (orch's, rank 0)", "data share", "verdict",
                          "orch's efficiency"], rows)
             speed = _div(res[n]["sps"], res[1]["sps"])
             print(f"RATIO {n} workers / 1 worker: {fmt(speed, '.2f')}x (efficiency "

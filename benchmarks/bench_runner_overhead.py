@@ -8,7 +8,8 @@
     number of processes (torch.multiprocessing spawn, gloo, DistributedSampler), the same
     model class (DigitsNet), data (load_split() repeated), batch size, optimizer and bf16
     autocast. Steady state = the median of the epochs after the first. The plain loop runs
-    before and after the orch job; their mean is the reference. Both sides measure the
+    before and after the orch job; their mean is the reference. It also runs once with the
+    local Ray up and idle beside it (not part of the ratio: what the idle daemons cost). Both sides measure the
     training loop alone (the job's `samples_per_sec`); a second row compares the epoch-to-
     epoch wall clock, which also holds each epoch's evaluation, checkpoint and report.
 (b) Fixed time of a near-empty job (1 epoch, the plain digits split) with the local Ray
@@ -137,6 +138,9 @@ def steady_state(args) -> dict:
     job_config = {"epochs": args.epochs, "batch_size": args.batch_size, "lr": 2e-3,
                   "dataset_multiplier": cfg["multiplier"], "seed": 0}
     with OrchHome(prefix="obo") as home:
+        # Not the reference: shows what the idle Ray daemons alone cost the plain loop.
+        log("plain DDP with the local Ray up (idle) alongside")
+        beside_ray = plain_ddp(args.workers, cfg)
         log("the same through orch submit")
         run = home.submit("overhead", job_yaml("bench-overhead", job_config,
                                                num_workers=args.workers, precision="bf16",
@@ -149,7 +153,8 @@ def steady_state(args) -> dict:
     orch_epochs = run.reports()
     ref = [steady([e["samples_per_sec"] for e in r["epochs"]]) for r in (before, after)]
     ref_cad = [steady(cadence(r["epochs"])) for r in (before, after)]
-    return dict(cfg=cfg, before=before, after=after, run=run, orch_epochs=orch_epochs,
+    return dict(cfg=cfg, before=before, after=after, beside_ray=beside_ray, run=run,
+                orch_epochs=orch_epochs,
                 orch=steady([e["samples_per_sec"] for e in orch_epochs]),
                 ref=statistics.mean(ref), refs=ref,
                 orch_cadence=steady(cadence(orch_epochs)),
@@ -159,7 +164,8 @@ def steady_state(args) -> dict:
 def print_steady(r: dict, args) -> None:
     m = r["run"].metrics
     rows = []
-    for label, res in (("plain DDP (before)", r["before"]), ("plain DDP (after)", r["after"])):
+    for label, res in (("plain DDP (before)", r["before"]), ("plain DDP (after)", r["after"]),
+                       ("plain DDP, idle local Ray alongside", r["beside_ray"])):
         e = res["epochs"]
         rows.append((label, " ".join(f"{x['samples_per_sec']:,.0f}" for x in e),
                      fmt(steady([x["samples_per_sec"] for x in e]), ",.0f"),
@@ -182,6 +188,9 @@ def print_steady(r: dict, args) -> None:
     print(f"RATIO (a) orch / plain DDP, training loop samples/s: {fmt(ratio, '.3f')}  "
           f"(goal >= 0.95; plain Ray Train measured about 0.83)")
     print(f"      epoch-to-epoch wall clock (loop + eval + checkpoint + report): {fmt(cad, '.3f')}")
+    idle = steady([e["samples_per_sec"] for e in r["beside_ray"]["epochs"]])
+    print(f"      plain DDP with an idle local Ray alongside / plain DDP: "
+          f"{fmt(idle / r['ref'] if idle and r['ref'] else None, '.3f')} (the Ray daemons' share)")
 
 
 def _ms(v):

@@ -31,8 +31,12 @@ def diagnose(m: dict, single_worker_sps: Optional[float] = None) -> Optional[dic
                        f"throughput")
     if data >= INPUT_BOUND:
         kind = "input-bound"
-        more = max(2, 2 * int(loader or 0))
-        advice.append(f"raise data.loader_workers from {loader} to {more} (or auto)")
+        if m.get("loader_auto"):
+            advice.append(f"loader_workers: auto already chose {loader}, the best this "
+                          "machine's cores gave: give each worker more CPUs")
+        else:
+            more = max(2, 2 * int(loader or 0))
+            advice.append(f"raise data.loader_workers from {loader} to {more} (or auto)")
         if device.startswith("cuda") and not m.get("pin_memory"):
             advice.append("set data.pin_memory: true")
         advice.append("move decoding and augmentation out of __getitem__ or cache them")

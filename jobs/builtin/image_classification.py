@@ -139,6 +139,7 @@ def train_loop(config: dict) -> None:
             "workers": ctx.world_size,
             "device": str(ctx.device),
             "loader_workers": ctx.loader_workers,
+            "loader_auto": ctx.requested_loader_workers == "auto",
             "pin_memory": ctx.pin_memory,
             **timer.summary(),
         }

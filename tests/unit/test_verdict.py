@@ -15,6 +15,8 @@ from jobs.verdict import diagnose
      "raise data.loader_workers from 0 to 2"),
     ({"data_fraction": 0.5, "loader_workers": 4, "device": "cuda:0", "pin_memory": False}, None,
      "input-bound", "pin_memory: true"),
+    ({"data_fraction": 0.4, "loader_workers": 2, "loader_auto": True}, None, "input-bound",
+     "auto already chose 2"),
     ({"data_fraction": 0.05, "precision": "fp32"}, None, "compute-bound", "precision: bf16"),
     ({"data_fraction": 0.05, "precision": "bf16", "workers": 4, "samples_per_sec": 250}, 100.0,
      "communication-bound", "fewer workers"),

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from jobs import events
 from orchestrator.checks import check_runnable
 from orchestrator.errors import BackendError, InputError, OrchError
 from orchestrator.fingerprint import fingerprint
+from orchestrator.run_metrics import add_scaling, from_log
 from orchestrator.settings import Settings
 from orchestrator.spec import JobSpec
 from orchestrator.store import TERMINAL, Store
@@ -203,49 +203,12 @@ class Orch:
                       workdir=str(workdir) if workdir else None, metadata=metadata)
 
     def resume_point(self, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:
-        """The run `checkpoint.resume_from` continues: {job_id, run_name, storage_path}, or
-        None when the spec resumes nothing. `before` is the job being launched: neither it nor
-        a later job is a candidate. Raises SpecError at checkpoint.resume_from when the
-        reference names no job, an unfinished one, or one whose storage differs; `submit`
-        calls it before recording anything."""
-        ref = spec.checkpoint.resume_from
-        if not ref:
-            return None
-        key = "checkpoint.resume_from"
-        if spec.train is None:
-            raise spec.error(key, "only a train: job keeps checkpoints to resume from",
-                             "remove checkpoint.resume_from, or run the job through train:")
-        name = spec.name or "job"
-        found = self._earlier_jobs(before)
-        if ref == "latest":
-            found = [r for r in found if r["name"] == name and (r["info"] or {}).get("storage_path")]
-            if not found:
-                raise spec.error(key, f"no earlier job named {name!r} kept checkpoints",
-                                 "`orch status` lists the jobs; give a job id instead")
-        else:
-            exact = [r for r in found if r["id"] == ref]
-            found = exact or [r for r in found if r["id"].startswith(ref)]
-            if len(found) != 1:
-                raise spec.error(key, f"no job {ref!r}" if not found else
-                                 f"{ref!r} matches several jobs", "`orch status` lists the jobs "
-                                 "with their ids; give more of the id")
-        earlier = found[0]  # newest first
-        info = earlier["info"] or {}
-        storage = info.get("storage_path")
-        if not storage:
-            raise spec.error(key, f"job {earlier['id']} kept no checkpoints (a run: job, or "
-                                  "never launched)", "name a train: job that ran")
-        if earlier["status"] not in TERMINAL:
-            raise spec.error(key, f"job {earlier['id']} is still {earlier['status']}: two runs "
-                                  "would write the same checkpoints",
-                             f"wait for it to end, or `orch cancel {earlier['id']}`")
-        mine = spec.checkpoint.storage
-        if mine and mine.rstrip("/") != storage.rstrip("/"):
-            raise spec.error(key, f"job {earlier['id']} kept its checkpoints in {storage}, "
-                                  f"not in this job's checkpoint.storage {mine}",
-                             f"set checkpoint.storage to {storage}, or leave it out")
-        return {"job_id": earlier["id"], "run_name": info.get("run_name") or earlier["id"],
-                "storage_path": storage}
+        """The run `checkpoint.resume_from` continues (see orchestrator.resume); `before` is
+        the job being launched: neither it nor a later job is a candidate. `submit` calls
+        it before recording anything."""
+        from orchestrator.resume import resume_point
+
+        return resume_point(spec, self._earlier_jobs(before) if spec.checkpoint.resume_from else [])
 
     def _earlier_jobs(self, before: Optional[str]) -> list[dict]:
         """Every job recorded before `before` (all jobs when it is None), newest first."""
@@ -292,7 +255,7 @@ class Orch:
             status = "CANCELLED" if rec["cancel_requested"] else state.status
             return self._finish(rec, status, state.message)
         if state.status == "RUNNING":
-            metrics = self._metrics_from(provider.logs(rec["backend_id"]), rec)
+            metrics = from_log(provider.logs(rec["backend_id"]), rec["metrics"])
             return self.store.set_status(rec["id"], "RUNNING", state.message, metrics=metrics)
         return rec
 
@@ -317,7 +280,7 @@ class Orch:
         log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if text:
             log_path.write_text(text)
-        metrics = self._metrics_from(text, rec)
+        metrics = from_log(text, rec["metrics"])
         result = metrics.pop("_result", None)
         if status == "SUCCEEDED" and result and result.get("ok") is False:
             status = "FAILED"
@@ -329,53 +292,10 @@ class Orch:
                                      log_path=str(log_path) if text else rec["log_path"])
 
     def _scaling(self, rec: dict, metrics: dict) -> None:
-        """With N workers, what they bought: throughput against one worker's, from earlier
-        successful one-worker runs of the same job. The verdict is redone with it."""
-        from jobs.verdict import diagnose
-
-        workers = int(metrics.get("workers") or 1)
-        if workers < 2 or not metrics.get("samples_per_sec"):
-            return
-        singles = sorted(r["metrics"]["samples_per_sec"] for r in
-                         self.store.runs_for_fingerprint(rec["fingerprint"])
-                         if r["status"] == "SUCCEEDED" and r["id"] != rec["id"]
-                         and (r["metrics"] or {}).get("workers") == 1
-                         and (r["metrics"] or {}).get("samples_per_sec"))
-        if not singles:
-            return
-        single = singles[len(singles) // 2]
-        metrics["scaling"] = {"workers": workers, "one_worker_samples_per_sec": single,
-                              "speedup": metrics["samples_per_sec"] / single,
-                              "efficiency": metrics["samples_per_sec"] / (workers * single)}
-        verdict = diagnose(metrics, single)
-        if verdict:
-            metrics["verdict"] = verdict
-
-    @staticmethod
-    def _metrics_from(text: str, rec: dict) -> dict:
-        """The last report's metrics, the run's chosen settings and the result, from events."""
-        metrics = dict(rec["metrics"] or {})
-        for ev in events.parse(text or ""):
-            kind = ev["event"]
-            if kind == "report":
-                metrics.update(ev.get("metrics") or {})
-                metrics["reports"] = ev.get("index")
-                if ev.get("checkpoint"):
-                    metrics["checkpoint"] = ev["checkpoint"]
-            elif kind == "worker_setup":
-                metrics["run_settings"] = {k: v for k, v in ev.items() if k not in ("event", "t")}
-            elif kind == "loader_tuned":  # what `loader_workers: auto` chose, and from what
-                metrics.setdefault("run_settings", {}).update(
-                    loader_workers=ev.get("chosen"), loader_tuning=ev.get("seconds_per_batch"))
-            elif kind == "verdict":
-                metrics["verdict"] = {k: v for k, v in ev.items() if k not in ("event", "t")}
-            elif kind == "result":
-                metrics.update(ev.get("metrics") or {})
-                metrics["wall_s"] = ev.get("wall_s")
-                if ev.get("checkpoint"):
-                    metrics["checkpoint"] = ev["checkpoint"]
-                metrics["_result"] = ev
-        return metrics
+        """With N workers, what they bought, against earlier one-worker runs of the same job."""
+        add_scaling(metrics, [r["metrics"] or {} for r in
+                              self.store.runs_for_fingerprint(rec["fingerprint"])
+                              if r["status"] == "SUCCEEDED" and r["id"] != rec["id"]])
 
     def logs(self, rec: dict) -> str:
         """The job's log: from the backend while it knows the job, else the saved copy."""

@@ -1,0 +1,54 @@
+"""A job's metrics as orch keeps them: read from the events in its log, plus scaling."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from jobs import events
+from jobs.verdict import diagnose
+
+
+def from_log(text: str, previous: Optional[dict] = None) -> dict:
+    """The last report's metrics, the run's chosen settings and the result, from events.
+    The raw `result` event is left under `_result` for the caller to judge the run by."""
+    metrics = dict(previous or {})
+    for ev in events.parse(text or ""):
+        kind = ev["event"]
+        if kind == "report":
+            metrics.update(ev.get("metrics") or {})
+            metrics["reports"] = ev.get("index")
+            if ev.get("checkpoint"):
+                metrics["checkpoint"] = ev["checkpoint"]
+        elif kind == "worker_setup":
+            metrics["run_settings"] = {k: v for k, v in ev.items() if k not in ("event", "t")}
+        elif kind == "loader_tuned":  # what `loader_workers: auto` chose, and from what
+            metrics.setdefault("run_settings", {}).update(
+                loader_workers=ev.get("chosen"), loader_tuning=ev.get("seconds_per_batch"))
+        elif kind == "verdict":
+            metrics["verdict"] = {k: v for k, v in ev.items() if k not in ("event", "t")}
+        elif kind == "result":
+            metrics.update(ev.get("metrics") or {})
+            metrics["wall_s"] = ev.get("wall_s")
+            if ev.get("checkpoint"):
+                metrics["checkpoint"] = ev["checkpoint"]
+            metrics["_result"] = ev
+    return metrics
+
+
+def add_scaling(metrics: dict, earlier: Sequence[dict]) -> None:
+    """With N workers, throughput against one worker's (the median of earlier successful
+    one-worker runs' metrics); the verdict is redone with it."""
+    workers = int(metrics.get("workers") or 1)
+    if workers < 2 or not metrics.get("samples_per_sec"):
+        return
+    singles = sorted(m["samples_per_sec"] for m in earlier
+                     if m.get("workers") == 1 and m.get("samples_per_sec"))
+    if not singles:
+        return
+    single = singles[len(singles) // 2]
+    metrics["scaling"] = {"workers": workers, "one_worker_samples_per_sec": single,
+                          "speedup": metrics["samples_per_sec"] / single,
+                          "efficiency": metrics["samples_per_sec"] / (workers * single)}
+    verdict = diagnose(metrics, single)
+    if verdict:
+        metrics["verdict"] = verdict

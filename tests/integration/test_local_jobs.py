@@ -44,6 +44,10 @@ def test_quickstart_trains_with_two_bf16_workers(ray_home):
     assert m["run_settings"]["world_size"] == 2
     assert m["samples_per_sec"] > 0 and m["epoch"] == m["epochs"] == 8
     assert "report epoch 8/8" in proc.stderr  # progress and logs go to stderr with --json
+    # Data in memory, a model to train: the time goes to compute, and orch says so.
+    assert m["verdict"]["kind"] == "compute-bound", m["verdict"]
+    assert m["data_fraction"] < 0.3 and m["time_compute_s"] > m["time_data_s"]
+    assert "compute-bound" in proc.stderr
     assert [h["status"] for h in rec["history"]] == ["PENDING", "RUNNING", "SUCCEEDED"]
     listed = {j["id"]: j for j in run_json(ray_home, "status")}
     assert listed[rec["id"]]["target"] == "local" and listed[rec["id"]]["status"] == "SUCCEEDED"

@@ -25,22 +25,16 @@ def submit(home, tmp_path, name, config, extra=""):
     return json.loads(proc.stdout)
 
 
-def test_input_bound_and_compute_bound_jobs_are_told_apart(ray_home, tmp_path):
+def test_an_input_bound_job_is_diagnosed_input_bound(ray_home, tmp_path):
+    # Its compute-bound counterpart is the quickstart, checked in test_local_jobs.py.
     slow = submit(ray_home, tmp_path, "slow-input", "{epochs: 1, slow_data_ms: 3}",
                   "data: {loader_workers: 0}\n")
     m = slow["metrics"]
     assert m["verdict"]["kind"] == "input-bound", m["verdict"]
     assert m["data_fraction"] > 0.5 and m["time_data_s"] > m["time_compute_s"]
     assert any("loader_workers" in a for a in m["verdict"]["advice"])
-
-    busy = submit(ray_home, tmp_path, "heavy-compute", "{epochs: 1, model_width: 2}",
-                  "data: {loader_workers: 0}\n")
-    m = busy["metrics"]
-    assert m["verdict"]["kind"] == "compute-bound", m["verdict"]
-    assert m["data_fraction"] < 0.3
-    for key in ("time_data_s", "time_copy_s", "time_compute_s", "samples_per_sec"):
+    for key in ("time_data_s", "time_copy_s", "time_compute_s", "samples_per_sec", "cpu_percent"):
         assert key in m
-    assert m["run_settings"]["precision"] == "bf16"
 
 
 def test_loader_workers_auto_tunes_a_slow_dataset(ray_home, tmp_path):

@@ -183,18 +183,9 @@ def job_yaml(name: str, config: dict, *, num_workers: int = 2, precision: str = 
 
 
 def _processes_under(path: str) -> list:
-    try:
-        import psutil
-    except ImportError:
-        return []
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(path in a for a in (p.info["cmdline"] or [])):
-                found.append(p)
-        except psutil.Error:
-            pass
-    return found
+    from providers.local_ray import processes_matching
+
+    return processes_matching(path)
 
 
 def print_table(title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> None:

@@ -182,16 +182,7 @@ class LocalRay:
     def _processes(self, state: dict) -> list:
         import psutil
 
-        temp_dir = state["temp_dir"]
-        gcs = f":{state['ports']['gcs']}"
-        roots = []
-        for p in psutil.process_iter(["cmdline"]):
-            try:
-                args = p.info["cmdline"] or []
-            except (psutil.Error, OSError):
-                continue
-            if p.pid != os.getpid() and any(temp_dir in a or a.endswith(gcs) for a in args):
-                roots.append(p)
+        roots = processes_matching(state["temp_dir"], f":{state['ports']['gcs']}")
         found = {p.pid: p for p in roots}
         for p in roots:
             try:
@@ -214,6 +205,22 @@ class LocalRay:
                 p.kill()
         psutil.wait_procs(alive, timeout=5)
         return len(procs)
+
+
+def processes_matching(text: str, suffix: Optional[str] = None) -> list:
+    """Processes (not this one) with `text` in an argument, or an argument ending in `suffix`:
+    how an instance's processes are told from another Ray's on the same machine."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            args = p.info["cmdline"] or []
+        except (psutil.Error, OSError):
+            continue
+        if p.pid != os.getpid() and any(text in a or (suffix and a.endswith(suffix)) for a in args):
+            found.append(p)
+    return found
 
 
 def ray_env(token_file: Path) -> dict:

@@ -9,18 +9,12 @@ import time
 import psutil
 import pytest
 
+from providers.local_ray import processes_matching
 from tests.conftest import run_orch, short_tmp
 
 
 def ray_processes_under(path: str) -> list:
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(path in a for a in (p.info["cmdline"] or [])):
-                found.append(p)
-        except psutil.Error:
-            pass
-    return found
+    return processes_matching(path)
 
 
 def train_processes() -> list:

@@ -73,10 +73,8 @@ class WorkerContext:
         import torch
 
         def make(workers: int):
-            kw = {"num_workers": workers, "pin_memory": self.pin_memory}
-            if workers:
-                kw["persistent_workers"] = True
-            return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, **kw)
+            return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
+                                               **self.loader_kwargs(workers))
 
         if self.requested_loader_workers == "auto":
             limit = max(2, (os.cpu_count() or 2))
@@ -120,9 +118,11 @@ class WorkerContext:
 
         return torch.amp.GradScaler(self.device_type, enabled=self.precision == "fp16")
 
-    def loader_kwargs(self) -> dict:
-        kw: dict[str, Any] = {"num_workers": self.loader_workers, "pin_memory": self.pin_memory}
-        if self.loader_workers > 0:
+    def loader_kwargs(self, workers: Optional[int] = None) -> dict:
+        """DataLoader keyword arguments for this run (or for `workers` loader processes)."""
+        workers = self.loader_workers if workers is None else workers
+        kw: dict[str, Any] = {"num_workers": workers, "pin_memory": self.pin_memory}
+        if workers > 0:
             kw["persistent_workers"] = True
         return kw
 

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from jobs import events
 from orchestrator.decision.ledger import update_ledger
 from orchestrator.service import Orch
 from orchestrator.settings import Settings

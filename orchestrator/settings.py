@@ -47,6 +47,19 @@ class LocalMachine(BaseModel):
     object_store_mb: int = Field(1024, ge=100)
 
 
+class BuyCandidate(BaseModel):
+    """A GPU the user might buy: `orch advise` says when it would pay for itself."""
+
+    model_config = ConfigDict(extra="forbid")
+    gpu: str = Field(description="accelerator name as SkyPilot spells it, e.g. RTX4090")
+    count: int = Field(1, ge=1)
+    purchase_price: float = Field(..., ge=0, description="USD for all `count` GPUs with their host")
+    watts: float = Field(300.0, ge=0, description="per GPU under load, host share included")
+    lifetime_years: float = Field(3.0, gt=0)
+    speed: Optional[float] = Field(None, gt=0, description="relative to H100 = 1.0; default from "
+                                                          "orch's table and gpu_speeds")
+
+
 def _split_list(v: Any) -> Any:
     if isinstance(v, str):
         return [x.strip() for x in v.split(",") if x.strip()]
@@ -85,6 +98,12 @@ class Settings(BaseSettings):
     short_job_hours: float = Field(2.0, gt=0, description="expected hours under which a job is short")
     max_wait_minutes: float = Field(60, ge=0, description="longest wait for on-prem before bursting")
     cloud_startup_minutes: float = Field(6, ge=0, description="billed provisioning time per launch")
+    monthly_budget: Optional[float] = Field(
+        None, gt=0, description="spend per calendar month (UTC) over all jobs, in `currency`, full "
+                                "cost incl. owned hardware: plans over it are refused and running "
+                                "jobs are stopped when it is reached")
+    candidates: list[BuyCandidate] = Field(default_factory=list,
+                                           description="GPUs you might buy, for `orch advise`")
 
     @field_validator("clouds", mode="before")
     @classmethod

@@ -65,6 +65,7 @@ class WorkerContext:
     requested_loader_workers: Any = "auto"
     loader_tuning: Optional[dict] = None  # seconds per batch for each worker count tried
     timer: Any = field(default=None, repr=False)
+    budget: Optional[dict] = None  # limit_usd, price_per_hour_usd, spent_usd, t0 (see should_stop)
     _last_progress: float = field(default=0.0, repr=False)
 
     def data_loader(self, dataset, batch_size: int, shuffle: bool = True, warmup_batches: int = 6):
@@ -136,6 +137,27 @@ class WorkerContext:
         self._last_progress = now
         events.emit("progress", epoch=epoch, epochs=epochs, step=step, steps=steps)
 
+    def should_stop(self, epoch: Optional[int] = None) -> bool:
+        """Call after each checkpointed report: True when the job's budget is spent, on
+        every worker at once (rank 0 decides, so no worker is left waiting in a collective).
+        The loop then returns, and the run ends with its last checkpoint kept."""
+        reason = over_budget(self.budget, time.time())
+        if self.world_size > 1:
+            import torch
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                flag = torch.tensor([1.0 if reason else 0.0],
+                                    device=self.device if self.device.type == "cuda" else "cpu")
+                dist.broadcast(flag, src=0)
+                if flag.item() and not reason:
+                    reason = "stopped with rank 0"
+                elif not flag.item():
+                    reason = None
+        if reason and self.rank == 0:
+            events.emit("stopped", reason="budget", detail=reason, epoch=epoch)
+        return reason is not None
+
     def as_record(self) -> dict:
         rec = {"device": str(self.device), "precision": self.precision,
                "loader_workers": self.loader_workers, "pin_memory": self.pin_memory,
@@ -143,6 +165,19 @@ class WorkerContext:
         if self.loader_tuning:
             rec["loader_tuning"] = self.loader_tuning
         return rec
+
+
+def over_budget(budget: Optional[dict], now: float) -> Optional[str]:
+    """Why the run must stop now, or None: what it has cost so far (spent before the run
+    started, e.g. a cloud VM's start-up, plus price x time since t0) against its limit."""
+    if not budget or not budget.get("limit_usd"):
+        return None
+    spent = float(budget.get("spent_usd") or 0.0) + \
+        float(budget["price_per_hour_usd"]) * max(0.0, now - float(budget["t0"])) / 3600.0
+    if spent < float(budget["limit_usd"]):
+        return None
+    return (f"{budget.get('what') or 'budget'} reached: {spent:.4g} USD spent of "
+            f"{float(budget['limit_usd']):.4g} USD")
 
 
 def install(options: dict) -> WorkerContext:
@@ -170,6 +205,7 @@ def install(options: dict) -> WorkerContext:
         pin_memory=resolve_pin_memory(options.get("pin_memory", "auto"), device.type),
         requested_loader_workers=options.get("loader_workers", "auto"),
         timer=StepTimer(device),
+        budget=options.get("budget"),
     )
     if _CURRENT.rank == 0:
         events.emit("worker_setup", **_CURRENT.as_record())

@@ -91,6 +91,8 @@ def run(spec: dict) -> int:
     num_workers = int(spec["num_workers"])
     use_gpu = _use_gpu(spec.get("use_gpu", "auto"), num_workers)
     options = {k: spec.get(k) for k in ("precision", "loader_workers", "pin_memory", "cpus_per_worker")}
+    if spec.get("budget"):  # orch's clock when it holds the hardware from submission, else ours
+        options["budget"] = {"t0": time.time(), **spec["budget"]}
     options.update(job_id=spec["job_id"], target=spec["target"])
     resolve_callable(options["target"])  # fail here, once, rather than in every worker
     config = dict(spec.get("config") or {})

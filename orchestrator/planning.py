@@ -32,8 +32,10 @@ def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None) -> li
 
 def plan_job(spec, settings, *, fingerprint: str, history: Sequence[PastRun] = (),
              code_dirty: bool = False, capacity: Optional[Capacity] = None,
-             offers: Optional[Sequence[Offer]] = None, now: Optional[float] = None) -> Decision:
-    """Classify the job and decide where it runs; `offers=None` gathers them."""
+             offers: Optional[Sequence[Offer]] = None, now: Optional[float] = None,
+             spent_this_month: Optional[float] = None) -> Decision:
+    """Classify the job and decide where it runs; `offers=None` gathers them, and
+    `spent_this_month=None` reads the month's spend from the store when a monthly budget is set."""
     history = [h if isinstance(h, PastRun) else PastRun.from_record(h) for h in history]
     est = HoursEstimator(spec, fingerprint, history, settings.default_job_hours, settings.gpu_speeds)
     kind = classify(spec, fingerprint, history, time.time() if now is None else now, settings,
@@ -42,7 +44,10 @@ def plan_job(spec, settings, *, fingerprint: str, history: Sequence[PastRun] = (
         offers = gather_offers(spec, settings)
     if capacity is None and wants_cluster(spec, settings):
         capacity = cluster_capacity(spec, settings, time.time() if now is None else now)
-    return decide(spec, kind, offers, capacity, settings, estimator=est)
+    if spent_this_month is None:
+        spent_this_month = month_spend(settings, time.time() if now is None else now)
+    return decide(spec, kind, offers, capacity, settings, estimator=est,
+                  spent_this_month=spent_this_month)
 
 
 def wants_cluster(spec, settings) -> bool:
@@ -80,6 +85,23 @@ def cluster_capacity(spec, settings, now: float) -> Capacity:
               f"{snap.free('GPU'):g}/{snap.total.get('GPU', 0):g} GPUs free, "
               f"{len(snap.jobs)} jobs active")
     return estimate_start(snap.free("CPU"), snap.free("GPU"), running, need_cpus, need_gpus, source)
+
+
+def month_spend(settings, now: float) -> float:
+    """USD spent this calendar month over every job (running ones so far); 0 without a
+    monthly budget, which is the only thing that needs it, or before the store exists."""
+    path = settings.home / "orch.db"
+    if not settings.monthly_budget or not path.exists():
+        return 0.0
+    from orchestrator import ledger
+    from orchestrator.store import Store
+
+    store = Store(path)
+    try:
+        recs = store.list(limit=1_000_000, since=ledger.month_start(now))
+    finally:
+        store.close()
+    return ledger.month_spend((ledger.entry(r, now) for r in recs), now)
 
 
 def history_for(fingerprint: str, settings) -> list[PastRun]:

@@ -24,6 +24,8 @@ def from_log(text: str, previous: Optional[dict] = None) -> dict:
         elif kind == "loader_tuned":  # what `loader_workers: auto` chose, and from what
             metrics.setdefault("run_settings", {}).update(
                 loader_workers=ev.get("chosen"), loader_tuning=ev.get("seconds_per_batch"))
+        elif kind == "stopped":  # the run stopped itself (its budget was spent)
+            metrics["stopped"] = {k: v for k, v in ev.items() if k not in ("event", "t")}
         elif kind == "verdict":
             metrics["verdict"] = {k: v for k, v in ev.items() if k not in ("event", "t")}
         elif kind == "result":

@@ -178,6 +178,9 @@ class Orch:
             }
             if endpoint and storage and storage.startswith("s3://"):
                 run["s3_endpoint_url"] = endpoint
+            budget = self.run_budget(spec, decision, job_id)
+            if budget:
+                run["budget"] = budget
             env["ORCH_RUN"] = json.dumps(run)
             python = sys.executable if target == "local" else "python3"
             command = f"{shlex.quote(python)} -m jobs.runner"
@@ -249,15 +252,89 @@ class Orch:
             return self._finish(rec, "FAILED", "the local Ray instance stopped while the job was "
                                                "running (`orch local up` starts a new one)")
         state = provider.state(rec["backend_id"], rec["info"])
-        if state.info:
-            rec = self.store.update(rec["id"], info={**(rec["info"] or {}), **state.info})
+        info = rec["info"] or {}
+        if state.info and any(info.get(k) != v for k, v in state.info.items()):
+            rec = self.store.update(rec["id"], info={**info, **state.info})
         if state.status in TERMINAL:
             status = "CANCELLED" if rec["cancel_requested"] else state.status
-            return self._finish(rec, status, state.message)
+            return self._finish(rec, status, (rec["info"] or {}).get("budget_stop") or state.message)
         if state.status == "RUNNING":
             metrics = from_log(provider.logs(rec["backend_id"]), rec["metrics"])
-            return self.store.set_status(rec["id"], "RUNNING", state.message, metrics=metrics)
+            rec = self.store.set_status(rec["id"], "RUNNING", state.message, metrics=metrics)
+            return self._enforce_budget(rec, provider)
         return rec
+
+    # -- budgets ----------------------------------------------------------------------
+
+    def budget_limit(self, spec_budget: dict, job_id: Optional[str] = None) -> Optional[tuple]:
+        """(USD, what) the job may still spend: its budget.max_cost, or what is left of
+        the monthly budget after every other job this month, whichever is smaller."""
+        from orchestrator.decision.cost import fmt_money
+
+        rate, cur = self.settings.currency_rate, self.settings.currency
+        limits = []
+        if spec_budget.get("max_cost"):
+            limits.append((spec_budget["max_cost"] / rate,
+                           f"budget.max_cost {fmt_money(spec_budget['max_cost'] / rate, cur, rate)}"))
+        if self.settings.monthly_budget:
+            monthly = self.settings.monthly_budget / rate
+            others = self._month_spend(exclude=job_id)
+            limits.append((max(0.0, monthly - others),
+                           f"monthly_budget {fmt_money(monthly, cur, rate)} "
+                           f"({fmt_money(others, cur, rate)} spent by other jobs)"))
+        return min(limits) if limits else None
+
+    def _month_spend(self, exclude: Optional[str] = None) -> float:
+        from orchestrator import ledger
+
+        if not (self.settings.home / "orch.db").exists():
+            return 0.0
+        now = time.time()
+        recs = self.store.list(limit=1_000_000, since=ledger.month_start(now))
+        return ledger.month_spend((ledger.entry(r, now) for r in recs if r["id"] != exclude), now)
+
+    def run_budget(self, spec: JobSpec, decision: Optional[dict], job_id: str) -> Optional[dict]:
+        """What the runner needs to stop itself at its budget, after a checkpoint."""
+        choice = (decision or {}).get("choice") or {}
+        limit = self.budget_limit(spec.budget.model_dump(), job_id)
+        if limit is None or choice.get("price_per_hour_usd") is None:
+            return None
+        startup = (self.settings.cloud_startup_minutes / 60.0 * choice["price_per_hour_usd"]
+                   if choice.get("target") == "cloud" else 0.0)
+        budget = {"limit_usd": round(limit[0], 6), "what": limit[1], "spent_usd": round(startup, 6),
+                  "price_per_hour_usd": choice["price_per_hour_usd"]}
+        if choice.get("target") != "cloud":
+            # Owned hardware is held from submission on, as the ledger counts it; a cloud
+            # VM bills from its start-up, which `spent_usd` covers, so its clock starts there.
+            budget["t0"] = time.time()
+        return budget
+
+    def _enforce_budget(self, rec: dict, provider) -> dict:
+        """Stop a running job whose cost reached its budget. A `train:` job stops itself at
+        its next checkpoint once over (the runner watches the same figures); orch stops it
+        outright only past a grace for that checkpoint: 10% of the limit or 5 minutes of its
+        price, whichever is more. Any other job is stopped at the limit."""
+        from orchestrator import ledger
+
+        limit = self.budget_limit((rec["spec"] or {}).get("budget") or {}, rec["id"])
+        if limit is None or rec["cancel_requested"]:
+            return rec
+        spent = ledger.entry(rec)["cost_usd"]
+        grace = 0.0
+        if (rec["spec"] or {}).get("train"):
+            price = ((rec["decision"] or {}).get("choice") or {}).get("price_per_hour_usd") or 0.0
+            grace = max(0.10 * limit[0], price * 5 / 60)
+        if spent < limit[0] + grace:
+            return rec
+        from orchestrator.decision.cost import fmt_money
+
+        msg = (f"stopped by orch: {limit[1]} reached ({fmt_money(spent, self.settings.currency, self.settings.currency_rate)} "
+               f"spent); raise the budget to let it run longer")
+        rec = self.store.update(rec["id"], cancel_requested=1,
+                                info={**(rec["info"] or {}), "budget_stop": msg})
+        self.store.set_status(rec["id"], "RUNNING", msg)
+        provider.cancel(rec["backend_id"])
+        return self.store.get(rec["id"])
 
     def _recover_launch(self, rec: dict, grace_s: float = 60.0) -> dict:
         """A job recorded but with no backend id: its `orch submit` died or is still launching.
@@ -286,10 +363,19 @@ class Orch:
             status = "FAILED"
         if status == "FAILED" and result and result.get("error"):
             message = result["error"]
+        stopped = metrics.get("stopped")
+        if status == "SUCCEEDED" and stopped:  # the runner stopped itself at its budget
+            status = "CANCELLED"
+            message = (f"stopped at its budget after epoch {stopped.get('epoch')}: "
+                       f"{stopped.get('detail')}; last checkpoint {metrics.get('checkpoint')}")
         if status == "SUCCEEDED":
             self._scaling(rec, metrics)
-        return self.store.set_status(rec["id"], status, message, metrics=metrics,
-                                     log_path=str(log_path) if text else rec["log_path"])
+        rec = self.store.set_status(rec["id"], status, message, metrics=metrics,
+                                    log_path=str(log_path) if text else rec["log_path"])
+        from orchestrator import ledger
+
+        # The ledger line, kept with the job: what it cost and what it passed over.
+        return self.store.update(rec["id"], info={**(rec["info"] or {}), "cost": ledger.entry(rec)})
 
     def _scaling(self, rec: dict, metrics: dict) -> None:
         """With N workers, what they bought, against earlier one-worker runs of the same job."""

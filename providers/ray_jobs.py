@@ -62,7 +62,10 @@ class RayJobsProvider:
         message = info.message
         if status == "FAILED" and info.driver_exit_code is not None:
             message = f"{message} (exit code {info.driver_exit_code})"
-        return BackendState(status, message)
+        # Ray's own clock for when the job held the cluster: what the ledger prices.
+        times = {k: t / 1000.0 for k, t in (("backend_start", info.start_time),
+                                             ("backend_end", info.end_time)) if t}
+        return BackendState(status, message, times or None)
 
     def logs(self, backend_id: str) -> str:
         try:

@@ -151,6 +151,8 @@ def train_loop(config: dict) -> None:
                            os.path.join(d, "state.pt"))
                 ckpt = ray.train.Checkpoint.from_directory(d)
             ray.train.report(metrics, checkpoint=ckpt)
+        if ctx.should_stop(epoch + 1):  # the budget is spent: stop here, checkpoint kept
+            return
 
 
 def _unwrap(model: nn.Module) -> nn.Module:

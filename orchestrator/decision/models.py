@@ -176,10 +176,18 @@ def _alt_dict(a: Alternative, m) -> dict:
     return {"target": o.target, "cloud": o.cloud, "region": o.region, "gpu": o.gpu,
             "count": _num(a.used), "offer_count": _num(o.count), "spot": o.spot,
             "instance_type": o.instance_type,
-            "price_per_hour": m(a.price_per_hour), "est_hours": a.est_hours,
+            "price_per_hour": m(a.price_per_hour), "price_per_hour_usd": a.price_per_hour,
+            "amortized_per_hour_usd": _share(a, o.amortized_per_hour) if o.owned else None,
+            "power_per_hour_usd": _share(a, o.power_per_hour) if o.owned else None,
+            "est_hours": a.est_hours,
             "est_cost": m(a.est_cost), "marginal_cost": m(a.marginal_cost),
             "wait_minutes": a.wait_minutes, "hours_basis": a.hours_basis,
             "excluded": a.excluded}
+
+
+def _share(a: Alternative, per_hour: float) -> float:
+    """An owned offer's hourly figure for the share of its GPUs the job gets."""
+    return per_hour * (a.price_per_hour / a.offer.price_per_hour if a.offer.price_per_hour else 1.0)
 
 
 def _num(x: float) -> float | int:

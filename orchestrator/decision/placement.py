@@ -13,7 +13,7 @@ from orchestrator.decision.models import (TARGET_ORDER, Alternative, Capacity, C
                                           Decision, Offer, PastRun, share_price)
 
 # Blockers that a setting or a line of the job file can lift, cheapest to suggest first.
-_SOFT = ("mode", "allow", "use_spot", "spot", "wait", "hourly", "cost")
+_SOFT = ("mode", "allow", "use_spot", "spot", "wait", "hourly", "cost", "month")
 
 
 class OfferIndex:
@@ -137,13 +137,15 @@ def _rank(a: Alternative, pref: dict) -> tuple:
 
 def decide(spec, classification: Classification, offers: Union[Sequence[Offer], OfferIndex],
            capacity: Optional[Capacity], settings, *, fingerprint: str = "",
-           history: Iterable[PastRun] = (), estimator: Optional[HoursEstimator] = None) -> Decision:
+           history: Iterable[PastRun] = (), estimator: Optional[HoursEstimator] = None,
+           spent_this_month: float = 0.0) -> Decision:
     """Decide where one job runs. Pure: everything arrives as arguments.
 
     Steady work goes on-prem when it can start within `max_wait_minutes`, else to the
     cheapest allowed option (a cloud burst). Exploratory work goes to the cheapest cloud
     offer per job; spot only when the job checkpoints and is short. Local-only mode
-    keeps everything on this machine. Budgets and `placement.allow` are hard limits."""
+    keeps everything on this machine. Budgets (the job's, and the month's given
+    `spent_this_month` USD so far) and `placement.allow` are hard limits."""
     index = offers if isinstance(offers, OfferIndex) else OfferIndex(offers)
     est = estimator or HoursEstimator(spec, fingerprint, history, settings.default_job_hours,
                                       settings.gpu_speeds)
@@ -156,6 +158,7 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
     short_h, startup = settings.short_job_hours, settings.cloud_startup_minutes
     max_cost = spec.budget.max_cost / rate if spec.budget.max_cost else None
     max_hourly = spec.budget.max_hourly / rate if spec.budget.max_hourly else None
+    monthly = settings.monthly_budget / rate if settings.monthly_budget else None
     # A list of accelerators states a preference: it breaks ties in cost, never outranks it.
     ordered = spec.resources.accelerators_ordered
     pref = {g: i for i, (g, _) in enumerate(needs.choices)} if ordered else {}
@@ -200,6 +203,9 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
                                     f"{money(max_hourly)}"))
             if max_cost is not None and full is not None and full > max_cost:
                 b.append(("cost", f"{money(full)} > budget.max_cost {money(max_cost)}"))
+            if monthly is not None and full is not None and spent_this_month + full > monthly:
+                b.append(("month", f"{money(spent_this_month)} spent this month + {money(full)} "
+                                   f"> monthly_budget {money(monthly)}"))
         alts.append(Alternative(offer=o, est_hours=hours, est_cost=full, marginal_cost=marginal,
                                 hours_basis=basis, used=used, wait_minutes=wait,
                                 excluded="; ".join(t for _, t in b) if b else None))
@@ -322,6 +328,9 @@ _FIX = {
                              if not math.isinf(a.wait_minutes) else "free on-prem GPUs"),
     "hourly": lambda a, s, m: f"raise budget.max_hourly to at least {m(a.price_per_hour)}",
     "cost": lambda a, s, m: f"raise budget.max_cost to at least {m(a.est_cost)}",
+    "month": lambda a, s, m: (next(x for x in a.excluded.split("; ") if "spent this month" in x)
+                              + ": raise monthly_budget (ORCH_MONTHLY_BUDGET) or wait for next "
+                              "month; `orch cost --by month` shows this month's spend"),
 }
 
 

@@ -94,6 +94,27 @@ def test_cancel_running_job_leaves_no_workers(ray_home, tmp_path):
     assert run_orch(ray_home, "cancel", job_id).returncode == 0  # already ended: says so
 
 
+def test_a_job_stops_at_its_budget_after_a_checkpoint(ray_home, tmp_path):
+    # This machine priced at about 1 USD a second: a 20 USD budget lasts 20 s from submission.
+    job = write_job(tmp_path, "name: budgeted\ntrain:\n  job: image-classification\n"
+                              "  config: {epochs: 200}\nscaling: {num_workers: 2}\n"
+                              "estimate: {hours: 0.002}\nbudget: {max_cost: 20}\n")
+    proc = run_orch(ray_home, "submit", str(job), "--json", ORCH_LOCAL__PURCHASE_PRICE="28400000")
+    rec = json.loads(proc.stdout)
+    assert rec["status"] == "CANCELLED", (rec["status"], rec["message"], proc.stderr[-3000:])
+    m = rec["metrics"]
+    assert "stopped at its budget after epoch" in rec["message"]
+    assert "budget.max_cost 20.00 USD reached" in rec["message"]
+    assert 1 <= m["stopped"]["epoch"] < 200 and m["epoch"] == m["stopped"]["epoch"]
+    assert m["checkpoint"] and m["checkpoint"] in rec["message"]
+    cost = rec["run"]["cost"]  # the ledger line: Ray's own clock, about 1 USD a second
+    assert 20 <= cost["cost_usd"] <= 120, cost
+    deadline = time.monotonic() + 30
+    while train_processes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert train_processes() == []
+
+
 def test_unmodified_ray_train_script_runs_as_run_job(ray_home, tmp_path):
     job = tmp_path / "plain.yaml"
     job.write_text(f"name: plain-script\nworkdir: {ROOT / 'tests' / 'fixtures'}\n"

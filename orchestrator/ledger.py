@@ -1,0 +1,211 @@
+"""What each job really cost, and what the best option it passed over would have cost.
+
+Pure: a job record (as the store returns it) in, one ledger entry out. A cloud job costs
+what its launches were billed, every recovery and start-up included (the launch ledger of
+`orchestrator.decision.ledger`); owned hardware (local, on-prem) costs its amortized
+purchase plus power, for the share of its GPUs the job held and the hours it held them.
+Nothing owned is ever free.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from typing import Iterable, Optional
+
+GROUPS = ("name", "target", "kind", "month", "day")
+CSV_FIELDS = ("id", "name", "status", "kind", "target", "where", "gpu", "gpu_count", "started",
+              "finished", "hours", "gpu_hours", "cost_usd", "amortized_usd", "power_usd",
+              "estimate_usd", "recoveries", "alternative", "alternative_usd", "saved_usd")
+
+
+def _rate(decision: dict) -> float:
+    """Units of the plan's currency per USD, as it was when the job was planned."""
+    est = decision.get("estimate") or {}
+    cost, usd = est.get("cost"), est.get("cost_usd")
+    if cost and usd:
+        return cost / usd
+    return 1.0
+
+
+def run_window(rec: dict, now: float) -> tuple[Optional[float], Optional[float]]:
+    """(start, end) of the time the job held its hardware: the backend's own times when it
+    reported them, else orch's; end is None while it runs, start None if it never ran."""
+    info = rec.get("info") or {}
+    start = info.get("backend_start") or rec.get("started_at")
+    end = info.get("backend_end") or rec.get("finished_at")
+    if start is None and rec.get("status") in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        wall = (rec.get("metrics") or {}).get("wall_s")  # the runner's own clock
+        if wall and end:
+            start = end - wall
+    if start is not None and end is not None and end < start:
+        end = start
+    return start, end
+
+
+def _where(alt: dict) -> str:
+    if alt.get("target") == "cloud":
+        return f"{alt.get('cloud')}/{alt.get('region')}"
+    return str(alt.get("target"))
+
+
+def _device(alt: dict) -> str:
+    gpu = alt.get("gpu")
+    return "CPU" if not gpu else f"{gpu}x{alt.get('count')}"
+
+
+def _same(a: dict, b: dict) -> bool:
+    keys = ("target", "cloud", "region", "gpu", "count", "spot", "instance_type")
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+def best_alternative(decision: dict) -> Optional[dict]:
+    """The cheapest option the plan did not choose: an eligible one when there was one,
+    else the cheapest excluded one (with why it was excluded)."""
+    choice = decision.get("choice") or {}
+    others = [a for a in decision.get("alternatives") or []
+              if a.get("est_cost") is not None and not _same(a, choice)]
+    eligible = [a for a in others if a.get("excluded") is None]
+    pool = eligible or others
+    return min(pool, key=lambda a: a["est_cost"]) if pool else None
+
+
+def entry(rec: dict, now: Optional[float] = None) -> dict:
+    """The ledger entry of one job; for a running job, what it has cost so far."""
+    now = time.time() if now is None else now
+    decision = rec.get("decision") or {}
+    choice = decision.get("choice") or {}
+    rate = _rate(decision)
+    info = rec.get("info") or {}
+    start, end = run_window(rec, now)
+    hours = 0.0 if start is None else max(0.0, ((end or now) - start) / 3600.0)
+    target = rec.get("target") or choice.get("target")
+    count = choice.get("count") or 0
+    amortized = power = None
+    recoveries = 0
+    if target == "cloud":
+        ledger = info.get("ledger") or {}
+        cost = float(ledger.get("cost_usd") or 0.0)
+        recoveries = int(ledger.get("recoveries") or 0)
+        if ledger.get("billed_hours") is not None:
+            hours = float(ledger["billed_hours"])
+    else:
+        price = choice.get("price_per_hour_usd")
+        if price is None:  # planned by an older orch: the price shown, in its currency
+            price = (choice.get("price_per_hour") or 0.0) / rate
+        cost = price * hours
+        if choice.get("amortized_per_hour_usd") is not None:
+            amortized = choice["amortized_per_hour_usd"] * hours
+            power = choice["power_per_hour_usd"] * hours
+    est = (decision.get("estimate") or {})
+    out = {
+        "id": rec.get("id"), "name": rec.get("name"), "status": rec.get("status"),
+        "kind": rec.get("kind"), "target": target,
+        "where": _where(choice) if choice else target, "gpu": choice.get("gpu"),
+        "gpu_count": count, "started_at": start, "finished_at": end,
+        "created_at": rec.get("created_at"), "running": end is None and start is not None,
+        "hours": round(hours, 6), "gpu_hours": round(hours * (count or 0), 6),
+        "cost_usd": round(cost, 6),
+        "amortized_usd": None if amortized is None else round(amortized, 6),
+        "power_usd": None if power is None else round(power, 6),
+        "estimate_usd": est.get("cost_usd"), "recoveries": recoveries,
+        "alternative": None,
+    }
+    alt = best_alternative(decision)
+    if alt is not None:
+        # Its estimate, scaled by how long the job really took against the chosen option's
+        # estimate: the same work, priced where it did not run.
+        alt_usd = alt["est_cost"] / rate
+        chosen_h = choice.get("est_hours")
+        if chosen_h and start is not None and target != "cloud":
+            alt_usd *= hours / chosen_h
+        elif chosen_h and target == "cloud" and hours:
+            alt_usd *= hours / (chosen_h + _startup_h(choice))
+        out["alternative"] = {"where": _where(alt), "device": _device(alt),
+                              "cost_usd": round(alt_usd, 6), "excluded": alt.get("excluded")}
+    return out
+
+
+def _startup_h(choice: dict) -> float:
+    """Billed start-up hours in a cloud choice's estimate: cost / price - run hours."""
+    price = choice.get("price_per_hour")
+    if not price or choice.get("est_cost") is None or choice.get("est_hours") is None:
+        return 0.0
+    return max(0.0, choice["est_cost"] / price - choice["est_hours"])
+
+
+def period_key(e: dict, by: str) -> str:
+    if by in ("month", "day"):
+        ts = e["finished_at"] or e["started_at"] or e["created_at"] or 0.0
+        return time.strftime("%Y-%m" if by == "month" else "%Y-%m-%d", time.gmtime(ts))
+    return str(e.get(by) or "-")
+
+
+def group(entries: Iterable[dict], by: str) -> list[dict]:
+    """Totals per name, target, kind, month or day, largest spend first (periods in order)."""
+    rows: dict[str, dict] = {}
+    for e in entries:
+        k = period_key(e, by)
+        r = rows.setdefault(k, {by: k, "jobs": 0, "hours": 0.0, "gpu_hours": 0.0,
+                                "cost_usd": 0.0, "alternative_usd": 0.0, "recoveries": 0})
+        r["jobs"] += 1
+        r["hours"] += e["hours"]
+        r["gpu_hours"] += e["gpu_hours"]
+        r["cost_usd"] += e["cost_usd"]
+        r["recoveries"] += e["recoveries"]
+        alt = e["alternative"]["cost_usd"] if e["alternative"] else e["cost_usd"]
+        r["alternative_usd"] += alt
+    out = list(rows.values())
+    for r in out:
+        r["saved_usd"] = r["alternative_usd"] - r["cost_usd"]
+        for k in ("hours", "gpu_hours", "cost_usd", "alternative_usd", "saved_usd"):
+            r[k] = round(r[k], 6)
+    if by in ("month", "day"):
+        return sorted(out, key=lambda r: r[by])
+    return sorted(out, key=lambda r: (-r["cost_usd"], r[by]))
+
+
+def month_start(now: float) -> float:
+    """Epoch seconds of the first instant of `now`'s calendar month, UTC."""
+    import calendar
+
+    t = time.gmtime(now)
+    return float(calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)))
+
+
+def month_spend(entries: Iterable[dict], now: float) -> float:
+    """USD spent in `now`'s calendar month (UTC): jobs that ended in it, and running jobs."""
+    since = month_start(now)
+    return sum(e["cost_usd"] for e in entries
+               if e["running"] or (e["finished_at"] or 0.0) >= since)
+
+
+def daily_by_target(entries: Iterable[dict]) -> list[dict]:
+    """Rows for the spend plot: {day, target, cost} summed per day and target."""
+    acc: dict[tuple, float] = {}
+    for e in entries:
+        k = (period_key(e, "day"), e["target"] or "-")
+        acc[k] = acc.get(k, 0.0) + e["cost_usd"]
+    return [{"day": d, "target": t, "cost": c} for (d, t), c in sorted(acc.items())]
+
+
+def to_csv(entries: Iterable[dict], rate: float = 1.0) -> str:
+    """One line per job; money in USD (the columns say so)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for e in entries:
+        alt = e["alternative"] or {}
+        w.writerow({
+            **{k: e.get(k) for k in CSV_FIELDS if k in e},
+            "started": _iso(e["started_at"]), "finished": _iso(e["finished_at"]),
+            "alternative": f"{alt['where']} {alt['device']}" if alt else "",
+            "alternative_usd": alt.get("cost_usd", ""),
+            "saved_usd": round(alt["cost_usd"] - e["cost_usd"], 6) if alt else "",
+        })
+    return buf.getvalue()
+
+
+def _iso(ts: Optional[float]) -> str:
+    return "" if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))

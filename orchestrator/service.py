@@ -6,12 +6,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from orchestrator import redact
 from orchestrator.checks import check_runnable
 from orchestrator.errors import BackendError, InputError, OrchError
 from orchestrator.fingerprint import fingerprint
@@ -30,6 +32,7 @@ class Orch:
         self.settings = settings
         self.on_ray_start = on_ray_start
         self._providers: dict = {}
+        self._secrets: dict[str, dict] = {}  # job id -> secret values, for this process only
 
     @functools.cached_property
     def store(self) -> Store:
@@ -118,20 +121,27 @@ class Orch:
         """Check, record (PENDING), then launch. Bad input raises before anything is written."""
         check_runnable(spec)
         self.resume_point(spec)  # a resume_from that names no usable run: refused, nothing written
+        secrets = spec.secret_strings()  # a secret with no value is a job-file error
         fp, dirty = fingerprint(spec)
         decision = self.place(spec, fp, dirty)
         target = decision["target"]
         provider = self.provider(target)
+        hidden = redact.secret_env(spec.envs, secrets)
+        salt = redact.new_salt()
         rec = self.store.create_job(
-            name=spec.name or "job", spec=spec.model_dump(mode="json"), kind=decision["kind"],
-            target=target, fingerprint=fp, decision=decision,
+            name=spec.name or "job", spec=redact.redact_spec(spec.model_dump(mode="json")),
+            kind=decision["kind"], target=target, fingerprint=fp, decision=decision,
             source_file=str(Path(spec.source_file).resolve()) if spec.source_file else None,
-            idempotency_key=idempotency_key)
+            idempotency_key=idempotency_key,
+            # Digests only: a log read after this process is gone is still redacted.
+            info={"secret_salt": salt, "secret_digests": redact.digests(hidden.values(), salt)}
+            if hidden else None)
         if rec["backend_id"]:
             return rec  # the same key was submitted before
+        self._secrets[rec["id"]] = hidden
         try:
             provider.prepare()
-            launch = self.launch_for(rec["id"], spec, target, decision)
+            launch = self.launch_for(rec["id"], spec, target, decision, secrets)
             if target == "cloud":
                 launch = self.for_cloud(launch, spec, decision)
             backend_id = provider.submit(launch)
@@ -148,7 +158,8 @@ class Orch:
         return self.store.update(rec["id"], info={**(rec["info"] or {}), **extra}) if extra else rec
 
     def launch_for(self, job_id: str, spec: JobSpec, target: str,
-                   decision: Optional[dict] = None) -> Launch:
+                   decision: Optional[dict] = None, secrets: Optional[dict] = None) -> Launch:
+        """What the provider runs. `secrets` are the `secrets:` values (None: read them now)."""
         from orchestrator.planning import job_needs
 
         endpoint = self.settings.s3_endpoint_url
@@ -203,6 +214,7 @@ class Orch:
         if spec.train:
             metadata["run_name"] = run_name
         return Launch(job_id=job_id, entrypoint=entrypoint, env=env,
+                      secrets=spec.secret_strings() if secrets is None else dict(secrets),
                       workdir=str(workdir) if workdir else None, metadata=metadata)
 
     def resume_point(self, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:
@@ -259,7 +271,7 @@ class Orch:
             status = "CANCELLED" if rec["cancel_requested"] else state.status
             return self._finish(rec, status, (rec["info"] or {}).get("budget_stop") or state.message)
         if state.status == "RUNNING":
-            metrics = from_log(provider.logs(rec["backend_id"]), rec["metrics"])
+            metrics = from_log(self._redact(rec, provider.logs(rec["backend_id"])), rec["metrics"])
             rec = self.store.set_status(rec["id"], "RUNNING", state.message, metrics=metrics)
             return self._enforce_budget(rec, provider)
         return rec
@@ -354,9 +366,8 @@ class Orch:
     def _finish(self, rec: dict, status: str, message: Optional[str]) -> dict:
         text = self.logs(rec)
         log_path = self.settings.home / "logs" / f"{rec['id']}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if text:
-            log_path.write_text(text)
+            write_private(log_path, text)
         metrics = from_log(text, rec["metrics"])
         result = metrics.pop("_result", None)
         if status == "SUCCEEDED" and result and result.get("ok") is False:
@@ -383,8 +394,23 @@ class Orch:
                               self.store.runs_for_fingerprint(rec["fingerprint"])
                               if r["status"] == "SUCCEEDED" and r["id"] != rec["id"]])
 
+    def _redact(self, rec: dict, text: str) -> str:
+        """The job's secrets out of `text`, and any credential orch's own environment holds
+        (AWS_SECRET_ACCESS_KEY and the like), should the job have printed one."""
+        if not text:
+            return text
+        info = rec["info"] or {}
+        values = list((self._secrets.get(rec["id"]) or {}).values())
+        values += [v for k, v in os.environ.items() if len(v) >= 8 and redact.looks_secret(k)]
+        return redact.redact_text(text, values, info.get("secret_salt", ""),
+                                  info.get("secret_digests", ()))
+
     def logs(self, rec: dict) -> str:
-        """The job's log: from the backend while it knows the job, else the saved copy."""
+        """The job's log, secrets redacted: from the backend while it knows the job, else
+        the saved copy."""
+        return self._redact(rec, self._raw_logs(rec))
+
+    def _raw_logs(self, rec: dict) -> str:
         if rec["status"] in TERMINAL and rec["log_path"] and Path(rec["log_path"]).exists():
             return Path(rec["log_path"]).read_text()
         if not rec["backend_id"]:
@@ -434,3 +460,14 @@ class Orch:
             except OrchError:
                 out.append(rec)  # shown as last known; `orch status ID` names the problem
         return out
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (a log may hold what the job printed), whole
+    or not at all: a reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -13,6 +13,9 @@ class Launch:
     job_id: str
     entrypoint: str  # a shell command line, run on the target
     env: dict = field(default_factory=dict)
+    # Passed to the job like `env`, but secret: never logged, shown or kept by orch; a
+    # backend that can keep them apart (SkyPilot) is told they are secrets.
+    secrets: dict = field(default_factory=dict)
     workdir: Optional[str] = None
     metadata: dict = field(default_factory=dict)
     # For a cloud VM: what SkyPilot provisions. `offers` are the chosen offer first, then

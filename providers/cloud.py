@@ -91,12 +91,17 @@ def build_task(launch: Launch):
         raise BackendError(f"{launch.job_id}: no cloud offer to launch on")
     runner = str(Path(jobs.__file__).parent)
     mounts = {f"{RUNNER_DIR}/jobs": runner, **launch.file_mounts}
-    envs = {**launch.env, "PYTHONPATH": RUNNER_DIR}
+    from orchestrator.redact import looks_secret
+
+    # Credential-like envs travel as SkyPilot secrets, which SkyPilot keeps out of its records.
+    envs = {k: v for k, v in launch.env.items() if not looks_secret(k)}
+    envs["PYTHONPATH"] = RUNNER_DIR
+    secrets = {**{k: v for k, v in launch.env.items() if looks_secret(k)}, **launch.secrets}
     setup = ("set -e\n"
              "pip install -q 'ray[train]>=2.50' torch scikit-learn boto3 pyarrow\n"
              + (launch.setup or ""))
     task = sky.Task(name=launch.job_id, run=launch.entrypoint, setup=setup, envs=envs,
-                    workdir=launch.workdir, num_nodes=launch.num_nodes)
+                    secrets=secrets or None, workdir=launch.workdir, num_nodes=launch.num_nodes)
     task.set_file_mounts(mounts)
     offers = list(launch.offers)[: 1 + FALLBACKS]
     task.set_resources([_resources(o, launch) for o in offers])
@@ -104,7 +109,11 @@ def build_task(launch: Launch):
 
 
 def task_yaml(launch: Launch) -> dict:
-    return build_task(launch).to_yaml_config()
+    """The task as YAML data, secret values left out: `sky launch --secret NAME` gives them."""
+    config = build_task(launch).to_yaml_config()
+    if config.get("secrets"):
+        config["secrets"] = {k: None for k in config["secrets"]}
+    return config
 
 
 class SkySDK:

@@ -36,7 +36,7 @@ class RayJobsProvider:
 
     def submit(self, launch: Launch, extra_runtime_env: Optional[dict] = None) -> str:
         client = self._connect()
-        runtime_env: dict = {"env_vars": dict(launch.env), **(extra_runtime_env or {})}
+        runtime_env: dict = {"env_vars": {**launch.env, **launch.secrets}, **(extra_runtime_env or {})}
         if launch.workdir:
             runtime_env["working_dir"] = launch.workdir
         try:

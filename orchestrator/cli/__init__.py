@@ -11,14 +11,29 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
                        "your Ray cluster, or the cheapest cloud GPU.")
 
 
-def main() -> None:
+def _click_errors():
+    """click's exception classes, and typer's own copies of them (typer >= 0.16 vendors click)."""
     import click
+
+    mods = [click.exceptions]
+    try:
+        import typer._click.exceptions as vendored  # noqa: PLC0415
+
+        mods.append(vendored)
+    except ImportError:
+        pass
+    pick = lambda name: tuple(getattr(m, name) for m in mods if hasattr(m, name))  # noqa: E731
+    return pick("Exit"), pick("Abort"), pick("ClickException")
+
+
+def main() -> None:
 
     from orchestrator.cli import commands  # noqa: F401  (registers the commands)
     from orchestrator.cli.render import err
     from orchestrator.errors import OrchError
     from rich.markup import escape
 
+    exit_, abort, click_error = _click_errors()
     try:
         code = app(prog_name="orch", standalone_mode=False)
         # Without standalone mode, click returns typer.Exit's code instead of exiting.
@@ -28,12 +43,12 @@ def main() -> None:
         if e.hint:
             err.print(f"  [dim]->[/] {escape(e.hint)}", highlight=False)
         sys.exit(e.exit_code)
-    except click.exceptions.Exit as e:
+    except exit_ as e:
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
+    except abort:
         err.print("aborted")
         sys.exit(130)
-    except click.ClickException as e:
+    except click_error as e:
         e.show()
         sys.exit(2)
     except KeyboardInterrupt:

@@ -55,7 +55,8 @@ def _emit(kind: str, spec, settings, decision) -> None:
                              "enable clouds with ORCH_CLOUDS and allow cloud in placement.allow")
         d["choice"] = clouds[0]
     orch = Orch(settings)
-    launch = orch.launch_for("orch-plan", spec, "cloud", d)
+    # Secret values are not needed to print the task: it names them for `sky launch --secret`.
+    launch = orch.launch_for("orch-plan", spec, "cloud", d, secrets={k: "" for k in spec.secrets})
     config = task_yaml(orch.for_cloud(launch, spec, d))
     config = {k: v for k, v in config.items() if not k.startswith("_")}
     out.print(yaml.safe_dump(config, sort_keys=False), markup=False, highlight=False, end="")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import secrets
+import stat
 import time
 
 import pytest
@@ -113,6 +115,28 @@ def test_a_job_stops_at_its_budget_after_a_checkpoint(ray_home, tmp_path):
     while train_processes() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert train_processes() == []
+
+
+def test_no_secret_value_in_the_store_the_logs_or_the_status(ray_home, tmp_path):
+    token, aws = "hf_" + secrets.token_hex(12), secrets.token_hex(20)
+    job = tmp_path / "secret.yaml"
+    job.write_text(f"name: with-token\nenvs:\n  HF_TOKEN: {token}\n"
+                   "run: echo \"the job sees $HF_TOKEN\" && test -n \"$HF_TOKEN\"\n")
+    proc = run_orch(ray_home, "submit", str(job), "--json", AWS_SECRET_ACCESS_KEY=aws,
+                    AWS_ACCESS_KEY_ID="AKIA" + secrets.token_hex(8).upper())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout)
+    assert rec["status"] == "SUCCEEDED"
+    assert "the job sees <redacted>" in proc.stderr  # followed live, redacted on the way
+    shown = run_orch(ray_home, "logs", rec["id"]).stdout + run_orch(ray_home, "status", "--json").stdout
+    files = [p for p in ray_home.rglob("*") if p.is_file() and "session_" not in str(p)]
+    assert any(p.name == "orch.db" for p in files) and any(p.suffix == ".log" for p in files)
+    for value in (token, aws):
+        assert value not in proc.stdout + proc.stderr + shown
+        for p in files:
+            assert value.encode() not in p.read_bytes(), p
+    for p in [ray_home / "orch.db", ray_home / "logs" / f"{rec['id']}.log"]:
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
 
 
 def test_unmodified_ray_train_script_runs_as_run_job(ray_home, tmp_path):

@@ -64,3 +64,11 @@ def test_help_is_fast_and_imports_no_sdk():
                           capture_output=True, text=True)
     assert proc.returncode == 0 and "submit" in proc.stdout
     print(f"import {float(seconds):.3f}s, --help {time.perf_counter() - start:.3f}s")
+
+
+@pytest.mark.parametrize("args", [["status", "--limit", "abc"], ["status", "--bogus"],
+                                  ["cost", "--since"]])
+def test_bad_flags_are_one_message_and_exit_2(orch_home, args):
+    proc = run_orch(orch_home, *args)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "Error:" in proc.stderr

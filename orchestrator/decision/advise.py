@@ -1,0 +1,376 @@
+"""Buy-vs-rent advice: how much steady work there is, what it cost, and when a GPU pays back."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable, Mapping, Optional, Sequence
+
+from orchestrator.decision.cost import fmt_money
+from orchestrator.decision.gpus import CPU, canonical_gpu, relative_speed
+from orchestrator.decision.models import Offer
+from orchestrator.ledger import entry as ledger_entry
+
+DAYS_PER_MONTH = 30.44
+HOURS_PER_MONTH = 730.0  # one GPU busy round the clock for a month
+_DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """Figures the user gives instead of the measured or configured ones; None keeps those.
+    Money is USD, like the settings."""
+
+    steady_hours: Optional[float] = None  # steady work, H100-hours (reference GPU-hours) a month
+    electricity_price: Optional[float] = None  # USD per kWh
+    rent_price: Optional[float] = None  # USD per hour to rent a candidate's GPUs (all `count`)
+    utilization_cap: Optional[float] = None  # busiest fraction of 730 h/month a candidate runs
+    prices: Mapping[str, float] = field(default_factory=dict)  # candidate GPU -> purchase, USD
+
+    def overridden(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if v is not None and k != "prices"}
+        if self.prices:
+            out["prices"] = dict(self.prices)
+        return out
+
+
+@dataclass
+class Work:
+    """Finished jobs added up: wall hours, physical GPU-hours, H100-hours, cost in USD."""
+
+    jobs: int = 0
+    wall_hours: float = 0.0
+    gpu_hours: float = 0.0
+    ref_gpu_hours: float = 0.0
+    cost_usd: float = 0.0
+
+    def add(self, hours: float, gpu_hours: float, ref: Optional[float], cost: float) -> None:
+        self.jobs += 1
+        self.wall_hours += hours
+        self.gpu_hours += gpu_hours
+        self.ref_gpu_hours += ref or 0.0
+        self.cost_usd += cost
+
+    def per_month(self, months: float) -> dict:
+        return {k: getattr(self, k) / months
+                for k in ("wall_hours", "gpu_hours", "ref_gpu_hours", "cost_usd")}
+
+
+@dataclass
+class CandidateAdvice:
+    """One GPU the user might buy, priced against renting the same steady work."""
+
+    gpu: str
+    count: int
+    purchase_price_usd: float
+    speed: Optional[float]  # one GPU, H100 = 1.0
+    lifetime_months: float
+    verdict: str = "unknown"  # buy | rent | unknown
+    reason: str = ""
+    hours_needed: Optional[float] = None  # wall hours a month the steady work takes on it
+    hours_per_month: Optional[float] = None  # what it runs, after the capacity cap
+    capped: bool = False
+    rent_price_per_hour_usd: Optional[float] = None  # renting the same GPU x count
+    rent_basis: str = ""
+    rent_avoided_usd: Optional[float] = None  # a month
+    power_usd: Optional[float] = None  # a month
+    net_usd: Optional[float] = None  # a month: rent avoided - power
+    payback_months: Optional[float] = None  # None: never (or unknown, see verdict)
+    lifetime_saving_usd: Optional[float] = None  # net x lifetime - purchase
+    # The same work rented on whichever on-demand GPU does it cheapest (by relative
+    # speed): a second opinion when renting the candidate's own model is poor value.
+    cheapest_rent: Optional[dict] = None
+
+
+@dataclass
+class Advice:
+    currency: str
+    currency_rate: float
+    days: float  # the window asked for
+    history_days: float  # the window used: shorter when the history is
+    months: float
+    start: float
+    end: float
+    running_jobs: int
+    steady: Work
+    exploratory: Work
+    by_target: dict[str, dict]
+    steady_ref_hours_per_month: float  # the figure the candidates are priced on
+    measured_steady_ref_hours_per_month: float
+    paid_per_ref_hour_usd: Optional[float]
+    paid_basis: str
+    owned: Optional[dict]
+    electricity_price: float
+    utilization_cap: float
+    candidates: list[CandidateAdvice]
+    what_if: dict
+    assumptions: list[str]
+    missing: list[str]
+
+    def to_dict(self) -> dict:
+        """The `orch advise --json` shape: money in USD (`*_usd`), `currency_rate` converts."""
+        d = asdict(self)
+        for k in ("start", "end"):
+            d[k] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(d[k]))
+        d["steady"]["per_month"] = self.steady.per_month(self.months)
+        d["exploratory"]["per_month"] = self.exploratory.per_month(self.months)
+        return d
+
+
+def _ref_hours(entry: dict, speeds: Mapping[str, float]) -> Optional[float]:
+    """H100-hours of one job: its hours x devices x relative speed; None if the speed is unknown."""
+    speed = relative_speed(entry.get("gpu"), speeds)
+    if speed is None:
+        return None
+    if entry.get("gpu") is None:
+        return entry["hours"] * speed  # a CPU job: one machine
+    return entry["gpu_hours"] * speed
+
+
+def _kind(rec: dict) -> str:
+    kind = rec.get("kind") or (rec.get("decision") or {}).get("kind")
+    return "steady" if kind == "steady" else "exploratory"
+
+
+def _cheapest_rent(offers: Iterable[Offer], gpu: str, count: int) -> tuple[Optional[float], str]:
+    """USD/h to rent `count` x `gpu` on demand: an offer of that very size, else the lowest
+    per-GPU price of the model times `count`; (None, "") when no catalog has the model."""
+    same = [o for o in offers if o.target == "cloud" and not o.spot and o.gpu is not None
+            and canonical_gpu(o.gpu) == canonical_gpu(gpu) and o.count > 0]
+    exact = [o for o in same if o.count == count]
+    if exact:
+        o = min(exact, key=lambda o: o.price_per_hour)
+        return o.price_per_hour, f"cheapest on-demand {gpu} x{count}: {o.cloud}/{o.region}"
+    if same:
+        o = min(same, key=lambda o: o.price_per_hour / o.count)
+        return (o.price_per_hour / o.count * count,
+                f"no catalog offer of {gpu} x{count}: {count} x the per-GPU price of "
+                f"{o.cloud}/{o.region} {gpu} x{o.count:g}")
+    return None, ""
+
+
+def _money(settings, usd: float) -> str:
+    return fmt_money(usd, settings.currency, settings.currency_rate)
+
+
+def _within(months: Optional[float], lifetime: float) -> bool:
+    return months is not None and months <= lifetime
+
+
+def _cheapest_work(offers: Iterable[Offer], speeds: Mapping[str, float]) -> Optional[tuple]:
+    """(USD per H100-hour, offer) of the on-demand offer that rents work cheapest."""
+    best = None
+    for o in offers:
+        speed = relative_speed(o.gpu, speeds) if o.gpu and o.count else None
+        if o.target != "cloud" or o.spot or not speed:
+            continue
+        per = o.price_per_hour / (speed * o.count)
+        if best is None or per < best[0]:
+            best = (per, o)
+    return best
+
+
+def _candidate(cand, settings, offers, ref_per_month: float, elec: float, cap: float,
+               what_if: WhatIf, paid: Optional[float], paid_basis: str) -> CandidateAdvice:
+    gpu, count = canonical_gpu(cand.gpu), int(cand.count)
+    price = next((float(v) for k, v in what_if.prices.items() if canonical_gpu(k) == gpu),
+                 float(cand.purchase_price))
+    lifetime = cand.lifetime_years * 12.0
+    speed = cand.speed if cand.speed is not None else relative_speed(gpu, settings.gpu_speeds)
+    c = CandidateAdvice(gpu=gpu, count=count, purchase_price_usd=price, speed=speed,
+                        lifetime_months=lifetime)
+    if speed is None:
+        c.reason = (f"no speed figure for {gpu}: give the candidate a `speed` (H100 = 1.0) "
+                    f"or add it to gpu_speeds")
+        return c
+    # The work splits evenly over the candidate's GPUs: `count` GPUs at `speed` each.
+    c.hours_needed = ref_per_month / (speed * count)
+    limit = HOURS_PER_MONTH * cap
+    run = c.hours_per_month = min(c.hours_needed, limit)
+    c.capped = c.hours_needed > limit
+    c.power_usd = cand.watts * count / 1000.0 * run * elec
+    if what_if.rent_price is not None:
+        rent, c.rent_basis = what_if.rent_price, "--rent-price"
+    else:
+        rent, c.rent_basis = _cheapest_rent(offers, gpu, count)
+        if rent is None and paid is not None:
+            rent = paid * speed * count
+            c.rent_basis = (f"no catalog offer of {gpu}: {_money(settings, paid)} per H100-hour, "
+                            f"what {paid_basis} paid, x {speed * count:.3g} H100s")
+    if rent is None:
+        c.reason = (f"no rent price for {gpu} x{count}: no catalog offers it and no cloud job "
+                    f"was measured; give --rent-price")
+        return c
+    c.rent_price_per_hour_usd = rent
+    c.rent_avoided_usd = run * rent
+    net = c.net_usd = c.rent_avoided_usd - c.power_usd
+    c.payback_months = price / net if net > 0 else None
+    c.lifetime_saving_usd = net * lifetime - price
+    best = _cheapest_work(offers, settings.gpu_speeds) if what_if.rent_price is None else None
+    if best is not None and run > 0 and run * speed * count * best[0] < c.rent_avoided_usd - 1e-9:
+        per, o = best
+        avoided = run * speed * count * per
+        c.cheapest_rent = {"offer": f"{o.cloud}/{o.region} {o.gpu} x{o.count:g}",
+                           "per_ref_hour_usd": per, "rent_avoided_usd": avoided,
+                           "payback_months": price / (avoided - c.power_usd)
+                           if avoided > c.power_usd else None}
+    if run <= 0:
+        c.verdict, c.reason = "rent", "no steady work to move onto it"
+    elif c.payback_months is None:
+        c.verdict, c.reason = "rent", "never pays back: its power costs more than renting the same hours"
+    elif c.payback_months > lifetime:
+        c.verdict, c.reason = "rent", (f"pays back in {c.payback_months:.1f} months, after its "
+                                       f"{lifetime:.0f}-month lifetime")
+    elif c.cheapest_rent and not _within(c.cheapest_rent["payback_months"], lifetime):
+        # Renting this very model is poor value: the same work rents for less elsewhere.
+        alt = c.cheapest_rent["payback_months"]
+        c.verdict, c.reason = "rent", (
+            f"{c.cheapest_rent['offer']} rents the same work for "
+            f"{_money(settings, c.cheapest_rent['rent_avoided_usd'])} a month; against that it "
+            + (f"pays back in {alt:.1f} months, after its {lifetime:.0f}-month lifetime"
+               if alt is not None else "never pays back"))
+    else:
+        c.verdict, c.reason = "buy", (f"pays back in {c.payback_months:.1f} of its {lifetime:.0f} "
+                                      f"months, then saves {_money(settings, net)} a month")
+    return c
+
+
+def advise(records: Sequence[dict], settings, offers: Sequence[Offer], now: float, *,
+           days: float = 90.0, what_if: Optional[WhatIf] = None,
+           cost_entry: Callable[[dict, float], dict] = ledger_entry,
+           catalog_problem: Optional[str] = None) -> Advice:
+    """Buy-vs-rent advice from the job history (`Store.list()` records), the settings
+    (candidates, owned GPUs, electricity price, speeds) and the cloud offers.
+    `cost_entry(rec, now)` prices a job (`orchestrator.ledger.entry`, what `orch cost`
+    shows); `catalog_problem` says why `offers` is empty, when the caller knows."""
+    what_if = what_if or WhatIf()
+    speeds = settings.gpu_speeds
+    first = min((r["created_at"] for r in records if r.get("created_at") is not None), default=None)
+    span = days if first is None else min(days, max((now - first) / _DAY, 1.0))
+    start = now - span * _DAY
+    months = span / DAYS_PER_MONTH
+    work = {"steady": Work(), "exploratory": Work()}
+    by_target: dict[str, dict] = {}
+    cloud = {"steady": Work(), "any": Work()}
+    onprem_busy = 0.0
+    running = unpriced = 0
+    unknown_speed: set[str] = set()
+    for rec in records:
+        if rec.get("status") in ("PENDING", "RUNNING"):
+            running += rec.get("status") == "RUNNING"
+            continue
+        # What the job cost, as `orch cost` counts it; its work is the time it held the
+        # hardware (billed start-up is cost, not work).
+        entry = cost_entry(rec, now)
+        began, ended = entry.get("started_at"), entry.get("finished_at")
+        if ended is None or ended < start:
+            continue
+        began = ended if began is None else began
+        length = ended - began
+        # Only the part of a job inside the window counts.
+        frac = 1.0 if length <= 0 else (ended - max(began, start)) / length
+        count = float(entry.get("gpu_count") or 0) if entry.get("gpu") else 0.0
+        hours = length / 3600.0 * frac
+        gpu_hours = hours * count
+        entry = {**entry, "hours": hours, "gpu_hours": gpu_hours}
+        if not entry.get("cost_usd"):
+            unpriced += hours > 0
+        cost = (entry.get("cost_usd") or 0.0) * frac
+        ref = _ref_hours(entry, speeds)
+        if ref is None:
+            unknown_speed.add(str(entry.get("gpu")))
+        kind = _kind(rec)
+        work[kind].add(hours, gpu_hours, ref, cost)
+        target = entry.get("target") or "unknown"
+        row = by_target.setdefault(target, {"jobs": 0, "wall_hours": 0.0, "ref_gpu_hours": 0.0,
+                                            "cost_usd": 0.0, "steady_cost_usd": 0.0})
+        row["jobs"] += 1
+        row["wall_hours"] += hours
+        row["ref_gpu_hours"] += ref or 0.0
+        row["cost_usd"] += cost
+        row["steady_cost_usd"] += cost if kind == "steady" else 0.0
+        if target == "cloud" and ref:
+            cloud["any"].add(hours, gpu_hours, ref, cost)
+            if kind == "steady":
+                cloud["steady"].add(hours, gpu_hours, ref, cost)
+        if target == "onprem" and entry.get("gpu"):
+            onprem_busy += gpu_hours
+    for row in by_target.values():
+        row["cost_per_month_usd"] = row["cost_usd"] / months
+
+    owned_gpus = sum(inv.count for inv in settings.onprem if inv.gpu.strip().upper() != CPU)
+    owned = None
+    if owned_gpus:
+        window_h = span * 24.0
+        owned = {"gpus": owned_gpus, "busy_gpu_hours": onprem_busy, "window_hours": window_h,
+                 "utilization": onprem_busy / (owned_gpus * window_h)}
+
+    paid, paid_basis = None, ""
+    for key, label in (("steady", "steady cloud work"), ("any", "cloud work")):
+        if cloud[key].ref_gpu_hours > 0:
+            paid, paid_basis = cloud[key].cost_usd / cloud[key].ref_gpu_hours, label
+            break
+
+    measured = work["steady"].ref_gpu_hours / months
+    ref_per_month = measured if what_if.steady_hours is None else what_if.steady_hours
+    elec = settings.electricity_price if what_if.electricity_price is None else what_if.electricity_price
+    cap = 1.0 if what_if.utilization_cap is None else what_if.utilization_cap
+    candidates = [_candidate(c, settings, offers, ref_per_month, elec, cap, what_if, paid, paid_basis)
+                  for c in settings.candidates]
+
+    best = _cheapest_work(offers, speeds)
+    assumptions = [
+        f"history: the {span:.1f} days to now ({months:.2f} months of {DAYS_PER_MONTH} days)"
+        + (f"; it is shorter than --days {days:g}, so monthly figures are scaled from it"
+           if span < days else ""),
+        "steady work: "
+        + (f"{ref_per_month:,.1f} H100-hours a month from --steady-hours (measured: {measured:,.1f})"
+           if what_if.steady_hours is not None else
+           f"{measured:,.1f} H100-hours a month measured over {work['steady'].jobs} finished jobs, "
+           f"wherever they ran, work on GPUs you own included"),
+        "H100-hours: hours x GPUs x relative speed (H100 = 1.0; orch's table of dense bf16 "
+        "throughput, gpu_speeds and a candidate's `speed` override it); work splits evenly "
+        "over a candidate's GPUs",
+        "rent: the cheapest on-demand offer of the candidate's GPU model and count in the "
+        "catalogs (spot is not counted: steady work must finish), else what cloud work paid "
+        "per H100-hour" + (f" ({_money(settings, paid)} over {paid_basis})" if paid is not None else ""),
+        "buy only if it also pays back within its lifetime against the on-demand offer that "
+        "rents an H100-hour cheapest" + (f" ({best[1].cloud} {best[1].gpu} x{best[1].count:g}: "
+                                         f"{_money(settings, best[0])})" if best else "")
+        + (" (not with --rent-price)" if what_if.rent_price is not None else ""),
+        f"capacity: a candidate runs at most {HOURS_PER_MONTH * cap:,.0f} h a month "
+        f"({HOURS_PER_MONTH:g} h x utilization cap {cap:g}); the rest stays rented",
+        f"power: watts x GPUs x hours run x {elec:g} USD/kWh; the host's share is in the "
+        "candidate's watts",
+        "buying costs the purchase price and power only: no maintenance, space, resale value "
+        "or interest",
+        "a job's cost is what `orch cost` counts: cloud, its billed launches, recoveries and "
+        "start-ups; owned hardware, amortized purchase + power for the hours it held it",
+    ]
+    if unknown_speed:
+        assumptions.append(f"jobs on {', '.join(sorted(unknown_speed))} have no speed figure and "
+                           f"are left out of the H100-hours (add them to gpu_speeds)")
+    if unpriced:
+        assumptions.append(f"{unpriced} jobs that ran have no recorded cost and count as free")
+    if running:
+        assumptions.append(f"{running} running jobs are not counted until they finish")
+
+    missing = []
+    if not work["steady"].jobs and not work["exploratory"].jobs:
+        missing.append(f"no finished jobs in the last {days:g} days: run jobs with orch, or say "
+                       f"how much steady work there is with --steady-hours (H100-hours a month)")
+    if not settings.candidates:
+        missing.append("no GPUs to buy in the settings: add a [[candidates]] table "
+                       "(gpu, count, purchase_price, watts, lifetime_years) to the settings file")
+    if not offers and what_if.rent_price is None:
+        missing.append((catalog_problem or "no cloud price catalog")
+                       + ": set ORCH_CLOUDS (and ORCH_CATALOG_DIR) to price renting, or give "
+                       "--rent-price")
+    return Advice(currency=settings.currency, currency_rate=settings.currency_rate, days=days,
+                  history_days=span, months=months, start=start, end=now, running_jobs=running,
+                  steady=work["steady"], exploratory=work["exploratory"], by_target=by_target,
+                  steady_ref_hours_per_month=ref_per_month,
+                  measured_steady_ref_hours_per_month=measured, paid_per_ref_hour_usd=paid,
+                  paid_basis=paid_basis, owned=owned, electricity_price=elec,
+                  utilization_cap=cap, candidates=candidates, what_if=what_if.overridden(),
+                  assumptions=assumptions, missing=missing)

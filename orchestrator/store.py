@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import time
 import uuid
 from contextlib import contextmanager
@@ -74,23 +75,149 @@ def iso(ts: Optional[float]) -> Optional[str]:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
+DOCTOR_HINT = ("`orch doctor` shows what is wrong; `orch doctor --repair-store` moves the file "
+               "aside (keeping it) and salvages every readable job into a new store")
+
+# SQLite's primary result codes that mean the file, not the query, is the problem.
+_CORRUPT, _NOTADB, _IOERR, _FULL = 11, 26, 10, 13
+_ACCESS = {3, 8, 14, 23}  # PERM, READONLY, CANTOPEN, AUTH
+_BY_TEXT = {"file is not a database": _NOTADB, "database disk image is malformed": _CORRUPT,
+            "disk I/O error": _IOERR, "database or disk is full": _FULL,
+            "unable to open database file": 14, "attempt to write a readonly database": 8}
+
+
+def stored_version(db: sqlite3.Connection) -> int:
+    """The schema version recorded in a store (0: none yet); OperationalError without meta."""
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def access_problem(path: Path) -> Optional[str]:
+    """Which of the store's files or its folder this process cannot write, with owner and mode."""
+    me = os.geteuid()
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), path.parent):
+        try:
+            st = p.stat()
+            if p.is_dir():
+                if not os.access(p, os.W_OK | os.X_OK):
+                    raise PermissionError
+            else:
+                open(p, "r+b").close()
+        except FileNotFoundError:
+            continue
+        except PermissionError:
+            return (f"{p} is mode {stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid}, and orch "
+                    f"runs as uid {me}: make it yours and writable (chmod "
+                    f"{'700' if p.is_dir() else '600'} {p}) or run orch as its owner; "
+                    "`orch doctor` checks the modes")
+        except OSError:
+            continue
+    return None
+
+
+def store_error(path: Path, e: sqlite3.Error) -> Optional[StoreError]:
+    """One clear StoreError for SQLite errors that mean the file is damaged or unusable;
+    None for the rest (a query's own errors, a busy store), which keep their type."""
+    code = getattr(e, "sqlite_errorcode", None)
+    code = (code & 0xFF) if code is not None else _BY_TEXT.get(str(e))
+    if code == _NOTADB:
+        return StoreError(f"{path}: cannot open the job store: not a SQLite database (damaged, "
+                          "or another program's file)", DOCTOR_HINT)
+    if code == _CORRUPT:
+        return StoreError(f"{path}: the job store is damaged (SQLite: {e})", DOCTOR_HINT)
+    if code == _IOERR:
+        return StoreError(f"{path}: cannot read the job store (SQLite: {e})",
+                          access_problem(path) or DOCTOR_HINT)
+    if code == _FULL:
+        return StoreError(f"{path}: the disk holding the job store is full",
+                          "free some space on it; nothing was lost")
+    if code in _ACCESS:
+        return StoreError(f"{path}: orch cannot open the job store for writing (SQLite: {e})",
+                          access_problem(path) or "check the owner and mode of the file, its "
+                          "-wal/-shm files and its folder; `orch doctor` checks them")
+    return None
+
+
+class _Cursor(sqlite3.Cursor):
+    """A cursor whose damaged-file errors arrive as StoreError, wherever SQLite finds them:
+    a bad page deep in a table shows up mid-scan, long after the store opened."""
+
+    def _fail(self, e: sqlite3.Error):
+        err = store_error(self.connection.path, e)
+        if err is None:
+            raise e
+        raise err from None
+
+    def execute(self, *args):
+        try:
+            return super().execute(*args)
+        except sqlite3.Error as e:
+            self._fail(e)
+
+    def fetchone(self):
+        try:
+            return super().fetchone()
+        except sqlite3.Error as e:
+            self._fail(e)
+
+    def fetchmany(self, *args):
+        try:
+            return super().fetchmany(*args)
+        except sqlite3.Error as e:
+            self._fail(e)
+
+    def fetchall(self):
+        try:
+            return super().fetchall()
+        except sqlite3.Error as e:
+            self._fail(e)
+
+    def __next__(self):
+        try:
+            return super().__next__()
+        except sqlite3.Error as e:
+            self._fail(e)
+
+
+class _Connection(sqlite3.Connection):
+    path: Path
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        return self.cursor(_Cursor).execute(sql, params)
+
+
 class Store:
     def __init__(self, path: Path):
         self.path = Path(path)
+        self._db: Optional[_Connection] = None
+        try:
+            self._open()
+        except BaseException:
+            if self._db is not None:  # leave nothing holding the file (or its WAL) open
+                self._db.close()
+            raise
+
+    def _open(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fresh = not self.path.exists()
             if fresh:  # created readable by its owner only
                 os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
-            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
+                                       factory=_Connection)
+            self._db.path = self.path
             self._db.row_factory = sqlite3.Row
             self._db.execute("PRAGMA busy_timeout = 30000")
+            self._refuse_foreign()  # before WAL mode, which would rewrite another's file
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA foreign_keys = ON")
             self._migrate()
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path}: cannot open the job store: {e}",
-                             "move the file aside to start a new store, or restore a backup") from None
+        except sqlite3.Error as e:  # from connect itself; the connection converts the rest
+            raise store_error(self.path, e) or StoreError(
+                f"{self.path}: cannot open the job store: {e}", DOCTOR_HINT) from None
+        except OSError as e:
+            raise StoreError(f"{self.path}: cannot create the job store: {e.strerror}",
+                             access_problem(self.path) or DOCTOR_HINT) from None
 
     def close(self) -> None:
         self._db.close()
@@ -102,24 +229,67 @@ class Store:
         try:
             yield self._db
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # SQLite rolls back itself on some errors (disk full)
+                self._db.execute("ROLLBACK")
             raise
         else:
             self._db.execute("COMMIT")
 
+    def _refuse_foreign(self) -> None:
+        """A SQLite file with tables but no `meta` is another program's: touch nothing."""
+        tables = [r[0] for r in self._db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY name")]
+        if tables and "meta" not in tables:
+            raise StoreError(f"{self.path}: a SQLite database, but not orch's job store (tables "
+                             f"{', '.join(tables[:5])}; no schema version)",
+                             "point ORCH_HOME at another folder, or move this file aside: "
+                             "`orch doctor --repair-store` does that and keeps it")
+
     def _migrate(self) -> None:
-        with self._write() as db:
-            db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            current = int(row["value"]) if row else 0
-            if current > SCHEMA_VERSION:
-                raise StoreError(f"{self.path}: written by a newer orch (schema {current}, "
-                                 f"this orch knows {SCHEMA_VERSION})", "upgrade orch")
-            for version in range(current + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[version]:
-                    db.execute(statement)
-            db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
-                       (str(SCHEMA_VERSION),))
+        """Bring the store to SCHEMA_VERSION one version per transaction, each recording its
+        number with its changes: a crash between versions leaves a store the next open
+        finishes, and no version ever runs twice."""
+        try:  # the common case, without taking the write lock
+            current = stored_version(self._db)
+        except sqlite3.OperationalError:
+            current = 0  # no meta table yet
+        while current < SCHEMA_VERSION:
+            with self._write() as db:
+                try:  # again, under the lock: another process may have migrated meanwhile
+                    current = stored_version(db)
+                except sqlite3.OperationalError:
+                    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                    current = 0
+                if current >= SCHEMA_VERSION:
+                    break
+                version = current + 1
+                try:
+                    for step in _MIGRATIONS[version]:
+                        if callable(step):  # a data migration
+                            step(db)
+                        else:
+                            db.execute(step)
+                except sqlite3.Error as e:
+                    raise StoreError(f"{self.path}: migrating the job store to schema {version} "
+                                     f"failed: {e}", f"it stays at schema {current}, unchanged; "
+                                     "`orch doctor` checks it") from None
+                db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                           (str(version),))
+                current = version
+        if current > SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: written by a newer orch (schema {current}, this orch "
+                             f"knows {SCHEMA_VERSION})", "upgrade orch to the version that wrote "
+                             "it; the store is left as it is (`orch doctor` shows its state)")
+        self._check_tables()
+
+    def _check_tables(self) -> None:
+        have = {r[0] for r in self._db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = [t for t in ("jobs", "job_events") if t not in have]
+        if missing:
+            raise StoreError(f"{self.path}: the job store is damaged: table "
+                             f"{', '.join(missing)} is missing", DOCTOR_HINT)
 
     @property
     def schema_version(self) -> int:
@@ -132,7 +302,7 @@ class Store:
                    fingerprint: Optional[str], decision: Optional[dict] = None,
                    source_file: Optional[str] = None, address: Optional[str] = None,
                    idempotency_key: Optional[str] = None, job_id: Optional[str] = None,
-                   message: str = "recorded") -> dict:
+                   message: str = "recorded", info: Optional[dict] = None) -> dict:
         """Record a job as PENDING before anything is launched for it."""
         now = time.time()
         job_id = job_id or new_job_id()
@@ -144,11 +314,11 @@ class Store:
                     return self.get(row["id"])
             db.execute(
                 """INSERT INTO jobs (id, name, status, kind, target, fingerprint, spec_json,
-                   source_file, decision_json, address, idempotency_key, created_at, updated_at)
-                   VALUES (?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   source_file, decision_json, address, idempotency_key, info_json, created_at,
+                   updated_at) VALUES (?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 (job_id, name, kind, target, fingerprint, json.dumps(spec), source_file,
                  json.dumps(decision) if decision is not None else None, address,
-                 idempotency_key, now, now))
+                 idempotency_key, json.dumps(info or {}), now, now))
             db.execute("INSERT INTO job_events (job_id, ts, status, message) VALUES (?, ?, ?, ?)",
                        (job_id, now, "PENDING", message))
         return self.get(job_id)
@@ -223,11 +393,18 @@ class Store:
             row = rows[0]
         return self._record(row)
 
-    def list(self, limit: int = 50, statuses: Optional[tuple] = None) -> list[dict]:
-        q, args = "SELECT * FROM jobs", []
+    def list(self, limit: int = 50, statuses: Optional[tuple] = None,
+             since: Optional[float] = None) -> list[dict]:
+        """Newest first; `since`: created at or after (epoch seconds), or not yet finished."""
+        q, where, args = "SELECT * FROM jobs", [], []
         if statuses:
-            q += f" WHERE status IN ({','.join('?' * len(statuses))})"
+            where.append(f"status IN ({','.join('?' * len(statuses))})")
             args.extend(statuses)
+        if since is not None:
+            where.append("(created_at >= ? OR finished_at >= ? OR finished_at IS NULL)")
+            args.extend((since, since))
+        if where:
+            q += " WHERE " + " AND ".join(where)
         q += " ORDER BY created_at DESC, id LIMIT ?"
         args.append(limit)
         return [self._record(r) for r in self._db.execute(q, args).fetchall()]

@@ -13,14 +13,14 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from orchestrator import redact
+from orchestrator import failpoints, redact
 from orchestrator.checks import check_runnable
 from orchestrator.errors import BackendError, InputError, OrchError
 from orchestrator.fingerprint import fingerprint
 from orchestrator.run_metrics import add_scaling, from_log
 from orchestrator.settings import Settings
 from orchestrator.spec import JobSpec
-from orchestrator.store import TERMINAL, Store
+from orchestrator.store import TERMINAL, Store, new_job_id
 from providers.base import Launch
 
 # Ray Train's controller drains reports on its health check; 0.2 s keeps reports cheap.
@@ -118,44 +118,78 @@ class Orch:
         return again, [note]
 
     def submit(self, spec: JobSpec, idempotency_key: Optional[str] = None) -> dict:
-        """Check, record (PENDING), then launch. Bad input raises before anything is written."""
+        """Check, record (PENDING, with its idempotency key), then launch, storing the
+        backend's id as soon as it exists. Bad input raises before anything is written.
+
+        A key seen before returns that job: launched, ended, or still being launched by a
+        live orch, it is left alone; recorded by an orch that died before its launch, this
+        call takes the launch over. The backend knows the job by orch's id, so a launch
+        that did happen is found, never repeated."""
         check_runnable(spec)
         self.resume_point(spec)  # a resume_from that names no usable run: refused, nothing written
         secrets = spec.secret_strings()  # a secret with no value is a job-file error
         fp, dirty = fingerprint(spec)
         decision = self.place(spec, fp, dirty)
-        target = decision["target"]
-        provider = self.provider(target)
+        failpoints.reached("planned")
         hidden = redact.secret_env(spec.envs, secrets)
         salt = redact.new_salt()
+        job_id = new_job_id()
+        info = {"submitter": submitter()}
+        if hidden:  # digests only: a log read after this process is gone is still redacted
+            info.update(secret_salt=salt, secret_digests=redact.digests(hidden.values(), salt))
         rec = self.store.create_job(
             name=spec.name or "job", spec=redact.redact_spec(spec.model_dump(mode="json")),
-            kind=decision["kind"], target=target, fingerprint=fp, decision=decision,
+            kind=decision["kind"], target=decision["target"], fingerprint=fp, decision=decision,
             source_file=str(Path(spec.source_file).resolve()) if spec.source_file else None,
-            idempotency_key=idempotency_key,
-            # Digests only: a log read after this process is gone is still redacted.
-            info={"secret_salt": salt, "secret_digests": redact.digests(hidden.values(), salt)}
-            if hidden else None)
-        if rec["backend_id"]:
-            return rec  # the same key was submitted before
+            idempotency_key=idempotency_key or f"auto-{job_id}", job_id=job_id, info=info)
+        failpoints.reached("recorded")
+        if rec["id"] != job_id:  # this key was submitted before
+            rec = {**rec, "existing": True}
+            sub = (rec["info"] or {}).get("submitter")
+            if rec["backend_id"] or rec["status"] in TERMINAL or sub is None or alive(sub):
+                return rec
+            # Its orch died before storing a launch: take the launch over, as it was planned.
+            rec = self.store.update(rec["id"], info={**(rec["info"] or {}), "submitter": submitter()})
+            decision = rec["decision"]
+            self.store.set_status(rec["id"], "PENDING", "launch taken over by a resubmit with "
+                                  "the same idempotency key")
+        target = rec["target"]
+        provider = self.provider(target)
         self._secrets[rec["id"]] = hidden
         try:
             provider.prepare()
+            failpoints.reached("prepared")
             launch = self.launch_for(rec["id"], spec, target, decision, secrets)
             if target == "cloud":
                 launch = self.for_cloud(launch, spec, decision)
-            backend_id = provider.submit(launch)
+            backend_id = self._retry(provider, "submit", launch)
+            failpoints.reached("launched")
         except BackendError as e:
             self.store.set_status(rec["id"], "FAILED", f"launch failed: {e.message}")
             raise
-        rec = self.store.update(rec["id"], backend_id=backend_id, address=provider.address,
-                                info={"entrypoint": launch.entrypoint,
-                                      "storage_path": launch.metadata.get("storage_path"),
-                                      "run_name": launch.metadata.get("run_name")})
         extra = getattr(provider, "launch_info", lambda _: {})(backend_id)
         if launch.offers:  # what the cloud ledger prices each launch with
             extra = {**extra, "offers": list(launch.offers)}
-        return self.store.update(rec["id"], info={**(rec["info"] or {}), **extra}) if extra else rec
+        # One write: the backend's id and what is needed to follow the job arrive together.
+        rec = self.store.update(rec["id"], backend_id=backend_id, address=provider.address,
+                                info={**(rec["info"] or {}), "entrypoint": launch.entrypoint,
+                                      "storage_path": launch.metadata.get("storage_path"),
+                                      "run_name": launch.metadata.get("run_name"), **extra})
+        failpoints.reached("stored")
+        return rec
+
+    def _retry(self, provider, op: str, *args):
+        """Call provider.op with bounded retries and doubling waits; the last error is
+        raised naming the backend, the attempts and what to do. Every call is safe to
+        repeat: submit is idempotent by job id, the rest read or stop."""
+        attempts, wait = self.settings.backend_retries, self.settings.backend_backoff_s
+        for i in range(attempts):
+            try:
+                return getattr(provider, op)(*args)
+            except BackendError as e:
+                if i == attempts - 1:
+                    raise BackendError(f"{e.message} (after {attempts} attempts)", e.hint) from None
+                time.sleep(wait * 2 ** i)
 
     def launch_for(self, job_id: str, spec: JobSpec, target: str,
                    decision: Optional[dict] = None, secrets: Optional[dict] = None) -> Launch:
@@ -263,7 +297,13 @@ class Orch:
         if rec["target"] == "local" and not provider.running:
             return self._finish(rec, "FAILED", "the local Ray instance stopped while the job was "
                                                "running (`orch local up` starts a new one)")
-        state = provider.state(rec["backend_id"], rec["info"])
+        try:
+            state = self._retry(provider, "state", rec["backend_id"], rec["info"])
+        except BackendError as e:
+            # The job's history says when its backend stopped answering; its state stays the
+            # last one known, since the job may well still be running there.
+            self.store.set_status(rec["id"], rec["status"], f"last known {rec['status']}: {e.message}")
+            raise
         info = rec["info"] or {}
         if state.info and any(info.get(k) != v for k, v in state.info.items()):
             rec = self.store.update(rec["id"], info={**info, **state.info})
@@ -271,7 +311,8 @@ class Orch:
             status = "CANCELLED" if rec["cancel_requested"] else state.status
             return self._finish(rec, status, (rec["info"] or {}).get("budget_stop") or state.message)
         if state.status == "RUNNING":
-            metrics = from_log(self._redact(rec, provider.logs(rec["backend_id"])), rec["metrics"])
+            metrics = from_log(self._redact(rec, self._retry(provider, "logs", rec["backend_id"])),
+                               rec["metrics"])
             rec = self.store.set_status(rec["id"], "RUNNING", state.message, metrics=metrics)
             return self._enforce_budget(rec, provider)
         return rec
@@ -345,22 +386,30 @@ class Orch:
         rec = self.store.update(rec["id"], cancel_requested=1,
                                 info={**(rec["info"] or {}), "budget_stop": msg})
         self.store.set_status(rec["id"], "RUNNING", msg)
-        provider.cancel(rec["backend_id"])
+        self._retry(provider, "cancel", rec["backend_id"])
         return self.store.get(rec["id"])
 
-    def _recover_launch(self, rec: dict, grace_s: float = 60.0) -> dict:
+    def _recover_launch(self, rec: dict, grace_s: float = 60.0, cloud_grace_s: float = 600.0) -> dict:
         """A job recorded but with no backend id: its `orch submit` died or is still launching.
-        The backend knows the job by orch's id, so ask it before declaring the job lost."""
-        if time.time() - rec["created_at"] < grace_s:
+        While that orch lives (or for `grace_s` when it cannot be checked), leave it be; then
+        ask the backend, which knows the job by orch's id, before declaring it never launched."""
+        sub = (rec["info"] or {}).get("submitter")
+        gone = sub is not None and not alive(sub)
+        age = time.time() - rec["created_at"]
+        if not gone and age < grace_s:
             return rec  # a live submit may still be starting Ray or uploading the workdir
+        never = ("never launched: the orch that submitted it stopped before the launch; "
+                 "submit the job again")
         provider = self.provider(rec["target"])
         if rec["target"] == "local" and not provider.running:
-            return self.store.set_status(rec["id"], "FAILED", "never launched: orch stopped "
-                                         "before the launch; submit the job again")
-        state = provider.state(rec["id"])
+            return self.store.set_status(rec["id"], "FAILED", never)
+        state = self._retry(provider, "state", rec["id"], None)
         if "has no job" in (state.message or ""):
-            return self.store.set_status(rec["id"], "FAILED", "never launched: orch stopped "
-                                         "before the launch; submit the job again")
+            if rec["target"] == "cloud" and age < cloud_grace_s:
+                return rec  # a launch request can take minutes to reach SkyPilot's queue
+            return self.store.set_status(rec["id"], "FAILED", never)
+        self.store.set_status(rec["id"], rec["status"], "found on the backend after its orch "
+                              "stopped: followed from here")
         return self.store.update(rec["id"], backend_id=rec["id"], address=provider.address)
 
     def _finish(self, rec: dict, status: str, message: Optional[str]) -> dict:
@@ -443,7 +492,7 @@ class Orch:
         provider = self.provider(rec["target"])
         if rec["target"] == "local" and not provider.running:
             return self.refresh(rec)
-        provider.cancel(rec["backend_id"])
+        self._retry(provider, "cancel", rec["backend_id"])
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             rec = self.refresh(self.store.get(rec["id"]))
@@ -471,3 +520,27 @@ def write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+def submitter() -> dict:
+    """Who is submitting: enough to tell later whether that process still lives."""
+    import socket
+
+    import psutil
+
+    return {"pid": os.getpid(), "host": socket.gethostname(),
+            "started": round(psutil.Process().create_time(), 2)}
+
+
+def alive(sub: dict) -> bool:
+    """Whether the submitting orch still runs; True when it cannot be told (another host)."""
+    import socket
+
+    import psutil
+
+    if sub.get("host") != socket.gethostname():
+        return True
+    try:
+        return round(psutil.Process(int(sub["pid"])).create_time(), 2) == sub.get("started")
+    except (psutil.Error, KeyError, ValueError, TypeError):
+        return False

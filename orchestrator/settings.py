@@ -6,23 +6,26 @@ passed to whoever needs them, never a module global.
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from orchestrator.errors import InputError
 
 DEFAULT_CONFIG = "~/.config/orch/config.toml"
+MAX_BYTES = 1 << 20  # a settings file is a few KiB
 
 
 class OwnedGpus(BaseModel):
     """GPUs the user owns, priced so they are never free."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     gpu: str = Field(description="accelerator name as SkyPilot spells it, e.g. A100-80GB; "
                                  "CPU for a pool of CPU-only nodes")
     count: int = Field(1, ge=1, description="GPUs (or, for a CPU pool, nodes)")
@@ -37,7 +40,7 @@ class OwnedGpus(BaseModel):
 class LocalMachine(BaseModel):
     """This workstation, when it is where a job runs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     # A typical workstation, so that even unconfigured, local work is not priced as free.
     purchase_price: float = Field(2500.0, ge=0, description="USD; set your own")
     lifetime_years: float = Field(3.0, gt=0)
@@ -50,7 +53,7 @@ class LocalMachine(BaseModel):
 class BuyCandidate(BaseModel):
     """A GPU the user might buy: `orch advise` says when it would pay for itself."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     gpu: str = Field(description="accelerator name as SkyPilot spells it, e.g. RTX4090")
     count: int = Field(1, ge=1)
     purchase_price: float = Field(..., ge=0, description="USD for all `count` GPUs with their host")
@@ -62,13 +65,15 @@ class BuyCandidate(BaseModel):
 
 def _split_list(v: Any) -> Any:
     if isinstance(v, str):
-        return [x.strip() for x in v.split(",") if x.strip()]
+        # ORCH_CLOUDS=runpod,aws; also the TOML spelling ["runpod", "aws"], copied into the env.
+        return [x.strip().strip("'\"") for x in v.strip().strip("[]").split(",")
+                if x.strip().strip("'\"")]
     return v
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ORCH_", env_nested_delimiter="__",
-                                      extra="forbid", validate_default=True)
+                                      extra="forbid", validate_default=True, allow_inf_nan=False)
 
     home: Path = Field(Path("~/.orch"), description="where orch keeps its store, logs and local Ray")
     mode: Optional[Literal["local", "hybrid"]] = Field(
@@ -98,6 +103,10 @@ class Settings(BaseSettings):
     short_job_hours: float = Field(2.0, gt=0, description="expected hours under which a job is short")
     max_wait_minutes: float = Field(60, ge=0, description="longest wait for on-prem before bursting")
     cloud_startup_minutes: float = Field(6, ge=0, description="billed provisioning time per launch")
+    backend_retries: int = Field(3, ge=1, le=10, description="attempts at each call to Ray or "
+                                 "SkyPilot before orch reports the backend as failing")
+    backend_backoff_s: float = Field(0.5, ge=0, le=60, description="first wait between attempts; "
+                                     "it doubles after each")
     monthly_budget: Optional[float] = Field(
         None, gt=0, description="spend per calendar month (UTC) over all jobs, in `currency`, full "
                                 "cost incl. owned hardware: plans over it are refused and running "
@@ -108,7 +117,22 @@ class Settings(BaseSettings):
     @field_validator("clouds", mode="before")
     @classmethod
     def _clouds(cls, v: Any) -> Any:
-        return [c.lower() for c in _split_list(v)]
+        v = _split_list(v)
+        if not isinstance(v, list) or not all(isinstance(c, str) for c in v):
+            raise ValueError(f"{v!r}: write a list of cloud names, e.g. [\"runpod\", \"aws\"]")
+        return [c.lower() for c in v]
+
+    @field_validator("home", "ray_token_file", "catalog_dir")
+    @classmethod
+    def _no_nul(cls, v: Optional[Path]) -> Optional[Path]:
+        if v is not None and "\x00" in str(v):
+            raise ValueError("a path cannot contain a NUL character (\\0)")
+        return v
+
+    @field_validator("s3_endpoint_url", "cloud_storage", "onprem_checkpoint_storage", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, v: Any) -> Any:
+        return None if isinstance(v, str) and not v.strip() else v
 
     @field_validator("home")
     @classmethod
@@ -170,38 +194,101 @@ def config_path(environ: Optional[dict] = None) -> Path:
     return Path(os.path.expanduser(environ.get("ORCH_CONFIG") or DEFAULT_CONFIG))
 
 
-def _read_toml(path: Path) -> dict:
+def _read_toml(path: Path) -> tuple[dict, str]:
+    """The file's settings and its text (to find a key's line); ({}, "") when it is absent."""
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            raw = f.read(MAX_BYTES + 1)  # bounded: ORCH_CONFIG may name a huge file or a device
     except FileNotFoundError:
-        return {}
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{path}: TOML syntax error: {e}",
-                         "fix the file or point ORCH_CONFIG at another one") from None
-    except OSError as e:
+        return {}, ""
+    except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot read the settings file: {e}") from None
-
-
-def _line_of(path: Path, key: str) -> str:
+    if len(raw) > MAX_BYTES:
+        raise InputError(f"{path}: the settings file is over {MAX_BYTES:,} bytes",
+                         "point ORCH_CONFIG at orch's settings file (see infra/onprem/orch.toml.example)")
     try:
-        for i, line in enumerate(path.read_text().splitlines(), start=1):
-            if line.strip().startswith((key + " ", key + "=")):
-                return f":{i}"
-    except OSError:
-        pass
-    return ""
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: is not UTF-8 text "
+                         f"(byte {e.start} is {raw[e.start]:#04x})", "save it as UTF-8") from None
+    try:
+        return tomllib.loads(text), text
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"at line (\d+)", str(e))
+        raise InputError(f"{path}{':' + m.group(1) if m else ''}: TOML syntax error: {e}",
+                         "fix the file or point ORCH_CONFIG at another one") from None
+    except RecursionError:  # tomllib recurses once per nesting level
+        raise InputError(f"{path}: TOML nested too deeply", "settings are at most a few "
+                         "levels deep; see infra/onprem/orch.toml.example") from None
+    except ValueError as e:  # e.g. an integer longer than Python converts (4300 digits)
+        raise InputError(f"{path}: TOML value error: {e}") from None
+
+
+def _key_parts(key: str) -> tuple:
+    return tuple(p.strip().strip("'\"") for p in key.split("."))
+
+
+def _line_of(text: str, loc: tuple) -> str:
+    """':N' for the line of the file that sets `loc` (or its nearest enclosing table)."""
+    loc = tuple(str(p) for p in loc)
+    best, best_len, table, arrays = "", 0, (), {}
+    for i, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if line.startswith("[["):
+            parts = _key_parts(line[2:].split("]]", 1)[0])
+            arrays[parts] = arrays.get(parts, -1) + 1
+            here = table = parts + (str(arrays[parts]),)
+        elif line.startswith("["):
+            here = table = _key_parts(line[1:].split("]", 1)[0])
+        elif "=" in line and not line.startswith("#"):
+            here = table + _key_parts(line.split("=", 1)[0])
+        else:
+            continue
+        if len(here) > best_len and loc[:len(here)] == here:
+            best, best_len = f":{i}", len(here)
+    return best
+
+
+def _env_var(loc: tuple, names: list[str]) -> str:
+    """The ORCH_* variable that set the value at `loc` (ORCH_LOCAL__WATTS for local.watts)."""
+    loc = tuple(str(p).lower() for p in loc)
+
+    def shared(name: str) -> int:  # how many leading parts of `loc` the name spells out
+        parts = name[len("ORCH_"):].lower().split("__")
+        return next((i for i, (a, b) in enumerate(zip(parts, loc)) if a != b), min(len(parts), len(loc)))
+
+    fits = [n for n in names if shared(n) > 0]
+    if not fits:
+        return f"ORCH_{loc[0].upper() if loc else ''}"
+    return max(fits, key=lambda n: (shared(n), -len(n)))
 
 
 def load_settings(**overrides: Any) -> Settings:
     """Settings from the environment and the TOML file; one clear InputError if invalid."""
     path = config_path()
-    data = _read_toml(path)
+    data, text = _read_toml(path)
+    # Checked before pydantic sees them: a key such as `_env_file` or `_cli_parse_args` would
+    # otherwise reach BaseSettings.__init__ as one of its own options.
+    for key in data:
+        if key not in Settings.model_fields:
+            close = difflib.get_close_matches(key, list(Settings.model_fields), n=1)
+            raise InputError(f"{path}{_line_of(text, (key,))}: unknown setting {key!r}",
+                             (f"did you mean {close[0]!r}? " if close else "")
+                             + "`orch config show` lists every setting with its default")
     data.update(overrides)
-    env_keys = {k[len("ORCH_"):].lower().split("__")[0] for k in os.environ if k.startswith("ORCH_")}
-    env_keys.discard("config")
+    env_names = [k for k in os.environ
+                 if k.upper().startswith("ORCH_") and k.upper() != "ORCH_CONFIG"]
+    env_keys = {k[len("ORCH_"):].lower().split("__")[0] for k in env_names}
     try:
         settings = Settings(**data)
+    except SettingsError as e:  # an ORCH_* value that should be JSON and is not
+        m = re.search(r'field "([^"]+)"', str(e))
+        field = m.group(1) if m else ""
+        var = _env_var((field,), env_names)
+        raise InputError(f"environment variable {var}: {field}: not a valid JSON value "
+                         f"({e.__cause__ or e})", f"write it as JSON, or set {field} in {path} "
+                         "instead") from None
     except ValidationError as e:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
@@ -210,9 +297,9 @@ def load_settings(**overrides: Any) -> Settings:
         if err["type"] == "extra_forbidden":
             msg = f"unknown setting '{key}'"
         if top in env_keys:
-            where = f"environment variable ORCH_{top.upper()}"
+            where = f"environment variable {_env_var(err['loc'], env_names)}"
         else:
-            where = f"{path}{_line_of(path, top)}"
+            where = f"{path}{_line_of(text, err['loc'])}"
         raise InputError(f"{where}: {key}: {msg}",
                          "`orch config show` lists every setting with its default") from None
     sources = {}

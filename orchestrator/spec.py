@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import difflib
+import math
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -22,6 +25,11 @@ _ACCEL_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_.+-]*)\s*(?::\s*([0-9]*\.?[0-9]
 _ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _QUANTITY_RE = re.compile(r"^\d+(\.\d+)?\+?$")
 _CRON_FIELD_RE = re.compile(r"^[\d*/,\-A-Za-z?]+$")
+# Limits that keep a hostile or broken job file from eating memory or the stack: a real
+# job file is a few KiB, a few levels deep, with a few hundred values.
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 64
+MAX_VALUES = 100_000  # after expanding YAML aliases (a "billion laughs" file expands to 10^9)
 
 
 def _auto_bool(v: Any) -> Any:
@@ -44,7 +52,7 @@ _UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
 class Strict(BaseModel):
     """Every user-facing model forbids unknown keys: a typo is an error, not silence."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class AcceleratorChoice(BaseModel):
@@ -60,11 +68,29 @@ class AcceleratorChoice(BaseModel):
 def parse_accelerator(text: str) -> AcceleratorChoice:
     m = _ACCEL_RE.match(str(text))
     if not m:
-        raise ValueError(f"{text!r} is not an accelerator: write NAME or NAME:COUNT, e.g. H100:8")
+        raise ValueError(f"{_short(text)} is not an accelerator: write NAME or NAME:COUNT, e.g. H100:8")
     count = float(m.group(2)) if m.group(2) is not None else 1.0
-    if count <= 0:
-        raise ValueError(f"{text!r}: the accelerator count must be positive")
+    if not count > 0 or not math.isfinite(count):
+        raise ValueError(f"{_short(text)}: the accelerator count must be a positive number")
     return AcceleratorChoice(name=m.group(1), count=count)
+
+
+def _plain(v: Any) -> Any:
+    """A free-form value (train.config, a file_mounts entry) as JSON-like data, so it can be
+    stored, fingerprinted and sent to the job: text keys, no !!binary or !!set; dates as text."""
+    if isinstance(v, dict):
+        bad = next((k for k in v if not isinstance(k, str)), None)
+        if bad is not None or None in v:
+            raise ValueError(f"the key {_short(bad)} is not text: quote it")
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, (datetime.date, datetime.datetime)):
+        return v.isoformat()
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    raise ValueError(f"a {type(v).__name__} value ({_short(v)}) cannot be used here: "
+                     "write text, numbers, lists or mappings")
 
 
 def _quantity(v: Any, what: str) -> Any:
@@ -102,6 +128,8 @@ class Resources(Strict):
             if not v:
                 raise ValueError("an empty mapping: list at least one accelerator")
             for name, count in v.items():
+                if not isinstance(name, str):
+                    raise ValueError(f"{name!r} is not an accelerator name: write e.g. H100")
                 parse_accelerator(f"{name}:{count}" if count is not None else str(name))
             v = {str(k): (1 if c is None else c) for k, c in v.items()}
         elif isinstance(v, list):
@@ -147,6 +175,11 @@ class Train(Strict):
     config: dict[str, Any] = Field(default_factory=dict)
     sweep: list[str] = Field(default_factory=list,
                              description="config keys that vary between runs of the same job")
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _check_config(cls, v: Any) -> Any:
+        return _plain(v) if isinstance(v, dict) else v
 
     @field_validator("entrypoint")
     @classmethod
@@ -239,6 +272,9 @@ class JobSpec(Strict):
     num_nodes: PositiveInt = 1
     resources: Resources = Field(default_factory=Resources)
     envs: dict[str, Union[str, int, float, bool, None]] = Field(default_factory=dict)
+    # As in SkyPilot: passed to the job like envs, stored and shown only redacted; a null
+    # value is read from the submitting shell's environment.
+    secrets: dict[str, Optional[str]] = Field(default_factory=dict)
     file_mounts: dict[str, Union[str, dict[str, Any]]] = Field(default_factory=dict)
     setup: Optional[str] = None
     run: Optional[str] = None
@@ -255,6 +291,20 @@ class JobSpec(Strict):
 
     _source: "SourceMap" = PrivateAttr(default=None)
 
+    @field_validator("file_mounts", mode="before")
+    @classmethod
+    def _check_file_mounts(cls, v: Any) -> Any:
+        return _plain(v) if isinstance(v, dict) else v
+
+    @field_validator("workdir")
+    @classmethod
+    def _check_workdir(cls, v: Optional[str]) -> Optional[str]:
+        try:
+            v is None or Path(v).expanduser()
+        except RuntimeError:  # ~user for a user that does not exist
+            raise ValueError(f"{_short(v)}: no such user's home directory") from None
+        return v
+
     @field_validator("name")
     @classmethod
     def _check_name(cls, v: Optional[str]) -> Optional[str]:
@@ -262,7 +312,7 @@ class JobSpec(Strict):
             raise ValueError(f"{v!r}: use letters, digits, '-', '_' or '.', at most 63 characters")
         return v
 
-    @field_validator("envs")
+    @field_validator("envs", "secrets")
     @classmethod
     def _check_envs(cls, v: dict[str, Any]) -> dict[str, Any]:
         for k in v:
@@ -285,6 +335,19 @@ class JobSpec(Strict):
             if v is None:
                 continue
             out[k] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        return out
+
+    def secret_strings(self, environ: Optional[dict] = None) -> dict[str, str]:
+        """The `secrets:` values, a null one taken from the environment (SpecError if unset)."""
+        environ = os.environ if environ is None else environ
+        out = {}
+        for k, v in self.secrets.items():
+            if v is None:
+                if k not in environ:
+                    raise self.error(f"secrets.{k}", "no value, and it is not set in the environment",
+                                     f"export {k}=... before submitting, or give its value here")
+                v = environ[k]
+            out[k] = v
         return out
 
     def error(self, key: str, problem: str, hint: str | None = None) -> SpecError:
@@ -321,8 +384,80 @@ class SourceMap:
         return self.lines.get((), None)
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader whose bad tagged values (`!!int abc`, a date like 2024-13-45) are YAML errors
+    at their line, not Python exceptions from deep inside PyYAML."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as e:
+            value = node.value if isinstance(node, yaml.ScalarNode) else node.tag
+            why = f" ({e})" if isinstance(e, (ValueError, OverflowError)) else ""
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{_short(value)} is not a valid {node.tag.rsplit(':', 1)[-1]}{why}; "
+                "quote it if you meant text", node.start_mark) from None
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 5] + "...'"
+
+
+def _check_shape(text: str, file: str) -> None:
+    """Refuse documents too deep, self-referencing, or that expand (through aliases) to too
+    many values, reading only the event stream, before anything is built from it."""
+    done: dict[str, tuple[int, int]] = {}   # anchor -> (values, depth) it expands to
+    stack: list[list] = []                  # per open collection: [anchor, values, depth]
+    total = 0
+    for ev in yaml.parse(text, Loader=_Loader):
+        line = ev.start_mark.line + 1
+        if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            stack.append([ev.anchor, 1, 1])
+            size, depth = 1, len(stack)
+        elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            anchor, n, d = stack.pop()
+            if anchor is not None:
+                done[anchor] = (n, d)
+            if stack:
+                stack[-1][1] += n
+                stack[-1][2] = max(stack[-1][2], d + 1)
+            continue
+        elif isinstance(ev, yaml.ScalarEvent):
+            size, depth = 1, len(stack)
+            if ev.anchor is not None:
+                done[ev.anchor] = (1, 0)
+        elif isinstance(ev, yaml.AliasEvent):
+            if any(open_[0] == ev.anchor for open_ in stack):
+                raise SpecError(file, line, None, f"the alias *{ev.anchor} is inside the value it "
+                                "names, so it never ends", "an alias can only repeat a finished value")
+            size, d = done.get(ev.anchor, (1, 0))
+            depth = len(stack) + d
+            if stack:
+                stack[-1][1] += size
+                stack[-1][2] = max(stack[-1][2], d + 1)
+        else:
+            continue
+        if isinstance(ev, yaml.ScalarEvent) and stack:
+            stack[-1][1] += 1
+        total += size
+        if depth > MAX_DEPTH:
+            raise SpecError(file, line, None, f"nested more than {MAX_DEPTH} levels deep",
+                            "a job file needs a few levels; flatten the structure")
+        if total > MAX_VALUES:
+            raise SpecError(file, line, None, f"expands to more than {MAX_VALUES:,} values "
+                            "(YAML aliases repeat whole values)",
+                            "write the values out, or use fewer aliases")
+
+
 def _walk(node: yaml.Node, path: tuple, lines: dict, file: str) -> None:
     lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.ScalarNode) and "\x00" in node.value:
+        raise SpecError(file, node.start_mark.line + 1, ".".join(map(str, path)) or None,
+                        "contains a NUL character (\\0), which no file name, command or "
+                        "environment value can hold")
     if isinstance(node, yaml.MappingNode):
         seen = set()
         for k, v in node.value:
@@ -369,7 +504,7 @@ def _describe(err: dict, allowed: list[str]) -> tuple[str, Optional[str]]:
         msg = msg[len("Value error, "):]
     inp = err.get("input")
     if kind not in ("value_error",) and not isinstance(inp, (dict, list)):
-        msg = f"{msg} (got {inp!r})"
+        msg = f"{msg} (got {_short(inp)})"
     return msg, None
 
 
@@ -378,14 +513,27 @@ def _pick_error(errors: list[dict]) -> dict:
     return max(errors, key=lambda e: len([p for p in e["loc"] if p not in _UNION_TAGS]))
 
 
+def _too_big(file: str, size: int) -> SpecError:
+    return SpecError(file, None, None, f"the job file is {size:,} bytes; the limit is "
+                     f"{MAX_BYTES:,}", "put large data in files the job reads (workdir, file_mounts)")
+
+
 def load_spec_text(text: str, file: str = "<job>") -> JobSpec:
+    if len(text) > MAX_BYTES:
+        raise _too_big(file, len(text.encode("utf-8", "surrogatepass")))
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        _check_shape(text, file)
+        node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None
         raise SpecError(file, line, None, f"YAML syntax error: {e.problem or e}",
                         "check the indentation and quoting on that line") from None
+    except yaml.reader.ReaderError as e:  # a control character, or a lone surrogate
+        line = text[:e.position].count("\n") + 1
+        raise SpecError(file, line, None, f"YAML syntax error: the character {chr(e.character)!r} "
+                        "is not allowed in YAML", "remove it, or write it as an escape in a "
+                        "double-quoted string") from None
     except yaml.YAMLError as e:
         raise SpecError(file, None, None, f"YAML syntax error: {e}") from None
     if node is None:
@@ -394,8 +542,12 @@ def load_spec_text(text: str, file: str = "<job>") -> JobSpec:
     lines: dict[tuple, int] = {}
     _walk(node, (), lines, file)
     try:
-        data = yaml.SafeLoader(text).get_single_data()
-    except yaml.YAMLError as e:  # e.g. an unhashable key
+        data = _Loader(text).get_single_data()
+    except yaml.MarkedYAMLError as e:  # e.g. an unhashable key, or `!!int abc`
+        line = e.problem_mark.line + 1 if e.problem_mark else None
+        context = f"{e.context}: " if e.context else ""
+        raise SpecError(file, line, None, f"YAML error: {context}{e.problem}") from None
+    except yaml.YAMLError as e:
         raise SpecError(file, None, None, f"YAML error: {e}") from None
     if not isinstance(data, dict):
         raise SpecError(file, 1, None, "the job file must be a mapping of keys to values",
@@ -428,12 +580,22 @@ def _default_name(file: str) -> str:
 def load_spec(path: str | Path) -> JobSpec:
     p = Path(path)
     try:
-        text = p.read_text()
+        with open(p, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)  # bounded: the path may be huge, or /dev/zero
     except FileNotFoundError:
         raise SpecError(str(path), None, None, "no such file",
                         "check the path; examples/quickstart.yaml is a working job file") from None
     except IsADirectoryError:
         raise SpecError(str(path), None, None, "is a directory, not a job file") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, ValueError) as e:
         raise SpecError(str(path), None, None, f"cannot read the file: {e}") from None
+    if len(raw) > MAX_BYTES:
+        size = p.stat().st_size if p.is_file() else len(raw)
+        raise _too_big(str(path), max(size, len(raw)))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(str(path), raw[:e.start].count(b"\n") + 1, None,
+                        f"is not UTF-8 text (byte {e.start} is {raw[e.start]:#04x})",
+                        "save the job file as UTF-8 text") from None
     return load_spec_text(text, str(p.resolve()) if p.is_absolute() else str(path))

@@ -73,13 +73,29 @@ def cloud_offers(clouds: Iterable[str], catalog_dir: Optional[Path] = None) -> l
     problems: dict[str, str] = {}
     for cloud in clouds:
         try:
-            offers.extend(_read(cloud, root / cloud / "vms.csv"))
+            offers.extend(_read_cached(cloud, root / cloud / "vms.csv"))
         except _Problem as e:
             problems[cloud] = str(e)
     if problems:
         raise BackendError("SkyPilot price catalog missing or unreadable: "
                            + "; ".join(problems.values()), _FETCH_HINT.format(cloud=next(iter(problems))))
     return offers
+
+
+_CACHE: dict[tuple, tuple[Offer, ...]] = {}
+
+
+def _read_cached(cloud: str, path: Path) -> list[Offer]:
+    """A catalog read once per process while the file is unchanged (a long-lived orch, the
+    simulator and planning many jobs read the same catalogs again and again)."""
+    try:
+        st = path.stat()
+        key = (cloud, str(path), st.st_mtime_ns, st.st_size)
+    except OSError:
+        return _read(cloud, path)  # missing: _read says so
+    if key not in _CACHE:
+        _CACHE[key] = tuple(_read(cloud, path))
+    return list(_CACHE[key])
 
 
 def _read(cloud: str, path: Path) -> list[Offer]:

@@ -184,9 +184,9 @@ class CloudProvider:
         """Nothing to start: the SDK starts SkyPilot's local API server on first use."""
 
     def submit(self, launch: Launch) -> str:
-        if self.sdk.queue(launch.job_id):
-            return launch.job_id  # launched before a crash: never twice
         try:
+            if self.sdk.queue(launch.job_id):
+                return launch.job_id  # launched before a crash: never twice
             self.requests[launch.job_id] = self.sdk.launch(build_task(launch), launch.job_id)
         except BackendError:
             raise
@@ -209,7 +209,9 @@ class CloudProvider:
                                f"{type(e).__name__}: {e}", "`sky api info` checks the API server") from None
         if not records:  # not in the queue yet: the launch request may still be working
             rid = info.get("sky_request_id")
-            status, error = self.sdk.request(rid) if rid else ("PENDING", None)
+            if not rid:
+                return BackendState("FAILED", f"SkyPilot has no job {backend_id}")
+            status, error = self.sdk.request(rid)
             if status in ("FAILED", "CANCELLED"):
                 return BackendState("FAILED", f"the launch failed: {error or status}")
             return BackendState("PENDING", "SkyPilot is provisioning")

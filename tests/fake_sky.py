@@ -9,7 +9,9 @@ from __future__ import annotations
 
 class FakeSky:
     def __init__(self, script: list[dict], logs: str = "", request_status: str = "SUCCEEDED",
-                 request_error: str | None = None):
+                 request_error: str | None = None, down_for: int = 0):
+        self.down_for = down_for  # this many SDK calls fail first, as an API server that is down
+        self.calls = 0
         self.script = list(script)
         self.step = -1
         self.launched: list = []  # (task, name)
@@ -17,7 +19,13 @@ class FakeSky:
         self._logs = logs
         self.request_status, self.request_error = request_status, request_error
 
+    def _call(self) -> None:
+        self.calls += 1
+        if self.calls <= self.down_for:
+            raise ConnectionError("Could not connect to SkyPilot API server at http://127.0.0.1:46580")
+
     def launch(self, task, name: str) -> str:
+        self._call()
         self.launched.append((task, name))
         return f"req-{len(self.launched)}"
 
@@ -25,6 +33,7 @@ class FakeSky:
         return self.request_status, self.request_error
 
     def queue(self, name: str) -> list[dict]:
+        self._call()
         if not self.launched or not self.script:
             return []
         self.step = min(self.step + 1, len(self.script) - 1)

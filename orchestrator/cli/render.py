@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 def _console(stderr: bool = False) -> Console:
-    c = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    c = Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
     if not c.is_terminal:  # piped or captured: don't squeeze tables into 80 columns
-        c = Console(stderr=stderr, highlight=False, soft_wrap=True, width=200)
+        c = Console(stderr=stderr, highlight=False, soft_wrap=True, width=200, emoji=False)
     return c
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -14,6 +15,9 @@ def submit(
     file: Path = typer.Argument(..., help="the job file (job.yaml)"),
     detach: bool = typer.Option(False, "--detach", "-d", help="return the job id at once"),
     json_out: bool = typer.Option(False, "--json", help="print the job record as JSON on stdout"),
+    key: Optional[str] = typer.Option(None, "--idempotency-key", help="submitting the same key "
+                                      "again returns that job instead of launching another: safe "
+                                      "to retry after a crash or a lost connection"),
 ) -> None:
     """Submit a job; in the foreground, stream its logs and progress until it ends."""
     from orchestrator.cli.follow import follow
@@ -27,7 +31,11 @@ def submit(
     console = err if json_out else out
     orch = Orch(settings, on_ray_start=lambda: err.print(
         "[dim]starting the local Ray instance (reused by later jobs; `orch local down` stops it)[/]"))
-    rec = orch.submit(spec)
+    rec = orch.submit(spec, idempotency_key=key)
+    if rec.get("existing"):
+        err.print(f"[yellow]note:[/] idempotency key {escape(key or '')} was submitted before as "
+                  f"{rec['id']} ({rec['status']}); nothing new was launched. A new key runs the "
+                  "job again.")
     for warning in (rec["decision"] or {}).get("warnings", []):
         err.print(f"[yellow]note:[/] {escape(warning)}")
     if detach:

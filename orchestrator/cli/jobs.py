@@ -50,7 +50,7 @@ def status(
     try:
         rec = orch.refresh(rec)
     except BackendError as e:  # show what is known, and why it may be stale
-        warning = f"last known state: {e.message}"
+        warning = f"last known state: {e.message}" + (f"\n  -> {e.hint}" if e.hint else "")
     history = orch.store.history(rec["id"])
     if json_out:
         print_json({**public(rec, history), **({"warning": warning} if warning else {})})

@@ -1,12 +1,16 @@
 """Registers every command on the app; each command lives in its own short module."""
 
 from orchestrator.cli import app
+from orchestrator.cli.advise import advise
 from orchestrator.cli.artifacts import artifacts
 from orchestrator.cli.cluster import cluster_app
 from orchestrator.cli.config_cmd import config_show
+from orchestrator.cli.cost import cost
+from orchestrator.cli.doctor import doctor
 from orchestrator.cli.jobs import cancel, logs, status
 from orchestrator.cli.local import local_app
 from orchestrator.cli.plan import plan
+from orchestrator.cli.simulate import simulate
 from orchestrator.cli.submit import submit
 
 import typer
@@ -16,10 +20,14 @@ config_app.command("show")(config_show)
 
 app.command()(submit)
 app.command()(plan)
+app.command()(simulate)
 app.command()(status)
 app.command()(logs)
 app.command()(cancel)
 app.command()(artifacts)
+app.command()(cost)
+app.command()(advise)
+app.command()(doctor)
 app.add_typer(local_app, name="local")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(config_app, name="config")

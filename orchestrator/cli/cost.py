@@ -79,7 +79,7 @@ def cost(
     if plot is not None:
         from orchestrator.plots import plot_spend
 
-        plot_spend(ledger.daily_by_target(entries), plot, currency="USD")
+        plot_spend(ledger.daily_by_target(entries), plot, currency=cur, rate=rate)
     if json_out:
         conv = lambda r: {**r, **{k[:-4]: r[k] * rate for k in list(r)  # noqa: E731
                                   if k.endswith("_usd") and isinstance(r[k], (int, float))}}

@@ -129,10 +129,10 @@ def _wait(o: Offer, used: float, capacity: Optional[Capacity]) -> float:
 
 def _rank(a: Alternative, pref: dict) -> tuple:
     o = a.offer
-    return (math.inf if a.est_cost is None else a.est_cost,
-            math.inf if a.est_hours is None else a.est_hours,
-            TARGET_ORDER[o.target], pref.get(o.gpu, 99), o.cloud or "", o.region or "",
-            o.gpu or "", o.count, o.spot, o.price_per_hour, o.instance_type or "")
+    return (math.inf if a.est_cost is None else a.est_cost, TARGET_ORDER[o.target],
+            math.inf if a.est_hours is None else a.est_hours, pref.get(o.gpu, 99),
+            o.cloud or "", o.region or "", o.gpu or "", o.count, o.spot, o.price_per_hour,
+            o.instance_type or "")
 
 
 def decide(spec, classification: Classification, offers: Union[Sequence[Offer], OfferIndex],
@@ -141,11 +141,15 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
            spent_this_month: float = 0.0) -> Decision:
     """Decide where one job runs. Pure: everything arrives as arguments.
 
-    Steady work goes on-prem when it can start within `max_wait_minutes`, else to the
-    cheapest allowed option (a cloud burst). Exploratory work goes to the cheapest cloud
-    offer per job; spot only when the job checkpoints and is short. Local-only mode
-    keeps everything on this machine. Budgets (the job's, and the month's given
-    `spent_this_month` USD so far) and `placement.allow` are hard limits."""
+    Both kinds of work go to the eligible option with the lowest full cost per job,
+    owned hardware priced in full (amortized purchase plus power), never as free; ties
+    go to owned hardware. On-prem is eligible when it can start within
+    `max_wait_minutes`. The kind changes what happens when nothing is eligible: steady
+    work queues for the on-prem GPUs when only the wait stands in its way; exploratory
+    work never queues (the refusal says what to change). Spot only when the job
+    checkpoints and is short. Local-only mode keeps everything on this machine. Budgets
+    (the job's, and the month's given `spent_this_month` USD so far) and
+    `placement.allow` are hard limits."""
     index = offers if isinstance(offers, OfferIndex) else OfferIndex(offers)
     est = estimator or HoursEstimator(spec, fingerprint, history, settings.default_job_hours,
                                       settings.gpu_speeds)
@@ -195,8 +199,8 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
             if o.target == "onprem" and capacity is not None and capacity.unreachable:
                 b.append(("unreachable", capacity.unreachable))
             elif wait > settings.max_wait_minutes:
-                w = "unknown" if math.isinf(wait) else f"{wait:g} min"
-                b.append(("wait", f"on-prem busy: wait {w} > max {settings.max_wait_minutes:g} min"))
+                b.append(("wait", f"on-prem busy: wait {_minutes(wait)} > max "
+                                  f"{settings.max_wait_minutes:g} min"))
             per_h = share_price(o, used)
             if max_hourly is not None and per_h > max_hourly:
                 b.append(("hourly", f"{money(per_h)}/h > budget.max_hourly "
@@ -233,45 +237,25 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
         return Decision(target="onprem", choice=choice, reasons=reasons, **common)
 
     if not eligible:
-        refusal = _refusal(needs, index, alts, blockers, settings, money, local_only)
+        refusal = _refusal(needs, index, alts, blockers, settings, money, local_only,
+                           classification.kind)
         return Decision(target=None, choice=None, reasons=(refusal,), refusal=refusal, **common)
 
-    reasons: list[str] = []
-    decided_by = "full"
+    choice = eligible[0]  # the lowest full cost per job; ties go to owned hardware
+    codes = {id(a): {c for c, _ in bl} for a, bl in zip(alts, blockers)}
     if local_only:
-        choice = eligible[0]
-        reasons.append("local-only mode keeps every job on this machine; "
-                       f"cheapest here per job: {_what(choice)}")
-    elif classification.kind == "steady":
-        onprem = [a for a in eligible if a.offer.target == "onprem"]
-        if onprem:
-            choice = onprem[0]
-            reasons.append(f"steady work runs on owned GPUs: {_what(choice)} can start "
-                           f"within {settings.max_wait_minutes:g} min")
-            other = next((a for a in eligible if a.offer.target != "onprem"), None)
-            if other is None or choice.est_cost <= other.est_cost:
-                reasons.append(f"on-prem is also the cheapest on full cost ({money(choice.est_cost)}"
-                               " incl. amortized purchase)")
-            else:
-                decided_by = "marginal"
-                reasons.append(f"on full cost {_where(other)} is cheaper ({money(other.est_cost)} vs "
-                               f"{money(choice.est_cost)}), but the GPUs are already paid for: "
-                               f"this job adds only {money(choice.marginal_cost)} of power")
-        else:
-            choice = eligible[0]
-            reasons.append(f"{'cloud burst' if choice.offer.target == 'cloud' else 'not on-prem'}: "
-                           f"{_why_not_onprem(ranked, settings)}; cheapest allowed per job: "
-                           f"{_what(choice)}")
+        reasons = [f"local-only mode keeps every job on this machine; cheapest here per job: "
+                   f"{_what(choice)}"]
     else:
-        cloud = [a for a in eligible if a.offer.target == "cloud"]
-        choice = cloud[0] if cloud else eligible[0]
-        if cloud:
-            reasons.append(f"exploratory work goes to the cheapest cloud offer per job: {_what(choice)}")
-        else:
-            reasons.append(f"no cloud offer is eligible ({_why_not(ranked, 'cloud')}); "
-                           f"cheapest allowed per job: {_what(choice)}")
+        reasons = [_cost_line(choice, ranked, eligible, codes, settings, allow, money),
+                   *_kind_line(choice, ranked, codes, classification.kind, settings)]
     reasons.append(f"estimated {choice.est_hours:.3g} h ({choice.hours_basis}), "
                    f"{money(choice.est_cost)} per job")
+    if choice.offer.owned and choice.marginal_cost is not None:
+        amortized = choice.est_cost - choice.marginal_cost
+        reasons.append(f"owned hardware is priced in full: {money(amortized)} amortized purchase + "
+                       f"{money(choice.marginal_cost)} power (the power alone is the marginal cost, "
+                       "shown for information)")
     if choice.offer.spot:
         reasons.append(f"spot: the job checkpoints to {spec.checkpoint.storage} and is short")
     elif choice.offer.target == "cloud":
@@ -280,12 +264,68 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
         if spot is not None:
             reasons.append(f"on-demand: spot would cost {money(spot.est_cost)}, but {spot.excluded}")
     return Decision(target=choice.offer.target, choice=choice, reasons=tuple(reasons),
-                    decided_by=decided_by, **common)
+                    decided_by="full", **common)
+
+
+def _minutes(m: float) -> str:
+    return "unknown" if math.isinf(m) else f"{m:.0f} min"
+
+
+def _cost_line(choice: Alternative, ranked: Sequence[Alternative], eligible: Sequence[Alternative],
+               codes: dict, settings, allow: set, money) -> str:
+    """Why this option: its full cost per job against the cheapest option of the other
+    kind (owned hardware against cloud), or else at another target, eligible or not."""
+    mine = f"{_what(choice)} is cheapest per job: {money(choice.est_cost)}"
+    owned = choice.offer.owned
+    other = (next((a for a in eligible if a.offer.owned != owned), None)
+             or next((a for a in eligible if a.offer.target != choice.offer.target), None))
+    if other is not None:
+        return f"{mine} vs {_what(other)} {money(other.est_cost)}"
+    runner_up = next((a for a in eligible if a is not choice), None)
+    if runner_up is not None:
+        mine += f" vs {_what(runner_up)} {money(runner_up.est_cost)}"
+    rest = [a for a in ranked if a.offer.owned != owned]
+    priced = [a for a in rest if a.est_cost is not None]
+    if priced:
+        a = priced[0]
+        # A busy cluster is the kind's business: the next reason says what it changes.
+        why = "" if codes[id(a)] == {"wait"} else f" but {a.excluded}"
+        return f"{mine}; {_what(a)} would cost {money(a.est_cost)}{why}"
+    if rest:
+        return f"{mine}; {_what(rest[0])}: {rest[0].excluded}"
+    if not owned:
+        why = ("no owned GPU has the job's resources" if settings.onprem
+               else "no on-prem GPUs configured")
+    elif settings.effective_mode == "local":
+        why = "local-only mode"
+    elif "cloud" not in allow:
+        why = "placement.allow excludes cloud"
+    elif not settings.clouds:
+        why = "no cloud enabled (ORCH_CLOUDS)"
+    else:
+        why = "no cloud offer has the job's resources"
+    return f"{mine}; {why}"
+
+
+def _kind_line(choice: Alternative, ranked: Sequence[Alternative], codes: dict, kind: str,
+               settings) -> list[str]:
+    """What the job's kind changed: may it wait, or queue, for the on-prem GPUs."""
+    onp = next((a for a in ranked if a.offer.target == "onprem" and codes[id(a)] <= {"wait"}), None)
+    if onp is None:  # no owned GPUs to wait for, or excluded for other reasons
+        return []
+    if onp.excluded is None:
+        when = "now" if onp.wait_minutes <= 0 else f"in about {_minutes(onp.wait_minutes)}"
+        return [f"{kind} work may wait up to {settings.max_wait_minutes:g} min for owned GPUs: "
+                f"{_what(onp)} can start {when}"]
+    burst = "cloud burst" if choice.offer.target == "cloud" else "not on-prem"
+    queue = ("steady work queues for owned GPUs only when nothing else is allowed"
+             if kind == "steady" else "exploratory work never queues for owned GPUs")
+    return [f"{burst}: {onp.excluded} ({queue})"]
 
 
 def _where(a: Alternative) -> str:
     o = a.offer
-    return o.target if o.target != "cloud" else f"{o.cloud}/{o.region}"
+    return {"onprem": "on-prem", "local": "local"}.get(o.target) or f"{o.cloud}/{o.region}"
 
 
 def _what(a: Alternative) -> str:
@@ -299,10 +339,6 @@ def _why_not(ranked: Sequence[Alternative], target: str) -> str:
     if not ex and not any(a.offer.target == target for a in ranked):
         return f"no {target} offer has the job's resources"
     return ex[0] if ex else f"{target} is not cheaper"
-
-
-def _why_not_onprem(ranked: Sequence[Alternative], settings) -> str:
-    return _why_not(ranked, "onprem") if settings.onprem else "no on-prem GPUs configured"
 
 
 def _notes(index: OfferIndex, listed: int, capacity: Optional[Capacity], local_only: bool) -> tuple:
@@ -335,7 +371,7 @@ _FIX = {
 
 
 def _refusal(needs: Needs, index: OfferIndex, alts: list[Alternative], blockers: list,
-             settings, money, local_only: bool) -> str:
+             settings, money, local_only: bool, kind: str = "exploratory") -> str:
     """Nothing fits: say what the cheapest change would be."""
     if not alts:
         have = [f"{g}x{c:g}" for g, counts in index.models().items() for c in counts]
@@ -354,12 +390,14 @@ def _refusal(needs: Needs, index: OfferIndex, alts: list[Alternative], blockers:
         if not rest:
             return down
         return f"{down}. " + _refusal(needs, index, [a for a, _ in rest], [b for _, b in rest],
-                                      settings, money, local_only)
+                                      settings, money, local_only, kind)
     soft = [i for i, b in enumerate(blockers) if b and all(code in _SOFT for code, _ in b)]
     if soft:
         best = min(soft, key=lambda i: (len(blockers[i]), alts[i].est_cost or math.inf))
         a = alts[best]
         fixes = "; ".join(dict.fromkeys(_FIX[c](a, settings, money) for c, _ in blockers[best]))
+        if kind == "exploratory" and {c for c, _ in blockers[best]} == {"wait"}:
+            fixes += ", or set schedule.kind: steady so the job queues for the owned GPUs"
         return (f"nothing fits. The nearest option, {_what(a)} at {money(a.est_cost)} per job, "
                 f"would need: {fixes}")
     misfits = sorted({t for b in blockers for c, t in b if c in ("fit", "speed", "unreachable")})

@@ -194,6 +194,13 @@ def test_orch_cost_groups_writes_csv_and_refuses_bad_flags(tmp_path):
     assert d["total"]["cost_usd"] == pytest.approx(3.0)
     assert d["total"]["alternative_usd"] == pytest.approx(4.8)
     assert len((tmp_path / "c.csv").read_text().splitlines()) == 4
+    plot = tmp_path / "spend.png"
+    drawn = run_orch(home, "cost", "--plot", str(plot))
+    assert drawn.returncode == 0 and f"wrote {plot}" in drawn.stderr
+    from PIL import Image
+
+    with Image.open(plot) as im:
+        assert im.format == "PNG" and im.size[0] > 300
     table = run_orch(home, "cost", "--by", "kind")
     assert table.returncode == 0 and "steady" in table.stdout and "3.00 USD" in table.stdout
     for bad in (["--by", "week"], ["--since", "yesterday"], ["--plot", "x.svg"]):

@@ -55,40 +55,113 @@ def plan(extra: str = "", history=(), capacity=None, offers=OFFERS, **settings):
 
 BUSY = Capacity(onprem_free={"A100": 0}, wait_minutes=120, source="test")
 SOON = Capacity(onprem_free={"A100": 0}, wait_minutes=30, source="test")
+FREE = Capacity(onprem_free={"A100": 4}, wait_minutes=0, source="test")
+# Owned A100s bought dearer: 60,000 USD / (3 y x 8766 h x 60 %) / 4 + 0.06 = 1.01 USD/GPU-h,
+# more than a spot hour (0.77 USD per 1-hour job with start-up) but less than on-demand (1.32).
+PRICEY = OwnedGpus(gpu="A100", count=4, purchase_price=60000, watts=400)
+PRICEY_OFFERS = [LAMBDA, RUNPOD, RUNPOD_SPOT, onprem_offer(PRICEY, 0.15)]
+H100 = Offer("cloud", "H100", 1, 2.0, cloud="c", region="r")
+A100 = Offer("cloud", "A100", 1, 1.0, cloud="c", region="r")
+FAST = "resources: {accelerators: {A100: 1, H100: 1}}\nestimate: {hours: 3, gpu: A100}\n"
+FAST_SPEEDS = {"gpu_speeds": {"A100": 1 / 3, "H100": 1.0}}
 
+# Per 1-hour A100 job: on-prem 0.69 USD in full (0.63 amortized + 0.06 power), runpod spot
+# 0.70 x 1.1 h = 0.77, runpod on-demand 1.20 x 1.1 = 1.32, lambda 1.30 x 1.1 = 1.43.
 # id, job yaml, history, capacity, settings, offers,
 #   expected (kind, target, offer or None), reason fragments (refusal text when no target)
 CASES = [
-    ("brand-new short job that checkpoints: cheapest cloud, spot",
-     JOB + CKPT, (), None, {}, OFFERS,
-     ("exploratory", "cloud", RUNPOD_SPOT), ["cheapest cloud offer per job", "spot: the job checkpoints"]),
-    ("brand-new short job without checkpoints: on-demand",
+    # -- exploratory: the cheapest per job among what can start within max_wait_minutes
+    ("exploratory on owned GPUs when they are free and cheaper per job",
+     JOB + CKPT, (), FREE, {}, OFFERS,
+     ("exploratory", "onprem", ONPREM),
+     ["on-prem A100x1 is cheapest per job: 0.69 USD vs runpod/CA A100x1 spot 0.77 USD",
+      "exploratory work may wait up to 60 min for owned GPUs: on-prem A100x1 can start now",
+      "0.63 USD amortized purchase + 0.06 USD power (the power alone is the marginal cost"]),
+    ("exploratory with capacity unchecked: owned assumed free",
      JOB, (), None, {}, OFFERS,
-     ("exploratory", "cloud", RUNPOD), ["on-demand: spot would cost", "spot needs checkpoint.storage"]),
-    ("the same job after K runs: on-prem",
+     ("exploratory", "onprem", ONPREM), ["on-prem A100x1 is cheapest per job: 0.69 USD vs "
+                                         "runpod/CA A100x1 1.32 USD"]),
+    ("exploratory, owned busy, checkpoints: cloud spot",
+     JOB + CKPT, (), BUSY, {}, OFFERS,
+     ("exploratory", "cloud", RUNPOD_SPOT),
+     ["runpod/CA A100x1 spot is cheapest per job: 0.77 USD vs runpod/CA A100x1 1.32 USD; "
+      "on-prem A100x1 would cost 0.69 USD",
+      "cloud burst: on-prem busy: wait 120 min > max 60 min (exploratory work never queues",
+      "spot: the job checkpoints"]),
+    ("exploratory, owned busy, no checkpoints: on-demand",
+     JOB, (), BUSY, {}, OFFERS,
+     ("exploratory", "cloud", RUNPOD),
+     ["runpod/CA A100x1 is cheapest per job: 1.32 USD", "on-demand: spot would cost 0.77 USD",
+      "spot needs checkpoint.storage"]),
+    ("exploratory within the max wait: owned",
+     JOB + CKPT, (), SOON, {}, OFFERS,
+     ("exploratory", "onprem", ONPREM), ["on-prem A100x1 can start in about 30 min"]),
+    ("exploratory on cloud spot when it beats owned GPUs in full",
+     JOB + CKPT, (), FREE, {"onprem": [PRICEY]}, PRICEY_OFFERS,
+     ("exploratory", "cloud", RUNPOD_SPOT),
+     ["runpod/CA A100x1 spot is cheapest per job: 0.77 USD vs on-prem A100x1 1.01 USD",
+      "on-prem A100x1 can start now"]),
+    ("a long one-off job, owned busy: on-demand, spot not short",
+     "resources: {accelerators: 'A100:1'}\nestimate: {hours: 30}\n" + CKPT, (), BUSY, {}, OFFERS,
+     ("exploratory", "cloud", RUNPOD), ["on-demand", "spot is for short jobs: 30 h >= 2 h"]),
+    ("exploratory, owned busy and no cloud allowed: refused, not queued",
+     JOB + "placement: {allow: [onprem]}\n", (), BUSY, {}, OFFERS,
+     ("exploratory", None, None), ["nearest option, on-prem A100x1 at 0.69 USD per job",
+                                   "raise max_wait_minutes to 120, or set schedule.kind: steady"]),
+    # -- steady: the same rule, and it queues for owned GPUs when nothing else is allowed
+    ("the same job after K runs: on-prem, cheapest in full",
      JOB + CKPT, runs(3), None, {}, OFFERS,
-     ("steady", "onprem", ONPREM), ["steady work runs on owned GPUs", "cheapest on full cost"]),
+     ("steady", "onprem", ONPREM),
+     ["on-prem A100x1 is cheapest per job: 0.69 USD vs runpod/CA A100x1 spot 0.77 USD",
+      "steady work may wait up to 60 min for owned GPUs: on-prem A100x1 can start now"]),
     ("a cron job: on-prem",
      JOB + "schedule: {cron: '0 3 * * *'}\n", (), None, {}, OFFERS,
-     ("steady", "onprem", ONPREM), ["steady work runs on owned GPUs"]),
-    ("a long one-off job: cloud on-demand, spot not short",
-     "resources: {accelerators: 'A100:1'}\nestimate: {hours: 30}\n" + CKPT, (), None, {}, OFFERS,
-     ("exploratory", "cloud", RUNPOD), ["on-demand", "spot is for short jobs: 30 h >= 2 h"]),
-    ("a budget that excludes every offer",
-     JOB + "budget: {max_cost: 0.01}\n", (), None, {}, OFFERS,
-     ("exploratory", None, None), ["nothing fits", "raise budget.max_cost to at least"]),
-    ("max_hourly rules out on-demand cloud: the cheapest allowed owned GPU",
-     JOB + "budget: {max_hourly: 1.0}\n", (), None, {}, OFFERS,
-     ("exploratory", "onprem", ONPREM), ["no cloud offer is eligible", "budget.max_hourly"]),
+     ("steady", "onprem", ONPREM), ["steady work may wait up to 60 min"]),
+    ("steady on cloud spot when it beats owned GPUs in full",
+     JOB + CKPT, runs(3), FREE, {"onprem": [PRICEY]}, PRICEY_OFFERS,
+     ("steady", "cloud", RUNPOD_SPOT),
+     ["runpod/CA A100x1 spot is cheapest per job: 0.77 USD vs on-prem A100x1 1.01 USD",
+      "spot: the job checkpoints"]),
+    ("steady stays on owned GPUs dearer than spot when it cannot use spot",
+     JOB, runs(3), FREE, {"onprem": [PRICEY]}, PRICEY_OFFERS,
+     ("steady", "onprem", PRICEY_OFFERS[3]),
+     ["on-prem A100x1 is cheapest per job: 1.01 USD vs runpod/CA A100x1 1.32 USD",
+      "0.95 USD amortized purchase + 0.06 USD power"]),
     ("steady with on-prem full beyond the max wait: cloud burst",
      JOB, runs(3), BUSY, {}, OFFERS,
-     ("steady", "cloud", RUNPOD), ["cloud burst", "wait 120 min > max 60 min"]),
+     ("steady", "cloud", RUNPOD),
+     ["runpod/CA A100x1 is cheapest per job: 1.32 USD vs lambda/us-east-1 A100x1 1.43 USD; "
+      "on-prem A100x1 would cost 0.69 USD",
+      "cloud burst: on-prem busy: wait 120 min > max 60 min"]),
     ("steady with on-prem full but within the max wait: on-prem",
      JOB, runs(3), SOON, {}, OFFERS,
-     ("steady", "onprem", ONPREM), ["can start within 60 min"]),
+     ("steady", "onprem", ONPREM), ["on-prem A100x1 can start in about 30 min"]),
     ("a longer max wait keeps it on-prem",
      JOB, runs(3), BUSY, {"max_wait_minutes": 180}, OFFERS,
-     ("steady", "onprem", ONPREM), ["steady work runs on owned GPUs"]),
+     ("steady", "onprem", ONPREM), ["steady work may wait up to 180 min for owned GPUs: on-prem "
+                                    "A100x1 can start in about 120 min"]),
+    ("steady, owned busy and no cloud allowed: queued on-prem",
+     JOB + "placement: {allow: [onprem]}\n", runs(3), BUSY, {}, OFFERS,
+     ("steady", "onprem", ONPREM), ["queued on-prem: the cluster is busy for about 120 min",
+                                    "placement.allow excludes cloud"]),
+    # -- budgets, limits, modes, refusals
+    ("a budget that excludes every offer",
+     JOB + "budget: {max_cost: 0.01}\n", (), None, {}, OFFERS,
+     ("exploratory", None, None), ["nothing fits", "raise budget.max_cost to at least 0.69 USD"]),
+    ("max_hourly rules out the H100, cheaper per job: the A100",
+     FAST + "budget: {max_hourly: 1.5}\n", (), None, FAST_SPEEDS, [A100, H100],
+     ("exploratory", "cloud", A100),
+     ["2.00 USD/h > budget.max_hourly 1.50 USD", "c/r A100x1 is cheapest per job: 3.10 USD"]),
+    ("max_hourly rules out every cloud offer: owned GPUs within the max wait",
+     JOB + "budget: {max_hourly: 1.0}\n", (), BUSY, {"max_wait_minutes": 180}, OFFERS,
+     ("exploratory", "onprem", ONPREM),
+     ["runpod/CA A100x1 spot would cost 0.77 USD but spot needs checkpoint.storage",
+      "1.20 USD/h > budget.max_hourly 1.00 USD",
+      "exploratory work may wait up to 180 min for owned GPUs: on-prem A100x1 can start in about 120"]),
+    ("a budget in the user's currency",
+     JOB + CKPT + "budget: {max_cost: 1000}\n", (), None, {"currency": "KRW", "currency_rate": 1400},
+     OFFERS, ("exploratory", "onprem", ONPREM),
+     ["on-prem A100x1 is cheapest per job: 971 KRW", "1,078 KRW > budget.max_cost 1,000 KRW"]),
     ("local-only mode keeps the job local",
      "resources: {accelerators: {A100: 1, RTX4090: 1}}\nestimate: {hours: 1}\n", (), None,
      {"mode": "local"}, OFFERS,
@@ -106,23 +179,19 @@ CASES = [
      JOB + "placement: {allow: [cloud]}\n", (), None, {}, [ONPREM, LOCAL_CPU],
      ("exploratory", None, None), ["add 'onprem' to placement.allow"]),
     ("a GPU 3x faster at 2x the price wins on cost per job",
-     "resources: {accelerators: {A100: 1, H100: 1}}\nestimate: {hours: 3, gpu: A100}\n", (), None,
-     {"gpu_speeds": {"A100": 1 / 3, "H100": 1.0}},
-     [Offer("cloud", "A100", 1, 1.0, cloud="c", region="r"),
-      Offer("cloud", "H100", 1, 2.0, cloud="c", region="r")],
-     ("exploratory", "cloud", Offer("cloud", "H100", 1, 2.0, cloud="c", region="r")), ["H100x1"]),
+     FAST, (), None, FAST_SPEEDS, [A100, H100],
+     ("exploratory", "cloud", H100), ["c/r H100x1 is cheapest per job: 2.20 USD vs c/r A100x1 3.10 USD"]),
     ("resources.cloud pins the cloud",
      "resources: {accelerators: 'A100:1', cloud: lambda}\nestimate: {hours: 1}\n", (), None, {},
-     OFFERS, ("exploratory", "cloud", LAMBDA), ["lambda/us-east-1"]),
-    ("cpus beyond every cloud offer fall back to on-prem",
+     OFFERS, ("exploratory", "cloud", LAMBDA),
+     ["lambda/us-east-1 A100x1 is cheapest per job: 1.43 USD", "the job asks for cloud lambda"]),
+    ("cpus beyond every cloud offer: owned GPUs",
      "resources: {accelerators: 'A100:1', cpus: 32+}\nestimate: {hours: 1}\n", (), None, {}, OFFERS,
-     ("exploratory", "onprem", ONPREM), ["30 CPUs < 32"]),
+     ("exploratory", "onprem", ONPREM), ["runpod/CA A100x1 spot would cost 0.77 USD but 16 CPUs < 32",
+                                         "30 CPUs < 32"]),
     ("a GPU nobody offers",
      "resources: {accelerators: 'H200:8'}\n", (), None, {}, OFFERS,
      ("exploratory", None, None), ["no offer has H200:8", "offered: A100x1"]),
-    ("a budget in the user's currency",
-     JOB + CKPT + "budget: {max_cost: 1000}\n", (), None, {"currency": "KRW", "currency_rate": 1400},
-     OFFERS, ("exploratory", "onprem", ONPREM), ["KRW", "budget.max_cost 1,000 KRW"]),
 ]
 
 
@@ -143,12 +212,31 @@ def test_policy(name, job, history, capacity, settings, offers, expected, fragme
         assert f in text, f"{f!r} not in {text!r}"
 
 
-def test_steady_on_prem_that_costs_more_in_full_is_decided_by_marginal_cost():
-    pricey = OwnedGpus(gpu="A100", count=1, purchase_price=60000, watts=400)
-    d = plan(JOB, runs(3), offers=[RUNPOD, onprem_offer(pricey, 0.15)], onprem=[pricey])
-    assert d.target == "onprem" and d.decided_by == "marginal"
-    assert any("already paid for" in r for r in d.reasons)
-    assert d.choice.marginal_cost < RUNPOD.price_per_hour < d.choice.est_cost
+def test_owned_hardware_is_never_free_marginal_cost_is_information_only():
+    # Power alone (0.06 USD/GPU-h) is far below spot's 0.77 USD per job; the full cost
+    # (1.01 USD) is above it, and the full cost decides.
+    d = plan(JOB + CKPT, runs(3), FREE, PRICEY_OFFERS, onprem=[PRICEY])
+    owned = next(a for a in d.alternatives if a.offer.target == "onprem")
+    assert owned.marginal_cost == pytest.approx(0.06) and owned.est_cost == pytest.approx(1.0106, abs=1e-4)
+    assert (d.target, d.decided_by, d.to_dict()["decided_by"]) == ("cloud", "full", "full")
+    assert not any("already paid for" in r for r in d.reasons)
+    # On owned hardware the reasons show the power-only figure, as information.
+    d = plan(JOB + CKPT, runs(3), FREE)
+    assert d.target == "onprem" and d.decided_by == "full"
+    assert [r for r in d.reasons if "marginal" in r] == [
+        "owned hardware is priced in full: 0.63 USD amortized purchase + 0.06 USD power "
+        "(the power alone is the marginal cost, shown for information)"]
+
+
+def test_ties_in_cost_go_to_owned_hardware():
+    # No start-up billed: a cloud hour at exactly the owned share's price costs the same per job.
+    owned = Offer("onprem", "A100", 1, 1.0, amortized_per_hour=0.9, power_per_hour=0.1)
+    twin = Offer("cloud", "A100", 1, 1.0, cloud="c", region="r")
+    for offers in ([owned, twin], [twin, owned]):
+        d = plan(JOB, (), FREE, offers, cloud_startup_minutes=0)
+        assert d.alternatives[0].est_cost == d.alternatives[1].est_cost == 1.0
+        assert d.choice.offer == owned, d.reasons
+        assert d.reasons[0] == "on-prem A100x1 is cheapest per job: 1.00 USD vs c/r A100x1 1.00 USD"
 
 
 def test_every_alternative_is_priced_and_ranked():
@@ -179,7 +267,9 @@ def test_ties_break_the_same_way_whatever_the_offer_order():
 def test_an_index_is_reusable_across_jobs():
     index = OfferIndex(OFFERS)
     s = Settings(**HYBRID)
-    for job in (JOB, JOB + CKPT):
+    picks = []
+    for job, capacity in ((JOB, BUSY), (JOB + CKPT, BUSY), (JOB + CKPT, FREE)):
         spec = load_spec_text("name: t\nrun: x\n" + job)
-        d = decide(spec, classify(spec, FP, [], NOW, s, False, 1.0), index, None, s)
-        assert d.target == "cloud"
+        d = decide(spec, classify(spec, FP, [], NOW, s, False, 1.0), index, capacity, s)
+        picks.append(d.choice.offer)
+    assert picks == [RUNPOD, RUNPOD_SPOT, ONPREM]

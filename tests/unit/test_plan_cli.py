@@ -89,9 +89,26 @@ def test_plan_json(env):
 def test_plan_table(env):
     r = invoke("plan", str(env))
     assert r.exit_code == 0, r.output
-    for text in ("tiny", "exploratory", "new job", "runpod", "RTX4090 x1", "choice:",
-                 "cheapest cloud offer per job", "est. cost"):
+    for text in ("tiny", "exploratory", "new job", "runpod", "RTX4090 x1", "choice:", "est. cost",
+                 "decided on full cost", "runpod/US RTX4090x1 spot is cheapest per job: 0.37 USD "
+                 "vs runpod/CA A100-80GBx1 spot 0.66 USD; no on-prem GPUs configured"):
         assert text in r.stdout, text
+
+
+def test_plan_prices_owned_gpus_in_full_and_picks_them_when_cheaper(env):
+    # Two owned RTX4090s: 4,000 USD over 3 years x 8766 h x 60 % busy, plus 2 x 450 W at
+    # 0.15 USD/kWh: 0.127 + 0.0675 = 0.194 USD per GPU-hour, below runpod's spot 0.37 per job.
+    (env.parent / "config.toml").write_text(
+        '[[onprem]]\ngpu = "RTX4090"\ncount = 2\npurchase_price = 4000\nwatts = 450\n')
+    d = json.loads(invoke("plan", str(env), "--json").stdout)
+    assert (d["kind"], d["target"], d["decided_by"]) == ("exploratory", "onprem", "full")
+    amortized = 4000 / (3 * 8766 * 0.6) / 2
+    assert d["estimate"]["cost"] == pytest.approx(amortized + 0.0675)
+    assert d["choice"]["marginal_cost"] == pytest.approx(0.0675)
+    assert "on-prem RTX4090x1 is cheapest per job: 0.19 USD vs runpod/US RTX4090x1 spot 0.37 USD" \
+        in d["reasons"]
+    assert ("owned hardware is priced in full: 0.13 USD amortized purchase + 0.0675 USD power "
+            "(the power alone is the marginal cost, shown for information)") in d["reasons"]
 
 
 def test_plan_in_the_users_currency(env, monkeypatch):

@@ -1,0 +1,128 @@
+"""`orch simulate TRACE`: replay a workload through orch's planner and simple baselines, priced."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from orchestrator.cli.render import err, out, print_json
+
+
+def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (CSV; see the README)"),
+             json_out: bool = typer.Option(False, "--json", help="print the result as JSON"),
+             plot: Optional[Path] = typer.Option(None, "--plot", help="write cost against wait "
+                                                 "per policy to this PNG file"),
+             generate: Optional[Path] = typer.Option(None, "--generate", help="write a synthetic "
+                                                     "small-team trace to this file and stop"),
+             days: int = typer.Option(90, "--days", min=1, max=3660, help="days to --generate"),
+             seed: int = typer.Option(1, "--seed", help="seed of --generate and of spot preemptions"),
+             onprem: Optional[List[str]] = typer.Option(None, "--onprem", help="owned GPUs, "
+                                                        "GPU:COUNT:PRICE_USD[:WATTS] (repeatable); "
+                                                        "default: the onprem setting"),
+             clouds: Optional[str] = typer.Option(None, "--clouds", help="clouds to rent from, "
+                                                  "comma-separated; default: the clouds setting"),
+             catalog_dir: Optional[Path] = typer.Option(None, "--catalog-dir", help="price "
+                                                        "catalogs (<cloud>/vms.csv)"),
+             spot_rate: float = typer.Option(0.05, "--spot-preemptions", min=0.0, max=10.0,
+                                             help="spot preemptions per running hour")) -> None:
+    """Replay a trace: total cost, waits, deadline misses and on-prem use per policy."""
+    from orchestrator.errors import InputError
+
+    if generate is not None:
+        if trace is not None:
+            raise InputError("give either a TRACE to simulate or --generate FILE, not both")
+        _generate(generate, days, seed)
+        return
+    if trace is None:
+        raise InputError("give a TRACE file to simulate",
+                         "`orch simulate --generate trace.csv` writes a 90-day example")
+    from orchestrator.plots import check_png_path
+    from orchestrator.settings import load_settings
+    from orchestrator.simulate.run import simulate as run
+    from orchestrator.simulate.scenario import load_scenario
+    from orchestrator.simulate.trace import load_trace
+
+    if plot is not None:
+        check_png_path(plot)
+    settings = load_settings()
+    t = load_trace(trace, settings.gpu_speeds)
+    started = time.perf_counter()
+    err.print(f"[dim]{len(t.jobs)} jobs over {t.days} days; reading the price catalogs ...[/]")
+    scenario = load_scenario(settings, onprem or (), clouds, catalog_dir)
+    result = run(t, scenario, settings, seed=seed, spot_rate=spot_rate,
+                 progress=lambda msg: err.print(f"[dim]{escape(msg)}[/]"))
+    result["wall_s"] = round(time.perf_counter() - started, 2)
+    if plot is not None:
+        from orchestrator.plots import plot_policies
+
+        plot_policies(result, plot)
+        err.print(f"wrote {escape(str(plot))}")
+    if json_out:
+        print_json(result)
+    else:
+        render(result)
+
+
+def _generate(path: Path, days: int, seed: int) -> None:
+    from orchestrator.errors import InputError
+    from orchestrator.simulate.generate import generate
+    from orchestrator.simulate.trace import format_trace
+
+    jobs = generate(days, seed)
+    try:
+        path.write_text(format_trace(jobs))
+    except OSError as e:
+        raise InputError(f"--generate {path}: cannot write the file: {e}") from None
+    out.print(f"wrote {len(jobs)} jobs over {days} days to {escape(str(path))} (seed {seed})")
+
+
+def _money(usd, result) -> str:
+    from orchestrator.decision.cost import fmt_money
+
+    return fmt_money(usd, result["currency"], result["currency_rate"])
+
+
+def _h(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def render(result: dict) -> None:
+    out.print(f"trace {escape(result['trace'])}: {result['jobs']} jobs over {result['days']} days")
+    out.print(f"scenario: {escape(result['scenario'])}")
+    t = Table(show_edge=False, header_style="bold")
+    for col in ("POLICY", "TOTAL COST", "MEAN WAIT H", "P95 WAIT H", "DEADLINE MISSES",
+                "ON-PREM UTIL", "JOBS ON-PREM / CLOUD"):
+        t.add_column(col, justify="left" if col == "POLICY" else "right", no_wrap=True)
+    for r in result["policies"]:
+        jobs = r["jobs_by_target"]
+        placed = f"{jobs.get('onprem', 0):g} / {jobs.get('cloud', 0):g}"
+        if jobs.get("unplaced"):
+            placed += f" ({jobs['unplaced']} unplaced)"
+        util = r["onprem_utilization"]
+        name = r["name"] + (" (lower bound)" if r["name"] == "oracle" else "")
+        t.add_row(name, _money(r["total_cost"], result), _h(r["mean_wait_h"]), _h(r["p95_wait_h"]),
+                  f"{r['deadline_misses']} ({r['deadline_miss_rate']:.1%})",
+                  "-" if util is None else f"{util:.1%}", placed)
+    out.print(t)
+    for note in result.get("notes", []):
+        out.print(f"[dim]{escape(note)}[/]")
+    c = result.get("checks") or {}
+    if not c:
+        return
+    ok = lambda met: "[green]met[/]" if met else "[red]not met[/]"  # noqa: E731
+    ratio = "-" if c["orch_over_oracle"] is None else f"{c['orch_over_oracle']:.3f}"
+    by = {r["name"]: r for r in result["policies"]}
+    if c["cheaper_than_every_baseline"]:
+        cheaper = "[green]yes[/]"
+    else:
+        cheaper = "[red]no[/]: " + ", ".join(f"{n} costs {_money(by[n]['total_cost'], result)}"
+                                            for n in c["baselines_not_beaten"])
+    out.print(f"checks: orch / oracle = {ratio} (goal <= {c['ratio_goal']:g}: {ok(c['ratio_met'])}); "
+              f"orch cheaper than every baseline: {cheaper}; orch deadline misses "
+              f"{c['orch_miss_rate']:.1%} (goal <= {c['miss_goal']:.0%}: {ok(c['miss_met'])})")
+    out.print(f"[dim]simulated in {result['wall_s']:.1f} s[/]")

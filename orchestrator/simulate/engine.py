@@ -1,0 +1,288 @@
+"""The discrete-event simulation: jobs arrive, a policy places each, owned GPUs queue, costs add up.
+
+Time is hours after the trace's start. Every policy is accounted the same way, per job,
+with `decision.cost.job_cost`: a cloud job pays its offer's price for its run plus the
+billed start-up of each launch; an owned job pays its share of the pool's full hourly
+cost (amortized purchase + power) for the hours it runs. True run hours on a device
+are the trace's work scaled by relative GPU speed, as orch's estimator assumes.
+
+Spot: a spot job is preempted at a constant rate per running hour (default 5 %),
+drawn from a generator seeded by (seed, job), so every policy that puts the same job
+on spot for as long meets the same preemptions. Each preemption costs one more billed
+start-up (and its delay) and redoes the work since the last checkpoint (15 min).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from orchestrator.decision.capacity import Running, estimate_start
+from orchestrator.decision.cost import job_cost
+from orchestrator.decision.gpus import relative_speed
+from orchestrator.decision.models import Capacity, Offer, PastRun
+from orchestrator.decision.placement import OfferIndex
+from orchestrator.simulate.jobs import SimJob
+
+SPOT_PREEMPTIONS_PER_H = 0.05
+LOST_WORK_H = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """Where a policy sends a job; `est_hours` is the policy's estimate (for wait estimates)."""
+
+    offer: Offer
+    used: float
+    est_hours: Optional[float] = None
+    kind: str = ""
+
+
+@dataclass(slots=True)
+class Outcome:
+    index: int
+    target: Optional[str]  # None: no policy rule could place it
+    where: str = "-"
+    start_h: Optional[float] = None
+    finish_h: Optional[float] = None
+    wait_h: Optional[float] = None
+    cost: float = 0.0
+    missed: bool = False
+    preemptions: int = 0
+    kind: str = ""
+
+
+@dataclass
+class Pool:
+    """One owned GPU pool: a FIFO queue in front of `count` GPUs, like Ray's pending jobs."""
+
+    offer: Offer
+    free: float
+    running: dict = field(default_factory=dict)  # job index -> (used, start_h, est_h)
+    queue: deque = field(default_factory=deque)  # (SimJob, Choice)
+    busy: list = field(default_factory=list)  # (start_h, finish_h, used)
+
+    def capacity(self, now_h: float, need: float) -> Capacity:
+        jobs = [Running(0.0, used, None if est is None else max(0.0, (est - (now_h - start)) * 3600))
+                for used, start, est in self.running.values()]
+        jobs += [Running(0.0, c.used, None if c.est_hours is None else c.est_hours * 3600, queued=True)
+                 for _, c in self.queue]
+        src = (f"simulated {self.offer.gpu} pool: {self.free:g}/{self.offer.count:g} GPUs free, "
+               f"{len(self.running)} running, {len(self.queue)} queued")
+        return estimate_start(0.0, self.free, jobs, 0.0, need, src)
+
+
+class View:
+    """What a policy may look at when a job arrives: the clock, owned pools, finished runs."""
+
+    def __init__(self, sim: "Simulation", pools: list[Pool]):
+        self.sim, self.pools, self.now_h = sim, pools, 0.0
+        self.history: dict[str, list[PastRun]] = {}
+
+    @property
+    def settings(self):
+        return self.sim.settings
+
+    @property
+    def index(self) -> OfferIndex:
+        return self.sim.index
+
+    def epoch(self, hours: float) -> float:
+        return self.sim.trace.start + hours * 3600.0
+
+    def pool_for(self, offer: Offer) -> Pool:
+        return next(p for p in self.pools if p.offer == offer)
+
+    def can_start_now(self, offer: Offer, used: float) -> bool:
+        p = self.pool_for(offer)
+        return not p.queue and p.free >= used
+
+    def capacity(self, need: float) -> Optional[Capacity]:
+        """The on-prem capacity orch would read from the cluster, for a job of `need` GPUs."""
+        fits = [p for p in self.pools if p.offer.count >= need]
+        if not fits:
+            return None
+        if len(self.pools) == 1:
+            return fits[0].capacity(self.now_h, need)
+        caps = [p.capacity(self.now_h, need) for p in fits]
+        waits = [c.wait_minutes for c in caps if c.wait_minutes is not None]
+        free = {p.offer.gpu: (p.free if not p.queue else 0.0) for p in self.pools}
+        return Capacity(onprem_free=free, wait_minutes=min(waits) if waits else None,
+                        source="; ".join(c.source for c in caps))
+
+
+Policy = Callable[[SimJob, View], Optional[Choice]]
+
+
+def preemptions(seed: int, index: int, hours: float, rate: float, lost: float) -> int:
+    """Preemptions of a spot run of `hours` (each adds `lost` hours of redone work)."""
+    if rate <= 0:
+        return 0
+    rng = random.Random(seed * 1_000_003 + index)
+    k, at = 0, rng.expovariate(rate)
+    while at < hours + k * lost and k < 1000:
+        k += 1
+        at += rng.expovariate(rate)
+    return k
+
+
+@dataclass
+class Simulation:
+    """One trace, one scenario, shared by every policy run."""
+
+    trace: object  # trace.Trace
+    jobs: list[SimJob]
+    offers: tuple[Offer, ...]
+    settings: object  # the policy's Settings (hybrid, the scenario's pools and clouds)
+    seed: int = 1
+    spot_rate: float = SPOT_PREEMPTIONS_PER_H
+    index: OfferIndex = None
+
+    def __post_init__(self):
+        if self.index is None:
+            self.index = OfferIndex(self.offers)
+
+    @property
+    def span_h(self) -> float:
+        return self.trace.days * 24.0
+
+    def hours(self, sj: SimJob, gpu: Optional[str], used: float) -> float:
+        """True run hours of a job on `used` x `gpu`: its work scaled by relative speed."""
+        speeds = self.settings.gpu_speeds
+        ref = relative_speed(sj.job.gpu, speeds)
+        return sj.job.gpu_hours * ref / (relative_speed(gpu, speeds) * max(used, 1e-9))
+
+    def run(self, name: str, policy: Policy) -> "PolicyRun":
+        pools = [Pool(o, float(o.count)) for o in self.offers if o.target == "onprem"]
+        view = View(self, pools)
+        startup_h = self.settings.cloud_startup_minutes / 60.0
+        out: list[Outcome] = [Outcome(sj.job.index, None) for sj in self.jobs]
+        heap: list = []
+        seq = 0
+        for sj in self.jobs:
+            heap.append((sj.job.arrival_h, 1, seq, sj, None))
+            seq += 1
+        heapq.heapify(heap)
+
+        def finish_at(t: float, sj: SimJob, choice: Choice, pool: Optional[Pool], run_h: float):
+            nonlocal seq
+            heapq.heappush(heap, (t, 0, seq, sj, (choice, pool, run_h)))
+            seq += 1
+
+        def start_owned(t: float, pool: Pool, sj: SimJob, choice: Choice):
+            h = self.hours(sj, choice.offer.gpu, choice.used)
+            pool.free -= choice.used
+            pool.running[sj.job.index] = (choice.used, t, choice.est_hours)
+            pool.busy.append((t, t + h, choice.used))
+            o = out[sj.job.index]
+            o.start_h, o.finish_h, o.wait_h = t, t + h, t - sj.job.arrival_h
+            o.cost = job_cost(choice.offer, h, choice.used, 0.0)[0]
+            finish_at(t + h, sj, choice, pool, h)
+
+        while heap:
+            t, what, _, sj, done = heapq.heappop(heap)
+            view.now_h = t
+            if what == 0:  # a job ended: its run joins the history, its GPUs free up
+                choice, pool, run_h = done
+                view.history.setdefault(sj.job.fingerprint, []).append(PastRun(
+                    fingerprint=sj.job.fingerprint, status="SUCCEEDED",
+                    created_at=view.epoch(sj.job.arrival_h), duration_s=run_h * 3600.0,
+                    target=choice.offer.target, gpu=choice.offer.gpu, gpu_count=choice.used))
+                if pool is not None:
+                    pool.free += choice.used
+                    pool.running.pop(sj.job.index, None)
+                    while pool.queue and pool.queue[0][1].used <= pool.free + 1e-9:
+                        qsj, qc = pool.queue.popleft()
+                        start_owned(t, pool, qsj, qc)
+                continue
+            choice = policy(sj, view)
+            o = out[sj.job.index]
+            if choice is None:
+                continue
+            o.target, o.kind = choice.offer.target, choice.kind
+            o.where = (f"{choice.offer.cloud}/{choice.offer.gpu}x{choice.used:g}"
+                       f"{' spot' if choice.offer.spot else ''}" if choice.offer.target == "cloud"
+                       else f"{choice.offer.target}/{choice.offer.gpu}x{choice.used:g}")
+            if choice.offer.target == "cloud":
+                h = self.hours(sj, choice.offer.gpu, choice.used)
+                k = (preemptions(self.seed, sj.job.index, h, self.spot_rate, LOST_WORK_H)
+                     if choice.offer.spot else 0)
+                run_h = h + k * (LOST_WORK_H + startup_h)
+                o.start_h, o.wait_h, o.preemptions = t, startup_h, k
+                o.finish_h = t + startup_h + run_h
+                o.cost = job_cost(choice.offer, h + k * LOST_WORK_H, choice.used,
+                                  self.settings.cloud_startup_minutes * (1 + k))[0]
+                finish_at(o.finish_h, sj, choice, None, run_h)
+            else:
+                pool = view.pool_for(choice.offer)
+                if not pool.queue and pool.free >= choice.used - 1e-9:
+                    start_owned(t, pool, sj, choice)
+                else:
+                    pool.queue.append((sj, choice))
+        for sj, o in zip(self.jobs, out):
+            if o.target is not None and o.start_h is None:  # queued behind a pool it can never fit
+                o.target, o.where = None, "-"
+            if o.finish_h is None:
+                o.missed = sj.job.deadline_h is not None
+            elif o.finish_h > sj.job.due_h + 1e-9:
+                o.missed = True
+        busy = sum(max(0.0, min(e, self.span_h) - max(s, 0.0)) * u
+                   for p in pools for s, e, u in p.busy)
+        owned = sum(p.offer.count for p in pools) * self.span_h
+        return PolicyRun(name, out, busy, owned, self)
+
+
+def _p95(values: list[float]) -> Optional[float]:
+    """Nearest-rank 95th percentile."""
+    if not values:
+        return None
+    v = sorted(values)
+    return v[max(0, math.ceil(0.95 * len(v)) - 1)]
+
+
+@dataclass
+class PolicyRun:
+    name: str
+    outcomes: list[Outcome]
+    busy_gpu_h: float
+    owned_gpu_h: float
+    sim: Simulation
+
+    @property
+    def total_cost(self) -> float:
+        return sum(o.cost for o in self.outcomes)
+
+    def daily_cost(self, days: int) -> list[float]:
+        """USD by the day each job started (the last day takes any later ones)."""
+        out = [0.0] * days
+        for o in self.outcomes:
+            if o.start_h is not None:
+                out[min(days - 1, max(0, int(o.start_h // 24)))] += o.cost
+        return out
+
+    def summary(self) -> dict:
+        n = len(self.outcomes)
+        waits = [o.wait_h for o in self.outcomes if o.wait_h is not None]
+        misses = sum(o.missed for o in self.outcomes)
+        by_target: dict[str, int] = {}
+        cost_by: dict[str, float] = {}
+        for o in self.outcomes:
+            key = o.target or "unplaced"
+            by_target[key] = by_target.get(key, 0) + 1
+            cost_by[key] = cost_by.get(key, 0.0) + o.cost
+        return {
+            "name": self.name,
+            "total_cost": round(self.total_cost, 2),
+            "mean_wait_h": round(sum(waits) / len(waits), 3) if waits else None,
+            "p95_wait_h": None if not waits else round(_p95(waits), 3),
+            "deadline_misses": misses,
+            "deadline_miss_rate": round(misses / n, 4) if n else 0.0,
+            "onprem_utilization": round(self.busy_gpu_h / self.owned_gpu_h, 4) if self.owned_gpu_h else None,
+            "jobs_by_target": dict(sorted(by_target.items())),
+            "cost_by_target": {k: round(v, 2) for k, v in sorted(cost_by.items())},
+            "spot_preemptions": sum(o.preemptions for o in self.outcomes),
+        }

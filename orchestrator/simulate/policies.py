@@ -1,0 +1,92 @@
+"""The placement policies compared: orch's own planner and the simple rules people use today.
+
+Each policy is a function (job, view) -> Choice, or None when its rule has no place
+for the job. All of them choose among the same offers (`SimJob.candidates`, from orch's
+matcher) and are accounted the same way by the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from orchestrator.decision.classify import classify
+from orchestrator.decision.cost import HoursEstimator
+from orchestrator.decision.gpus import relative_speed
+from orchestrator.decision.models import Offer
+from orchestrator.decision.placement import decide
+from orchestrator.simulate.engine import Choice, View
+from orchestrator.simulate.jobs import SimJob
+
+HYPERSCALERS = ("aws", "gcp", "azure")
+
+
+def orch(sj: SimJob, view: View) -> Optional[Choice]:
+    """orch's planner, as `orch submit` runs it: classify against the runs that have
+    finished so far, read the on-prem capacity, `decide`."""
+    s, fp = view.settings, sj.job.fingerprint
+    history = view.history.get(fp, ())
+    est = HoursEstimator(sj.spec, fp, history, s.default_job_hours, s.gpu_speeds)
+    kind = classify(sj.spec, fp, history, view.epoch(view.now_h), s, False, est.reference.hours)
+    d = decide(sj.spec, kind, view.index, view.capacity(sj.job.gpus), s, fingerprint=fp,
+               estimator=est)
+    if d.choice is None:
+        return None
+    return Choice(d.choice.offer, d.choice.used, d.choice.est_hours, d.kind)
+
+
+def _per_hour(options: Iterable[tuple[Offer, float]], speeds) -> Optional[tuple[Offer, float]]:
+    """The lowest price per hour; among equals the faster GPU, then a fixed order."""
+    return min(options, default=None,
+               key=lambda ou: (ou[0].price_per_hour, -(relative_speed(ou[0].gpu, speeds) or 0),
+                               ou[0].cloud or "", ou[0].region or "", ou[0].instance_type or ""))
+
+
+def _cloud(sj: SimJob, view: View, clouds=None, spot: Optional[bool] = None) -> Optional[Choice]:
+    """Cheapest price per hour in the cloud; spot only for a job that checkpoints (a
+    preemption would lose an unsaved run), as anyone renting spot by hand would."""
+    spot_ok = sj.job.checkpoints if spot is None else spot
+    best = _per_hour(((o, u) for o, u in sj.candidates if o.target == "cloud"
+                      and (spot_ok or not o.spot) and (clouds is None or o.cloud in clouds)),
+                     view.settings.gpu_speeds)
+    return None if best is None else Choice(best[0], best[1])
+
+
+def _owned(sj: SimJob) -> list[tuple[Offer, float]]:
+    return [(o, u) for o, u in sj.candidates if o.target == "onprem"]
+
+
+def cloud_cheapest(sj: SimJob, view: View) -> Optional[Choice]:
+    """Cloud only, the lowest price per hour (not per job)."""
+    return _cloud(sj, view)
+
+
+def owned_first(sj: SimJob, view: View) -> Optional[Choice]:
+    """Owned GPUs whenever enough are free now (as if they cost nothing), else the cloud's
+    lowest price per hour; a job no cloud offer fits queues for the owned GPUs."""
+    owned = _owned(sj)
+    free = next(((o, u) for o, u in owned if view.can_start_now(o, u)), None)
+    if free is not None:
+        return Choice(*free)
+    cloud = _cloud(sj, view)
+    if cloud is not None:
+        return cloud
+    return Choice(*owned[0]) if owned else None
+
+
+def owned_only(sj: SimJob, view: View) -> Optional[Choice]:
+    """Queue every job for the owned GPUs (the pool with the most free GPUs)."""
+    owned = _owned(sj)
+    if not owned:
+        return None
+    o, u = max(owned, key=lambda ou: view.pool_for(ou[0]).free - len(view.pool_for(ou[0]).queue))
+    return Choice(o, u)
+
+
+def on_demand(sj: SimJob, view: View) -> Optional[Choice]:
+    """A hyperscaler's on-demand instances only (AWS, GCP, Azure), lowest price per hour."""
+    return _cloud(sj, view, clouds=HYPERSCALERS, spot=False)
+
+
+BASELINES = {"cloud-cheapest": cloud_cheapest, "owned-first": owned_first,
+             "owned-only": owned_only, "on-demand": on_demand}
+POLICIES = {"orch": orch, **BASELINES}

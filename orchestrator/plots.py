@@ -71,8 +71,13 @@ def plot_spend(rows: Iterable[Mapping], path: str | Path, currency: str = "USD",
             for d in days:
                 total += by[t].get(d, 0.0)
                 ys.append(total)
-            ax.plot(days, ys, drawstyle="steps-post", label=t, linewidth=2)
+            # Markers too: a line of one day is otherwise a single invisible point.
+            ax.plot(days, ys, drawstyle="steps-post", label=t, linewidth=2,
+                    marker="o" if len(days) < 32 else None)
         ax.legend(title="target")
+        if len(days) == 1:  # a range around the one day, not matplotlib's default years
+            ax.set_xlim(first - timedelta(1), first + timedelta(1))
+        ax.set_ylim(bottom=0)
     ax.set_xlabel("day")
     ax.set_ylabel(f"cumulative spend ({currency})")
     ax.set_title("spend over time by target")

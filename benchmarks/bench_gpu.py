@@ -157,7 +157,7 @@ def precision_part(args, device) -> list[dict]:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mode)
         scaler = torch.amp.GradScaler(device.type, enabled=mode == "fp16")
 
-        def step():
+        def step(opt=opt, model=model, dtype=dtype, scaler=scaler):  # this mode's, bound now
             opt.zero_grad(set_to_none=True)
             with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
                 logits = model(tokens)

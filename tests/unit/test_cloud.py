@@ -117,6 +117,10 @@ def test_recovery_cost_is_summed_over_both_runs(orch):
     assert (second["started_at"], second["ended_at"]) == (T0 + 900, T0 + 2700)
     assert ledger["recoveries"] == 1
     assert ledger["cost_usd"] == pytest.approx(1.75 * (600 / 3600 + 0.1) + 1.75 * (1800 / 3600 + 0.1))
+    cost = rec["info"]["cost"]  # orch cost's ledger line, kept with the job when it finished
+    assert cost["cost_usd"] == pytest.approx(ledger["cost_usd"]) and cost["recoveries"] == 1
+    assert cost["hours"] == pytest.approx((600 + 360 + 1800 + 360) / 3600)
+    assert cost["target"] == "cloud" and cost["alternative"]["cost_usd"] > 0
 
 
 def test_recovering_is_reported_while_it_happens(orch):

@@ -68,25 +68,6 @@ def test_a_running_job_costs_what_it_has_used_so_far():
     assert e["running"] and e["cost_usd"] == pytest.approx(0.25)
 
 
-def test_cloud_cost_is_summed_over_launches_and_recoveries(orch):  # noqa: F811
-    spec = load_spec_text(JOB.format(accel="H100:1"), "explore.yaml")
-    use_fake(orch, [
-        {"status": "RUNNING", "start_at": T0, **WHERE},
-        {"status": "RECOVERING", "start_at": T0, **WHERE},
-        {"status": "RUNNING", "start_at": T0, "recovery_count": 1, "last_recovered_at": T0 + 900, **WHERE},
-        {"status": "SUCCEEDED", "start_at": T0, "recovery_count": 1, "last_recovered_at": T0 + 900,
-         "end_at": T0 + 2700, **WHERE}],
-        clock=[T0 + 100, T0 + 600, T0 + 1000, T0 + 2800])
-    rec = orch.submit(spec)
-    rec, _ = statuses(orch, rec, 4)
-    cost = rec["info"]["cost"]  # kept with the job when it finished
-    # Two launches at 1.75 USD/h: 600 s and 1800 s of run, each with 6 min of start-up.
-    assert cost["cost_usd"] == pytest.approx(1.75 * (600 + 360 + 1800 + 360) / 3600)
-    assert cost["hours"] == pytest.approx((600 + 360 + 1800 + 360) / 3600)
-    assert cost["recoveries"] == 1 and cost["target"] == "cloud"
-    assert cost["alternative"] is not None and cost["alternative"]["cost_usd"] > 0
-
-
 def test_group_month_spend_and_csv():
     now = T0 + 10_000
     a = ledger.entry(owned_record())

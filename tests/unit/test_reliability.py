@@ -18,7 +18,7 @@ WHERE = {"cloud": "runpod", "region": "US", "resources": "1x runpod({'H100': 1})
 
 
 @pytest.fixture
-def quick(orch):  # noqa: F811
+def quick(orch):  # noqa: F811 (the fixture imported above)
     orch.settings = orch.settings.model_copy(update={"backend_retries": 3, "backend_backoff_s": 0.01})
     return orch
 
@@ -27,8 +27,8 @@ def spec():
     return load_spec_text(JOB.format(accel="H100:1"), "explore.yaml")
 
 
-def history(orch, rec):
-    return [(h["status"], h["message"]) for h in orch.store.history(rec["id"])]
+def history(o, rec):
+    return [(h["status"], h["message"]) for h in o.store.history(rec["id"])]
 
 
 def test_a_backend_that_comes_back_within_the_retries_is_not_an_error(quick):

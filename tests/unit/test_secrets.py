@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import stat
 
-import pytest
 
 from orchestrator import redact
 from orchestrator.store import public

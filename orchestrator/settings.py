@@ -13,7 +13,8 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError,
+                      field_validator, model_validator)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from orchestrator.errors import InputError
@@ -61,6 +62,12 @@ class BuyCandidate(BaseModel):
     lifetime_years: float = Field(3.0, gt=0)
     speed: Optional[float] = Field(None, gt=0, description="relative to H100 = 1.0; default from "
                                                           "orch's table and gpu_speeds")
+
+
+def _clip(value: Any, limit: int = 80, quote: bool = True) -> str:
+    """A value as shown in a message: a pasted megabyte must not become the message."""
+    text = repr(value) if quote else str(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _split_list(v: Any) -> Any:
@@ -113,13 +120,53 @@ class Settings(BaseSettings):
                                 "jobs are stopped when it is reached")
     candidates: list[BuyCandidate] = Field(default_factory=list,
                                            description="GPUs you might buy, for `orch advise`")
+    # `orch serve`, and the CLI as its client.
+    server: Optional[str] = Field(None, description="an `orch serve` URL, http://host:8765 (or "
+                                  "http://TOKEN@host:8765): submit, plan, status, logs, cancel and "
+                                  "cost then talk to it; unset: orch works alone")
+    token: Optional[SecretStr] = Field(None, description="the API token for `server` (from `orch "
+                                       "token create NAME` on the server)")
+    serve_host: str = Field("127.0.0.1", description="where `orch serve` listens; loopback by default")
+    serve_port: int = Field(8765, ge=1, le=65535, description="`orch serve`'s port")
+    serve_period_s: float = Field(15.0, gt=0, le=3600, description="`orch serve`'s scheduler "
+                                  "period: cron slots, reconciling jobs, launching the queue")
+
+    @field_validator("server", mode="before")
+    @classmethod
+    def _server(cls, v: Any) -> Any:
+        if not isinstance(v, str) or not v.strip():
+            return None if isinstance(v, str) else v
+        v = v.strip().rstrip("/")
+        if "://" not in v:
+            v = "http://" + v
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(v)
+            parts.port  # noqa: B018  (raises on a bad port)
+        except ValueError as e:
+            raise ValueError(f"{_clip(v)}: {e}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path:
+            raise ValueError("give the server's address, e.g. http://127.0.0.1:8765")
+        return v
+
+    @model_validator(mode="after")
+    def _token_in_url(self) -> "Settings":
+        """http://TOKEN@host:port: the token moves to `token`, so the URL shown has none."""
+        if self.server and "@" in self.server.split("://", 1)[1]:
+            scheme, rest = self.server.split("://", 1)
+            user, host = rest.rsplit("@", 1)
+            if self.token is None and user:
+                self.token = SecretStr(user.split(":", 1)[0])
+            self.server = f"{scheme}://{host}"
+        return self
 
     @field_validator("clouds", mode="before")
     @classmethod
     def _clouds(cls, v: Any) -> Any:
         v = _split_list(v)
         if not isinstance(v, list) or not all(isinstance(c, str) for c in v):
-            raise ValueError(f"{v!r}: write a list of cloud names, e.g. [\"runpod\", \"aws\"]")
+            raise ValueError(f"{_clip(v)}: write a list of cloud names, e.g. [\"runpod\", \"aws\"]")
         return [c.lower() for c in v]
 
     @field_validator("home", "ray_token_file", "catalog_dir")
@@ -153,7 +200,7 @@ class Settings(BaseSettings):
         if "://" not in v:
             v = "http://" + v  # host:8265 is what `ray start` prints
         if not v.startswith(("http://", "https://")):
-            raise ValueError(f"{v!r}: give the Ray dashboard's HTTP address, e.g. http://10.0.0.10:8265")
+            raise ValueError(f"{_clip(v)}: give the Ray dashboard's HTTP address, e.g. http://10.0.0.10:8265")
         return v
 
     @property
@@ -273,7 +320,7 @@ def load_settings(**overrides: Any) -> Settings:
     for key in data:
         if key not in Settings.model_fields:
             close = difflib.get_close_matches(key, list(Settings.model_fields), n=1)
-            raise InputError(f"{path}{_line_of(text, (key,))}: unknown setting {key!r}",
+            raise InputError(f"{path}{_line_of(text, (key,))}: unknown setting {_clip(key)}",
                              (f"did you mean {close[0]!r}? " if close else "")
                              + "`orch config show` lists every setting with its default")
     data.update(overrides)
@@ -300,7 +347,7 @@ def load_settings(**overrides: Any) -> Settings:
             where = f"environment variable {_env_var(err['loc'], env_names)}"
         else:
             where = f"{path}{_line_of(text, err['loc'])}"
-        raise InputError(f"{where}: {key}: {msg}",
+        raise InputError(f"{where}: {_clip(key, quote=False)}: {_clip(msg, 300, quote=False)}",
                          "`orch config show` lists every setting with its default") from None
     sources = {}
     for name in Settings.model_fields:

@@ -403,7 +403,7 @@ class _Loader(yaml.SafeLoader):
 
 def _short(value: Any, limit: int = 80) -> str:
     text = repr(value)
-    return text if len(text) <= limit else text[:limit - 5] + "...'"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _check_shape(text: str, file: str) -> None:
@@ -429,6 +429,8 @@ def _check_shape(text: str, file: str) -> None:
             size, depth = 1, len(stack)
             if ev.anchor is not None:
                 done[ev.anchor] = (1, 0)
+            if stack:
+                stack[-1][1] += 1
         elif isinstance(ev, yaml.AliasEvent):
             if any(open_[0] == ev.anchor for open_ in stack):
                 raise SpecError(file, line, None, f"the alias *{ev.anchor} is inside the value it "
@@ -440,8 +442,6 @@ def _check_shape(text: str, file: str) -> None:
                 stack[-1][2] = max(stack[-1][2], d + 1)
         else:
             continue
-        if isinstance(ev, yaml.ScalarEvent) and stack:
-            stack[-1][1] += 1
         total += size
         if depth > MAX_DEPTH:
             raise SpecError(file, line, None, f"nested more than {MAX_DEPTH} levels deep",
@@ -513,9 +513,11 @@ def _pick_error(errors: list[dict]) -> dict:
     return max(errors, key=lambda e: len([p for p in e["loc"] if p not in _UNION_TAGS]))
 
 
-def _too_big(file: str, size: int) -> SpecError:
-    return SpecError(file, None, None, f"the job file is {size:,} bytes; the limit is "
-                     f"{MAX_BYTES:,}", "put large data in files the job reads (workdir, file_mounts)")
+def _too_big(file: str, size: Optional[int]) -> SpecError:
+    """`size` None: a device or pipe, read only up to the limit."""
+    what = f"is {size:,} bytes; the limit is" if size is not None else "is over the limit of"
+    return SpecError(file, None, None, f"the job file {what} {MAX_BYTES:,} bytes",
+                     "put large data in files the job reads (workdir, file_mounts)")
 
 
 def load_spec_text(text: str, file: str = "<job>") -> JobSpec:
@@ -590,8 +592,7 @@ def load_spec(path: str | Path) -> JobSpec:
     except (OSError, ValueError) as e:
         raise SpecError(str(path), None, None, f"cannot read the file: {e}") from None
     if len(raw) > MAX_BYTES:
-        size = p.stat().st_size if p.is_file() else len(raw)
-        raise _too_big(str(path), max(size, len(raw)))
+        raise _too_big(str(path), p.stat().st_size if p.is_file() else None)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

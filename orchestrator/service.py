@@ -125,6 +125,23 @@ class Orch:
         live orch, it is left alone; recorded by an orch that died before its launch, this
         call takes the launch over. The backend knows the job by orch's id, so a launch
         that did happen is found, never repeated."""
+        rec, secrets = self.record(spec, idempotency_key)
+        if rec.get("existing"):  # this key was submitted before
+            sub = (rec["info"] or {}).get("submitter")
+            if rec["backend_id"] or rec["status"] in TERMINAL or sub is None or alive(sub):
+                return rec
+            # Its orch died before storing a launch: take the launch over, as it was planned.
+            rec = self.store.update(rec["id"], info={**(rec["info"] or {}), "submitter": submitter()})
+            self.store.set_status(rec["id"], "PENDING", "launch taken over by a resubmit with "
+                                  "the same idempotency key")
+        return self.launch(rec, spec, secrets)
+
+    def record(self, spec: JobSpec, idempotency_key: Optional[str] = None, *,
+               owner: Optional[str] = None, priority: int = 0,
+               info: Optional[dict] = None) -> tuple[dict, dict]:
+        """Check, plan and record a job as PENDING; nothing is launched. Returns the record
+        (with "existing": True when the key was submitted before) and the `secrets:` values.
+        `orch serve` records a job here and launches it when its turn in the queue comes."""
         check_runnable(spec)
         self.resume_point(spec)  # a resume_from that names no usable run: refused, nothing written
         secrets = spec.secret_strings()  # a secret with no value is a job-file error
@@ -134,28 +151,27 @@ class Orch:
         hidden = redact.secret_env(spec.envs, secrets)
         salt = redact.new_salt()
         job_id = new_job_id()
-        info = {"submitter": submitter()}
+        info = {**(info or {}), "submitter": submitter()}
         if hidden:  # digests only: a log read after this process is gone is still redacted
             info.update(secret_salt=salt, secret_digests=redact.digests(hidden.values(), salt))
         rec = self.store.create_job(
             name=spec.name or "job", spec=redact.redact_spec(spec.model_dump(mode="json")),
             kind=decision["kind"], target=decision["target"], fingerprint=fp, decision=decision,
             source_file=str(Path(spec.source_file).resolve()) if spec.source_file else None,
-            idempotency_key=idempotency_key or f"auto-{job_id}", job_id=job_id, info=info)
+            idempotency_key=idempotency_key or f"auto-{job_id}", job_id=job_id, info=info,
+            owner=owner, priority=priority)
         failpoints.reached("recorded")
-        if rec["id"] != job_id:  # this key was submitted before
+        if rec["id"] != job_id:
             rec = {**rec, "existing": True}
-            sub = (rec["info"] or {}).get("submitter")
-            if rec["backend_id"] or rec["status"] in TERMINAL or sub is None or alive(sub):
-                return rec
-            # Its orch died before storing a launch: take the launch over, as it was planned.
-            rec = self.store.update(rec["id"], info={**(rec["info"] or {}), "submitter": submitter()})
-            decision = rec["decision"]
-            self.store.set_status(rec["id"], "PENDING", "launch taken over by a resubmit with "
-                                  "the same idempotency key")
+        return rec, secrets
+
+    def launch(self, rec: dict, spec: JobSpec, secrets: Optional[dict] = None) -> dict:
+        """Launch a recorded job as it was planned; `secrets` None: read them now."""
+        secrets = spec.secret_strings() if secrets is None else secrets
+        decision = rec["decision"]
         target = rec["target"]
         provider = self.provider(target)
-        self._secrets[rec["id"]] = hidden
+        self._secrets[rec["id"]] = redact.secret_env(spec.envs, secrets)
         try:
             provider.prepare()
             failpoints.reached("prepared")
@@ -170,9 +186,10 @@ class Orch:
         extra = getattr(provider, "launch_info", lambda _: {})(backend_id)
         if launch.offers:  # what the cloud ledger prices each launch with
             extra = {**extra, "offers": list(launch.offers)}
+        info = {k: v for k, v in (rec["info"] or {}).items() if k != "queued"}
         # One write: the backend's id and what is needed to follow the job arrive together.
         rec = self.store.update(rec["id"], backend_id=backend_id, address=provider.address,
-                                info={**(rec["info"] or {}), "entrypoint": launch.entrypoint,
+                                info={**info, "entrypoint": launch.entrypoint,
                                       "storage_path": launch.metadata.get("storage_path"),
                                       "run_name": launch.metadata.get("run_name"), **extra})
         failpoints.reached("stored")
@@ -183,9 +200,13 @@ class Orch:
         raised naming the backend, the attempts and what to do. Every call is safe to
         repeat: submit is idempotent by job id, the rest read or stop."""
         attempts, wait = self.settings.backend_retries, self.settings.backend_backoff_s
+        # A launch may upload a workdir; everything else should answer quickly.
+        timeout = self.settings.backend_timeout_s * (5 if op == "submit" else 1)
         for i in range(attempts):
             try:
-                return getattr(provider, op)(*args)
+                return _call_within(getattr(provider, op), args, timeout,
+                                    f"{getattr(provider, 'name', 'the backend')} at "
+                                    f"{getattr(provider, 'address', '?') or '?'}")
             except BackendError as e:
                 if i == attempts - 1:
                     raise BackendError(f"{e.message} (after {attempts} attempts)", e.hint) from None
@@ -290,6 +311,8 @@ class Orch:
         if rec["status"] in TERMINAL:
             return rec
         if not rec["backend_id"]:
+            if (rec["info"] or {}).get("queued"):
+                return rec  # waiting in `orch serve`'s queue: nothing was launched yet
             rec = self._recover_launch(rec)
             if not rec["backend_id"]:
                 return rec
@@ -544,3 +567,28 @@ def alive(sub: dict) -> bool:
         return round(psutil.Process(int(sub["pid"])).create_time(), 2) == sub.get("started")
     except (psutil.Error, KeyError, ValueError, TypeError):
         return False
+
+
+def _call_within(fn, args: tuple, timeout_s: float, who: str):
+    """fn(*args), or BackendError when it has not returned within `timeout_s`: a backend
+    that hangs is reported like one that refuses. The call is left to finish in a daemon
+    thread; every provider call is safe to have twice (submit is idempotent by job id)."""
+    import threading
+
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True, name="orch-backend-call")
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise BackendError(f"{who} did not answer within {timeout_s:g} s",
+                           "the backend is overloaded or hanging; `orch doctor` checks it")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

@@ -114,6 +114,8 @@ class Settings(BaseSettings):
                                  "SkyPilot before orch reports the backend as failing")
     backend_backoff_s: float = Field(0.5, ge=0, le=60, description="first wait between attempts; "
                                      "it doubles after each")
+    backend_timeout_s: float = Field(60.0, gt=0, le=3600, description="longest wait for one call "
+                                     "to Ray or SkyPilot (a launch: 5 times this)")
     monthly_budget: Optional[float] = Field(
         None, gt=0, description="spend per calendar month (UTC) over all jobs, in `currency`, full "
                                 "cost incl. owned hardware: plans over it are refused and running "

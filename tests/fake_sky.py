@@ -9,8 +9,9 @@ from __future__ import annotations
 
 class FakeSky:
     def __init__(self, script: list[dict], logs: str = "", request_status: str = "SUCCEEDED",
-                 request_error: str | None = None, down_for: int = 0):
+                 request_error: str | None = None, down_for: int = 0, slow_s: float = 0.0):
         self.down_for = down_for  # this many SDK calls fail first, as an API server that is down
+        self.slow_s = slow_s  # each call takes this long, as an overloaded API server
         self.calls = 0
         self.script = list(script)
         self.step = -1
@@ -21,6 +22,10 @@ class FakeSky:
 
     def _call(self) -> None:
         self.calls += 1
+        if self.slow_s:
+            import time
+
+            time.sleep(self.slow_s)
         if self.calls <= self.down_for:
             raise ConnectionError("Could not connect to SkyPilot API server at http://127.0.0.1:46580")
 

@@ -59,6 +59,19 @@ def test_a_backend_down_mid_job_leaves_a_definite_state_and_says_so(quick):
     assert quick.refresh(quick.get(rec["id"]))["status"] == "RUNNING"
 
 
+def test_a_backend_that_hangs_is_reported_like_one_that_is_down(quick):
+    fake = use_fake(quick, [{"status": "RUNNING", "start_at": T0, **WHERE}])
+    rec = quick.refresh(quick.get(quick.submit(spec())["id"]))
+    quick.settings = quick.settings.model_copy(update={"backend_timeout_s": 0.1})
+    fake.slow_s = 2.0  # an API server that accepts the call and never answers in time
+    started = time.monotonic()
+    with pytest.raises(BackendError) as e:
+        quick.refresh(quick.get(rec["id"]))
+    assert time.monotonic() - started < 1.5  # 3 x 0.1 s and the waits, not 3 x 2 s
+    assert "did not answer within 0.1 s (after 3 attempts)" in e.value.message
+    assert quick.get(rec["id"])["status"] == "RUNNING"
+
+
 def test_a_launch_that_keeps_failing_ends_failed_with_the_next_step(quick):
     use_fake(quick, [{"status": "RUNNING"}], down_for=100)
     with pytest.raises(BackendError) as e:

@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from orchestrator.errors import NotFound, StoreError
+from orchestrator.errors import InputError, NotFound, StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STATUSES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 
@@ -59,7 +59,48 @@ _MIGRATIONS = {
         )""",
         "CREATE INDEX IF NOT EXISTS job_events_job ON job_events(job_id, seq)",
     ],
+    # `orch serve`: who submitted a job, its place in the queue, API tokens, cron schedules.
+    2: [
+        "ALTER TABLE jobs ADD COLUMN owner TEXT",
+        "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+        # A token is kept only as the sha256 of its text: the store never holds a usable one.
+        """CREATE TABLE tokens (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            name TEXT NOT NULL UNIQUE,
+            hash TEXT NOT NULL UNIQUE,
+            admin INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            revoked_at REAL
+        )""",
+        """CREATE TABLE schedules (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            owner TEXT,
+            cron TEXT NOT NULL,
+            spec_json TEXT NOT NULL,
+            source_text TEXT NOT NULL,
+            source_file TEXT,
+            priority INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            next_at REAL,
+            last_slot REAL,
+            paused INTEGER NOT NULL DEFAULT 0
+        )""",
+        """CREATE TABLE schedule_events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            schedule_id TEXT NOT NULL REFERENCES schedules(id),
+            ts REAL NOT NULL,
+            slot REAL,
+            job_id TEXT,
+            message TEXT NOT NULL
+        )""",
+        "CREATE INDEX schedule_events_schedule ON schedule_events(schedule_id, seq)",
+    ],
 }
+
+class NameTaken(InputError):
+    """A name that must be unique (a token's) is in use."""
+
 
 _JSON_COLUMNS = {"spec_json": "spec", "decision_json": "decision", "metrics_json": "metrics",
                  "info_json": "info"}
@@ -302,23 +343,28 @@ class Store:
                    fingerprint: Optional[str], decision: Optional[dict] = None,
                    source_file: Optional[str] = None, address: Optional[str] = None,
                    idempotency_key: Optional[str] = None, job_id: Optional[str] = None,
-                   message: str = "recorded", info: Optional[dict] = None) -> dict:
-        """Record a job as PENDING before anything is launched for it."""
+                   message: str = "recorded", info: Optional[dict] = None,
+                   owner: Optional[str] = None, priority: int = 0) -> dict:
+        """Record a job as PENDING before anything is launched for it. `owner` is the API
+        token's name that submitted it (None: submitted embedded)."""
         now = time.time()
         job_id = job_id or new_job_id()
+        row = {"id": job_id, "name": name, "status": "PENDING", "kind": kind, "target": target,
+               "fingerprint": fingerprint, "spec_json": json.dumps(spec),
+               "source_file": source_file,
+               "decision_json": json.dumps(decision) if decision is not None else None,
+               "address": address, "idempotency_key": idempotency_key,
+               "info_json": json.dumps(info or {}), "created_at": now, "updated_at": now}
+        if owner is not None or priority:  # columns of schema 2; left to their defaults else
+            row.update(owner=owner, priority=int(priority))
         with self._write() as db:
             if idempotency_key:
-                row = db.execute("SELECT id FROM jobs WHERE idempotency_key = ?",
-                                 (idempotency_key,)).fetchone()
-                if row:
-                    return self.get(row["id"])
-            db.execute(
-                """INSERT INTO jobs (id, name, status, kind, target, fingerprint, spec_json,
-                   source_file, decision_json, address, idempotency_key, info_json, created_at,
-                   updated_at) VALUES (?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                (job_id, name, kind, target, fingerprint, json.dumps(spec), source_file,
-                 json.dumps(decision) if decision is not None else None, address,
-                 idempotency_key, json.dumps(info or {}), now, now))
+                found = db.execute("SELECT id FROM jobs WHERE idempotency_key = ?",
+                                   (idempotency_key,)).fetchone()
+                if found:
+                    return self.get(found["id"])
+            db.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                       tuple(row.values()))
             db.execute("INSERT INTO job_events (job_id, ts, status, message) VALUES (?, ?, ?, ?)",
                        (job_id, now, "PENDING", message))
         return self.get(job_id)
@@ -421,6 +467,133 @@ class Store:
             (fingerprint, since)).fetchall()
         return [self._record(r) for r in rows]
 
+    def queued(self) -> list[dict]:
+        """Jobs an `orch serve` recorded and has not launched yet, in launch order:
+        priority first (highest), then submission time."""
+        rows = self._db.execute(
+            "SELECT * FROM jobs WHERE status = 'PENDING' AND backend_id IS NULL "
+            "AND json_extract(info_json, '$.queued') = 1 "
+            "ORDER BY priority DESC, created_at, id").fetchall()
+        return [self._record(r) for r in rows]
+
+    def claim(self, job_id: str, launcher: str, expect: Optional[str] = None) -> bool:
+        """Take a queued job for launching, as `launcher`: only while it is still queued and
+        not cancelled, and only from `expect` (None: nobody had it; else a launcher that
+        died). Two servers on one store never both launch a job."""
+        with self._write() as db:
+            cur = db.execute(
+                "UPDATE jobs SET info_json = json_set(info_json, '$.launcher', ?), updated_at = ? "
+                "WHERE id = ? AND status = 'PENDING' AND backend_id IS NULL AND cancel_requested = 0 "
+                "AND json_extract(info_json, '$.queued') = 1 "
+                "AND json_extract(info_json, '$.launcher') IS ?",
+                (launcher, time.time(), job_id, expect))
+            return cur.rowcount == 1
+
+    # -- API tokens (orch serve) -------------------------------------------------------
+
+    def add_token(self, name: str, token_hash: str, admin: bool = False) -> dict:
+        """Record a token by its hash. A revoked token's name may be given a new token; a
+        live one's may not (NameTaken)."""
+        now = time.time()
+        with self._write() as db:
+            row = db.execute("SELECT revoked_at FROM tokens WHERE name = ?", (name,)).fetchone()
+            if row is not None and row["revoked_at"] is None:
+                raise NameTaken(f"a token named {name!r} exists",
+                                f"`orch token revoke {name}` first to replace it, or choose "
+                                "another name")
+            if row is not None:
+                db.execute("UPDATE tokens SET hash = ?, admin = ?, created_at = ?, revoked_at = "
+                           "NULL WHERE name = ?", (token_hash, int(admin), now, name))
+            else:
+                db.execute("INSERT INTO tokens (name, hash, admin, created_at) VALUES (?, ?, ?, ?)",
+                           (name, token_hash, int(admin), now))
+        return self.token(name)
+
+    def token(self, name: str) -> dict:
+        row = self._db.execute("SELECT * FROM tokens WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise NotFound(f"no token named {name!r}", "`orch token list` shows the tokens")
+        return _token(row)
+
+    def token_by_hash(self, token_hash: str) -> Optional[dict]:
+        """The live token with this hash; None for an unknown or revoked one."""
+        row = self._db.execute("SELECT * FROM tokens WHERE hash = ? AND revoked_at IS NULL",
+                               (token_hash,)).fetchone()
+        return _token(row) if row else None
+
+    def tokens(self) -> list[dict]:
+        return [_token(r) for r in self._db.execute("SELECT * FROM tokens ORDER BY name")]
+
+    def revoke_token(self, name: str) -> dict:
+        self.token(name)  # NotFound for a name never given
+        with self._write() as db:
+            db.execute("UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL",
+                       (time.time(), name))
+        return self.token(name)
+
+    # -- cron schedules (orch serve) ---------------------------------------------------
+
+    def add_schedule(self, *, name: str, owner: Optional[str], cron: str, spec: dict,
+                     source_text: str, source_file: Optional[str], next_at: float,
+                     priority: int = 0) -> dict:
+        """Register a schedule; `spec` redacted, `source_text` free of secret values (the
+        caller refuses any), `next_at` its first slot."""
+        sched_id, now = "sched-" + uuid.uuid4().hex[:8], time.time()
+        with self._write() as db:
+            db.execute("""INSERT INTO schedules (id, name, owner, cron, spec_json, source_text,
+                          source_file, priority, created_at, next_at) VALUES
+                          (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                       (sched_id, name, owner, cron, json.dumps(spec), source_text, source_file,
+                        int(priority), now, next_at))
+            db.execute("INSERT INTO schedule_events (schedule_id, ts, message) VALUES (?, ?, ?)",
+                       (sched_id, now, f"registered: cron {cron!r}"))
+        return self.schedule(sched_id)
+
+    def schedule(self, sched_id: str) -> dict:
+        row = self._db.execute("SELECT * FROM schedules WHERE id = ?", (sched_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no schedule {sched_id!r}", "GET /v1/schedules lists them")
+        return _schedule(row)
+
+    def schedules(self) -> list[dict]:
+        return [_schedule(r) for r in
+                self._db.execute("SELECT * FROM schedules ORDER BY created_at, id")]
+
+    def schedule_done(self, sched_id: str, *, last_slot: Optional[float], next_at: float,
+                      events: list[tuple] = ()) -> dict:
+        """Advance a schedule past a slot, with its log lines (slot, job id, message), in
+        one write: the log never says a slot ran that the schedule has not moved past."""
+        now = time.time()
+        with self._write() as db:
+            if last_slot is None:
+                db.execute("UPDATE schedules SET next_at = ? WHERE id = ?", (next_at, sched_id))
+            else:
+                db.execute("UPDATE schedules SET next_at = ?, last_slot = MAX(COALESCE(last_slot, "
+                           "0), ?) WHERE id = ?", (next_at, last_slot, sched_id))
+            for slot, job_id, message in events:
+                db.execute("INSERT INTO schedule_events (schedule_id, ts, slot, job_id, message) "
+                           "VALUES (?, ?, ?, ?, ?)", (sched_id, now, slot, job_id, message))
+        return self.schedule(sched_id)
+
+    def pause_schedule(self, sched_id: str, paused: bool, next_at: float, message: str) -> dict:
+        """Pause or resume a schedule; a resumed one starts again from `next_at`, so the
+        slots it missed while paused are not caught up."""
+        self.schedule(sched_id)  # NotFound
+        with self._write() as db:
+            db.execute("UPDATE schedules SET paused = ?, next_at = ? WHERE id = ?",
+                       (int(paused), next_at, sched_id))
+            db.execute("INSERT INTO schedule_events (schedule_id, ts, message) VALUES (?, ?, ?)",
+                       (sched_id, time.time(), message))
+        return self.schedule(sched_id)
+
+    def schedule_events(self, sched_id: str, limit: int = 20) -> list[dict]:
+        """The schedule's log, newest last."""
+        rows = self._db.execute("SELECT * FROM (SELECT * FROM schedule_events WHERE schedule_id "
+                                "= ? ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+                                (sched_id, limit)).fetchall()
+        return [{"at": iso(r["ts"]), "slot": iso(r["slot"]), "job_id": r["job_id"],
+                 "message": r["message"]} for r in rows]
+
     def _record(self, row: sqlite3.Row) -> dict:
         rec = {k: row[k] for k in row.keys()}
         for column, key in _JSON_COLUMNS.items():
@@ -428,6 +601,29 @@ class Store:
             rec[key] = json.loads(raw) if raw else None
         rec["cancel_requested"] = bool(rec["cancel_requested"])
         return rec
+
+
+def _token(row: sqlite3.Row) -> dict:
+    return {"name": row["name"], "admin": bool(row["admin"]), "created_at": iso(row["created_at"]),
+            "revoked_at": iso(row["revoked_at"])}
+
+
+def _schedule(row: sqlite3.Row) -> dict:
+    rec = {k: row[k] for k in row.keys()}
+    rec["spec"] = json.loads(rec.pop("spec_json"))
+    rec["paused"] = bool(rec["paused"])
+    return rec
+
+
+def public_schedule(rec: dict, events: Optional[list] = None) -> dict:
+    """The JSON a user sees for a schedule: no job file text."""
+    out = {"id": rec["id"], "name": rec["name"], "owner": rec["owner"], "cron": rec["cron"],
+           "priority": rec["priority"], "source_file": rec["source_file"],
+           "created_at": iso(rec["created_at"]), "next_at": iso(rec["next_at"]),
+           "last_slot": iso(rec["last_slot"]), "paused": rec["paused"]}
+    if events is not None:
+        out["log"] = events
+    return out
 
 
 def public(rec: dict, history: Optional[list] = None) -> dict:
@@ -449,6 +645,8 @@ def public(rec: dict, history: Optional[list] = None) -> dict:
         "source_file": rec["source_file"],
         "run": rec["info"] or {},
         "decision": rec["decision"],
+        "owner": rec.get("owner"),
+        "priority": rec.get("priority") or 0,
     }
     ledger = (rec["info"] or {}).get("ledger")
     if ledger:  # a cloud job: what its launches and recoveries really cost

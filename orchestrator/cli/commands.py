@@ -10,8 +10,10 @@ from orchestrator.cli.doctor import doctor
 from orchestrator.cli.jobs import cancel, logs, status
 from orchestrator.cli.local import local_app
 from orchestrator.cli.plan import plan
+from orchestrator.cli.serve import serve
 from orchestrator.cli.simulate import simulate
 from orchestrator.cli.submit import submit
+from orchestrator.cli.token import token_app
 
 import typer
 
@@ -28,6 +30,8 @@ app.command()(artifacts)
 app.command()(cost)
 app.command()(advise)
 app.command()(doctor)
+app.command()(serve)
 app.add_typer(local_app, name="local")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(config_app, name="config")
+app.add_typer(token_app, name="token")

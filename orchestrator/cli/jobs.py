@@ -9,15 +9,14 @@ import typer
 
 from rich.markup import escape
 
-from orchestrator.cli.render import (duration, err, job_duration, metric_summary, out, print_json,
-                                     status_text, table)
+from orchestrator.cli.render import (duration, err, metric_summary, out, print_json, status_text,
+                                     table)
 
 
-def _orch():
-    from orchestrator.service import Orch
-    from orchestrator.settings import load_settings
+def _client():
+    from orchestrator.client import connect
 
-    return Orch(load_settings())
+    return connect()
 
 
 def status(
@@ -26,13 +25,13 @@ def status(
     limit: int = typer.Option(50, "--limit", "-n", help="how many recent jobs to list"),
 ) -> None:
     """Show jobs (newest first) or one job in detail, after checking with their backends."""
-    from orchestrator.store import public
+    from orchestrator.cli.follow import run_time, when
 
-    orch = _orch()
+    client = _client()
     if job_id is None:
-        recs = orch.list(limit)
+        recs = client.jobs(limit)
         if json_out:
-            print_json([public(r) for r in recs])
+            print_json(recs)
             return
         if not recs:
             out.print("no jobs yet: `orch submit examples/quickstart.yaml` runs one")
@@ -40,26 +39,20 @@ def status(
         out.print(table(
             ["ID", "NAME", "STATUS", "KIND", "TARGET", "CREATED", "DURATION", "METRICS"],
             [(r["id"], r["name"], status_text(r["status"]), r["kind"], r["target"],
-              time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"])),
-              duration(job_duration(r)), metric_summary(r["metrics"] or {}))
+              time.strftime("%Y-%m-%d %H:%M", time.localtime(when(r["created_at"]))),
+              duration(run_time(r)), metric_summary(r["metrics"] or {}))
              for r in recs]))
         return
-    from orchestrator.errors import BackendError
-
-    rec, warning = orch.get(job_id), None
-    try:
-        rec = orch.refresh(rec)
-    except BackendError as e:  # show what is known, and why it may be stale
-        warning = f"last known state: {e.message}" + (f"\n  -> {e.hint}" if e.hint else "")
-    history = orch.store.history(rec["id"])
+    rec = client.job(job_id)
+    warning = rec.get("warning")
     if json_out:
-        print_json({**public(rec, history), **({"warning": warning} if warning else {})})
+        print_json(rec)
         return
     out.print(f"[bold]{rec['id']}[/] {rec['name']}  {status_text(rec['status'])}")
     if warning:
         err.print(f"[yellow]warning:[/] {escape(warning)}")
     for label, value in (("kind", rec["kind"]), ("target", rec["target"]),
-                         ("fingerprint", rec["fingerprint"]), ("duration", duration(job_duration(rec))),
+                         ("fingerprint", rec["fingerprint"]), ("duration", duration(run_time(rec))),
                          ("job file", rec["source_file"]), ("message", rec["message"]),
                          ("log", rec["log_path"])):
         if value:
@@ -77,7 +70,7 @@ def status(
         settings = metrics.get("run_settings")
         if settings:
             out.print(f"  {'run':12} " + ", ".join(f"{k} {v}" for k, v in settings.items()))
-    ledger = (rec["info"] or {}).get("ledger")
+    ledger = (rec["run"] or {}).get("ledger")
     if ledger:
         out.print(f"  {'cost':12} {ledger['cost_usd']:.2f} USD for {ledger['billed_hours']:.2f} "
                   f"billed hours, {ledger['recoveries']} recoveries")
@@ -86,7 +79,7 @@ def status(
         out.print(f"  {'scaling':12} {scaling['workers']} workers: {scaling['speedup']:.2f}x one "
                   f"worker ({scaling['efficiency']:.0%} efficiency)")
     out.print("  history")
-    for h in history:
+    for h in rec["history"]:
         out.print(f"    {h['at']}  {status_text(h['status'])}  {h['message'] or ''}")
 
 
@@ -95,26 +88,23 @@ def logs(
     follow_: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends"),
 ) -> None:
     """Print a job's log."""
-    orch = _orch()
-    rec = orch.refresh(orch.get(job_id))
+    client = _client()
     if follow_:
         from orchestrator.cli.follow import follow
 
-        follow(orch, rec, out)
+        follow(client, client.job(job_id), out)
         return
-    text = orch.logs(rec)
+    text = client.logs(job_id)
     if text:
         out.print(text, markup=False, highlight=False, end="" if text.endswith("\n") else "\n")
 
 
 def cancel(job_id: str = typer.Argument(..., help="a job id (or a unique prefix)")) -> None:
     """Stop a job; it ends as CANCELLED."""
-    orch = _orch()
-    rec = orch.get(job_id)
-    if rec["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+    rec = _client().cancel(job_id)
+    if rec.get("already_ended"):
         out.print(f"{rec['id']} already ended: {status_text(rec['status'])}")
         return
-    rec = orch.cancel(rec["id"])
     out.print(f"{rec['id']} {status_text(rec['status'])}")
     if rec["status"] != "CANCELLED":
         raise typer.Exit(1)

@@ -18,26 +18,25 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
          emit: Optional[str] = typer.Option(None, "--emit", help="sky: print the SkyPilot task "
                                             "YAML orch would launch (valid for `sky launch`)")) -> None:
     """Show every place the job could run, ranked by cost per job, and the choice."""
-    from orchestrator import planning
-    from orchestrator.fingerprint import fingerprint
-    from orchestrator.settings import load_settings
-    from orchestrator.spec import load_spec
+    from orchestrator.client import connect
 
-    spec = load_spec(file)
-    settings = load_settings()
-    fp, dirty = fingerprint(spec)
-    history = planning.history_for(fp, settings)
-    decision = planning.plan_job(spec, settings, fingerprint=fp, history=history, code_dirty=dirty)
+    client = connect()
+    d = client.plan(file)
     if emit is not None:
-        _emit(emit, spec, settings, decision)
+        from orchestrator.settings import load_settings
+        from orchestrator.spec import load_spec
+
+        _emit(emit, load_spec(file), load_settings(), d)
     elif json_out:
-        print_json({**decision.to_dict(), "fingerprint": fp})
+        print_json(d)
     else:
-        render(decision, spec.name or str(file), limit=None if show_all else 40)
+        from orchestrator.spec import load_spec
+
+        render(d, load_spec(file).name or str(file), limit=None if show_all else 40)
 
 
-def _emit(kind: str, spec, settings, decision) -> None:
-    """The SkyPilot task for the cloud offers of this plan, chosen one first."""
+def _emit(kind: str, spec, settings, plan: dict) -> None:
+    """The SkyPilot task for the cloud offers of this plan (the `--json` shape), chosen one first."""
     import yaml
 
     from orchestrator.errors import InputError
@@ -46,7 +45,7 @@ def _emit(kind: str, spec, settings, decision) -> None:
 
     if kind != "sky":
         raise InputError(f"--emit {kind}: the only format is 'sky'")
-    d = decision.to_dict()
+    d = dict(plan)
     clouds = [a for a in d["alternatives"] if a["target"] == "cloud" and a["excluded"] is None]
     if d["target"] != "cloud":
         if not clouds:
@@ -62,41 +61,46 @@ def _emit(kind: str, spec, settings, decision) -> None:
     out.print(yaml.safe_dump(config, sort_keys=False), markup=False, highlight=False, end="")
 
 
-def render(d, name: str, limit: int | None = 40) -> None:
+def render(d: dict, name: str, limit: int | None = 40) -> None:
+    """The plan's table and reasons, from its `--json` shape (money already in its currency)."""
     from orchestrator.decision.cost import fmt_money
 
-    money = lambda usd: fmt_money(usd, d.currency, d.currency_rate)  # noqa: E731
-    out.print(f"[bold]{escape(name)}[/]: [cyan]{d.kind}[/]")
-    for r in d.classification.reasons:
+    cur = (d.get("estimate") or {}).get("currency") or "USD"
+    money = lambda v: fmt_money(v, cur)  # noqa: E731
+    own = d["classification"]["reasons"]
+    out.print(f"[bold]{escape(name)}[/]: [cyan]{d['kind']}[/]")
+    for r in own:
         out.print(f"  - {escape(r)}")
     t = Table(title="alternatives, cheapest per job first", title_justify="left")
     for col in ("", "target", "cloud", "region", "GPU", "spot", "price/h", "est. hours",
                 "est. cost", "excluded"):
         t.add_column(col, no_wrap=col not in ("excluded",),
                      justify="right" if col in ("price/h", "est. hours", "est. cost") else "left")
-    rows = list(d.alternatives[:limit])
-    if d.choice is not None and d.choice not in rows:
-        rows.append(d.choice)
-    for a in rows:
-        o = a.offer
-        dev = "CPU" if o.gpu is None else f"{o.gpu} x{a.used:g}" + (
-            f" (of {o.count:g})" if o.owned and o.count != a.used else "")
-        cost = money(a.est_cost)
-        if a.marginal_cost is not None:
-            cost += f" ({money(a.marginal_cost)} power)"
-        t.add_row("[green]>[/]" if a is d.choice else "", o.target, o.cloud or "-",
-                  o.region or "-", dev, "yes" if o.spot else "", money(a.price_per_hour),
-                  "-" if a.est_hours is None else f"{a.est_hours:.3g}", cost,
-                  escape(a.excluded or ""))
+    alts, choice = d["alternatives"], d["choice"]
+    rows = list(alts[:limit])
+    if choice is not None and choice not in rows:
+        rows.append(choice)
+    chosen = next((i for i, a in enumerate(rows) if a == choice), None)
+    for i, a in enumerate(rows):
+        owned = a["target"] != "cloud"
+        dev = "CPU" if a["gpu"] is None else f"{a['gpu']} x{a['count']:g}" + (
+            f" (of {a['offer_count']:g})" if owned and a["offer_count"] != a["count"] else "")
+        cost = money(a["est_cost"])
+        if a["marginal_cost"] is not None:
+            cost += f" ({money(a['marginal_cost'])} power)"
+        t.add_row("[green]>[/]" if i == chosen else "", a["target"], a["cloud"] or "-",
+                  a["region"] or "-", dev, "yes" if a["spot"] else "", money(a["price_per_hour"]),
+                  "-" if a["est_hours"] is None else f"{a['est_hours']:.3g}", cost,
+                  escape(a["excluded"] or ""))
     out.print(t)
-    hidden = len(d.alternatives) - len(rows)
-    for note in d.notes + ((f"{hidden} more alternatives not shown (--all lists them)",)
-                           if hidden > 0 else ()):
+    hidden = len(alts) - len(rows)
+    for note in list(d["notes"]) + ([f"{hidden} more alternatives not shown (--all lists them)"]
+                                    if hidden > 0 else []):
         out.print(f"[dim]{escape(note)}[/]")
-    if d.choice is None:
-        out.print(f"[red]no placement:[/] {escape(d.refusal or '')}")
+    if choice is None:
+        out.print(f"[red]no placement:[/] {escape(d['refusal'] or '')}")
         return
-    out.print(f"[bold green]choice:[/] {d.target}, est. {d.est_hours:.3g} h, "
-              f"{money(d.est_cost)} per job (decided on {d.decided_by} cost)")
-    for r in d.reasons:
+    out.print(f"[bold green]choice:[/] {d['target']}, est. {d['estimate']['hours']:.3g} h, "
+              f"{money(d['estimate']['cost'])} per job (decided on {d['decided_by']} cost)")
+    for r in d["reasons"][len(own):]:
         out.print(f"  - {escape(r)}")

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from orchestrator.cli.render import err, metric_summary, out, print_json, status_text, duration, job_duration
+from orchestrator.cli.render import err, metric_summary, out, print_json, status_text, duration
 
 
 def submit(
@@ -18,21 +18,27 @@ def submit(
     key: Optional[str] = typer.Option(None, "--idempotency-key", help="submitting the same key "
                                       "again returns that job instead of launching another: safe "
                                       "to retry after a crash or a lost connection"),
+    priority: int = typer.Option(0, "--priority", help="place in an `orch serve` queue: higher "
+                                 "launches first (ties: submission order); alone, jobs launch at once"),
 ) -> None:
     """Submit a job; in the foreground, stream its logs and progress until it ends."""
-    from orchestrator.cli.follow import follow
-    from orchestrator.service import Orch
-    from orchestrator.settings import load_settings
-    from orchestrator.spec import load_spec
-    from orchestrator.store import public
+    from orchestrator.cli.follow import follow, run_time
+    from orchestrator.client import connect
 
-    spec = load_spec(file)
-    settings = load_settings()
     console = err if json_out else out
-    orch = Orch(settings, on_ray_start=lambda: err.print(
+    client = connect(on_ray_start=lambda: err.print(
         "[dim]starting the local Ray instance (reused by later jobs; `orch local down` stops it)[/]"))
-    rec = orch.submit(spec, idempotency_key=key)
-    if rec.get("existing"):
+    rec = client.submit(file, key=key, priority=priority)
+    if "schedule" in rec:  # a cron job sent to `orch serve`: it runs on its schedule
+        s = rec["schedule"]
+        if json_out:
+            print_json(s)
+        else:
+            out.print(f"[bold]{s['id']}[/] {escape(s['name'])}: cron {escape(s['cron'])}, next run "
+                      f"{s['next_at']} (UTC), run by the server at {escape(str(client.url))}")
+        return
+    existing = rec.pop("existing", False)
+    if existing:
         err.print(f"[yellow]note:[/] idempotency key {escape(key or '')} was submitted before as "
                   f"{rec['id']} ({rec['status']}); nothing new was launched. A new key runs the "
                   "job again.")
@@ -40,20 +46,21 @@ def submit(
         err.print(f"[yellow]note:[/] {escape(warning)}")
     if detach:
         if json_out:
-            print_json(public(rec))
+            print_json(rec)
         else:
             out.print(rec["id"])
         return
     console.print(f"[bold]{rec['id']}[/] {rec['name']} -> {rec['target']} ({rec['kind']}); "
                   f"Ctrl-C detaches, `orch cancel {rec['id']}` stops it")
     try:
-        rec = follow(orch, rec, console)
+        rec = follow(client, rec, console)
     except KeyboardInterrupt:
         err.print(f"\ndetached: {rec['id']} keeps running. `orch logs {rec['id']} --follow` "
                   f"re-attaches, `orch cancel {rec['id']}` stops it.")
         raise typer.Exit(130)
+    rec.pop("warning", None)
     summary = metric_summary(rec["metrics"] or {})
-    console.print(f"{rec['id']} {status_text(rec['status'])} in {duration(job_duration(rec))}"
+    console.print(f"{rec['id']} {status_text(rec['status'])} in {duration(run_time(rec))}"
                   + (f"  {summary}" if summary else "")
                   + (f"\n  {rec['message']}" if rec["status"] != "SUCCEEDED" and rec["message"] else ""))
     verdict = (rec["metrics"] or {}).get("verdict")
@@ -62,5 +69,5 @@ def submit(
         for advice in verdict["advice"]:
             console.print(f"  try: {escape(advice)}")
     if json_out:
-        print_json(public(rec, orch.store.history(rec["id"])))
+        print_json(rec)
     raise typer.Exit(0 if rec["status"] == "SUCCEEDED" else 1)

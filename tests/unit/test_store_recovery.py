@@ -103,7 +103,7 @@ KINDS = {
     "not sqlite": (not_sqlite, "not a SQLite database", {"store", "store integrity"}),
     "truncated": (truncated, "the job store is damaged", {"store", "store integrity"}),
     "foreign": (foreign, "not orch's job store (tables invoices", {"store"}),
-    "newer schema": (newer, "written by a newer orch (schema 99, this orch knows 1)", {"store"}),
+    "newer schema": (newer, "written by a newer orch (schema 99, this orch knows 2)", {"store"}),
     "damaged page": (bad_page, "the job store is damaged", {"store", "store integrity"}),
 }
 

@@ -1,0 +1,72 @@
+"""`orch serve`: the scheduler, the REST API and the status page, in one long-running process."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from orchestrator.cli.render import err
+
+
+def serve(
+    host: Optional[str] = typer.Option(None, "--host", help="address to listen on (default "
+                                       "serve_host, 127.0.0.1: this machine only)"),
+    port: Optional[int] = typer.Option(None, "--port", help="port (default serve_port, 8765)"),
+    period: Optional[float] = typer.Option(None, "--period", help="seconds between scheduler "
+                                           "passes (default serve_period_s, 15)"),
+    now_offset_s: float = typer.Option(0.0, "--now-offset-s", hidden=True,
+                                       help="tests: the scheduler's clock runs this far ahead"),
+) -> None:
+    """Run orch as a service: cron schedules, a priority queue, every job kept in step with
+    its backend, and the REST API (/v1, schema at /openapi.json) with a status page at /."""
+    import ipaddress
+    import logging
+    import socket
+    import time
+
+    from orchestrator.errors import InputError, OrchError
+    from orchestrator.settings import load_settings
+    from orchestrator.store import Store
+
+    settings = load_settings()
+    host = host or settings.serve_host
+    port = settings.serve_port if port is None else port
+    if not 0 < port < 65536:
+        raise InputError(f"--port {port}: not a TCP port", "give 1 to 65535")
+    if period is not None and not 0 < period <= 3600:
+        raise InputError(f"--period {period:g}: out of range", "give seconds, over 0 and at most 3600")
+    Store(settings.home / "orch.db").close()  # a damaged or unwritable store: one message, now
+    try:
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(info[0], socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(info[4])
+    except OSError as e:
+        raise OrchError(f"cannot listen on {host}:{port}: {e.strerror or e}",
+                        "another `orch serve` may be running there; --port picks another port") from None
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
+                        datefmt="%Y-%m-%dT%H:%M:%S")
+    import uvicorn
+
+    from orchestrator.server.app import create_app
+    from orchestrator.server.scheduler import Scheduler
+
+    scheduler = Scheduler(settings, clock=lambda: time.time() + now_offset_s, period_s=period)
+    app = create_app(settings, scheduler)
+    try:
+        loopback = ipaddress.ip_address(info[4][0]).is_loopback
+    except ValueError:
+        loopback = False
+    shown = f"[{info[4][0]}]" if info[0] == socket.AF_INET6 else info[4][0]
+    err.print(f"orch serve: http://{shown}:{sock.getsockname()[1]} (API at /v1, schema at "
+              f"/openapi.json, status page at /#token=...), store {settings.home / 'orch.db'}, "
+              f"scheduler every {scheduler.period_s:g} s", highlight=False)
+    if not loopback:
+        err.print(f"[yellow]warning:[/] listening on {host}, beyond this machine: requests carry "
+                  "tokens in plain HTTP; put a TLS proxy in front", highlight=False)
+    # A client following a long job keeps its response open: on SIGTERM it gets 5 s to end.
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])

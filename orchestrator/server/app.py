@@ -1,0 +1,264 @@
+"""`orch serve`'s REST API (FastAPI): the CLI's operations over HTTP, behind bearer tokens.
+
+Each request opens its own embedded client (`orchestrator.client.Local`) in the thread
+that serves it, since a SQLite connection belongs to one thread. Errors are
+{"error": message, "hint": hint}: 400 for bad input (exit 2 in the CLI), 401 without a
+valid token, 403 for another user's job, 404 for an unknown one, 502 when a backend fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import asynccontextmanager
+from typing import Optional
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.errors import BackendError, InputError, NotFound, OrchError, StoreError
+from orchestrator.server import auth
+from orchestrator.server.scheduler import Scheduler, queue_info
+from orchestrator.store import TERMINAL, public, public_schedule
+
+MAX_SPEC = 1 << 20  # the job file limit orch applies everywhere
+
+
+class Unauthorized(OrchError):
+    exit_code = 2
+
+
+class Forbidden(OrchError):
+    exit_code = 2
+
+
+_STATUS = ((Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (InputError, 400),
+           (BackendError, 502), (StoreError, 503))
+
+
+class JobIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    spec: str = Field(..., max_length=MAX_SPEC, description="the job file's text (YAML)")
+    file: Optional[str] = Field(None, max_length=4096, description="the job file's path on "
+                                "the server: relative paths in it (workdir) are resolved from it")
+    idempotency_key: Optional[str] = Field(None, max_length=200, description="the same key "
+                                           "from the same user returns that job again")
+    priority: int = Field(0, ge=-1000, le=1000, description="higher launches first")
+
+
+class PlanIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    spec: str = Field(..., max_length=MAX_SPEC)
+    file: Optional[str] = Field(None, max_length=4096)
+
+
+def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: bool = True) -> FastAPI:
+    scheduler = scheduler or Scheduler(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if run_scheduler:
+            scheduler.start()
+        try:
+            yield
+        finally:
+            if run_scheduler:
+                await run_in_threadpool(scheduler.stop)
+
+    # No /docs or /redoc: FastAPI's pages load their scripts from a CDN; the schema is enough.
+    app = FastAPI(title="orch", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description="orch's scheduler and job API. Every /v1 endpoint needs "
+                              "`Authorization: Bearer <token>` (`orch token create NAME`).")
+    app.state.scheduler = scheduler
+
+    @app.exception_handler(OrchError)
+    async def _orch_error(request: Request, e: OrchError):
+        status = next((code for cls, code in _STATUS if isinstance(e, cls)), 500)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return JSONResponse({"error": e.message, "hint": e.hint}, status_code=status,
+                            headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(request: Request, e: RequestValidationError):
+        err = e.errors()[0] if e.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "request"
+        return JSONResponse({"error": f"{where}: {err.get('msg')}",
+                             "hint": "GET /openapi.json describes every request"},
+                            status_code=400)
+
+    def caller(request: Request) -> auth.Caller:
+        token = auth.bearer(request.headers.get("authorization"))
+        if token is None:
+            raise Unauthorized("this request needs a token: Authorization: Bearer <token>",
+                               "`orch token create NAME` on the server makes one")
+        from orchestrator.store import Store
+
+        store = Store(settings.home / "orch.db")
+        try:
+            found = store.token_by_hash(auth.hash_token(token))
+        finally:
+            store.close()
+        if found is None:
+            raise Unauthorized("unknown or revoked token", "`orch token list` on the server "
+                               "shows the tokens; `orch token create NAME` makes a new one")
+        return auth.Caller(found["name"], found["admin"])
+
+    # -- jobs --------------------------------------------------------------------------
+
+    @app.post("/v1/jobs", status_code=201)
+    def submit(body: JobIn, who: auth.Caller = Depends(caller)):
+        """Record a job and queue it (the scheduler launches it in priority order); a job
+        file with `schedule.cron` registers a schedule instead: {"schedule": {...}}."""
+        from orchestrator.spec import load_spec_text
+
+        spec = load_spec_text(body.spec, body.file or "<job>")
+        with scheduler.session() as local:
+            if spec.schedule.cron:
+                from orchestrator.server.schedules import register
+
+                return {"schedule": register(local, spec, body.spec, body.file, who.name,
+                                             body.priority, now=scheduler.clock())}
+            from orchestrator.server.schedules import check_server_secrets
+
+            check_server_secrets(spec)
+            key = f"api:{who.name}:{body.idempotency_key}" if body.idempotency_key else None
+            rec, _ = local.orch.record(spec, key, owner=who.name, priority=body.priority,
+                                       info=queue_info(spec))
+            existing = bool(rec.get("existing"))
+            if not existing:
+                scheduler.hold(rec["id"], spec)
+                rec = local.orch.store.set_status(
+                    rec["id"], "PENDING", f"queued by orch serve (priority {body.priority}, "
+                    f"submitted by {who.name})")
+        scheduler.wake()
+        return {**public(rec), "existing": existing}
+
+    @app.post("/v1/plan")
+    def plan(body: PlanIn, who: auth.Caller = Depends(caller)):
+        """Where the job would run and why: the `orch plan --json` shape."""
+        from orchestrator.spec import load_spec_text
+
+        spec = load_spec_text(body.spec, body.file or "<job>")
+        with scheduler.session() as local:
+            return local.plan_spec(spec)
+
+    @app.get("/v1/jobs")
+    def jobs(limit: int = Query(50, ge=1, le=1000), who: auth.Caller = Depends(caller)):
+        """The newest jobs, each checked with its backend: the `orch status --json` shape."""
+        with scheduler.session() as local:
+            return local.jobs(limit)
+
+    @app.get("/v1/jobs/{job_id}")
+    def job(job_id: str, who: auth.Caller = Depends(caller)):
+        """One job (an id or a unique prefix) with its history."""
+        with scheduler.session() as local:
+            return local.job(job_id)
+
+    @app.get("/v1/jobs/{job_id}/logs", response_class=PlainTextResponse)
+    async def logs(job_id: str, follow: bool = False, who: auth.Caller = Depends(caller)):
+        """The job's log (secrets redacted); with follow=true, streamed until the job ends."""
+
+        def poll(full_id: Optional[str] = None):
+            with scheduler.session() as local:
+                if full_id is None:
+                    return local.orch.get(job_id)["id"]  # NotFound: a 404 before streaming
+                rec, text = local.poll(full_id)
+                return rec["status"], text
+
+        if not follow:
+            def read():
+                with scheduler.session() as local:
+                    return local.logs(job_id)
+            return PlainTextResponse(await run_in_threadpool(read))
+        full_id = await run_in_threadpool(poll)
+
+        async def lines():
+            printed = 0
+            while True:
+                status, text = await run_in_threadpool(poll, full_id)
+                new = text.splitlines()
+                if new[printed:]:
+                    yield "".join(line + "\n" for line in new[printed:])
+                printed = max(printed, len(new))
+                if status in TERMINAL:
+                    return
+                await asyncio.sleep(1.0)
+
+        return StreamingResponse(lines(), media_type="text/plain; charset=utf-8")
+
+    @app.post("/v1/jobs/{job_id}/cancel")
+    def cancel(job_id: str, who: auth.Caller = Depends(caller)):
+        """Stop a job: its submitter's token or an admin's."""
+        with scheduler.session() as local:
+            rec = local.orch.get(job_id)
+            if not auth.may_cancel(who, rec.get("owner")):
+                raise Forbidden(f"{rec['id']} belongs to {rec.get('owner') or 'the server (submitted without it)'}: "
+                                f"{who.name} may not cancel it",
+                                "only its submitter or an admin token (`orch token create NAME "
+                                "--admin`) can")
+            out = local.cancel(rec["id"])
+        scheduler.forget(rec["id"])
+        return out
+
+    # -- money, schedules, the status page's data -------------------------------------
+
+    @app.get("/v1/cost")
+    def cost(by: str = "target", since: Optional[str] = Query(None, max_length=64),
+             who: auth.Caller = Depends(caller)):
+        """What jobs really cost: the `orch cost --json` shape."""
+        with scheduler.session() as local:
+            return local.cost(by, since)
+
+    @app.get("/v1/schedules")
+    def schedules(who: auth.Caller = Depends(caller)):
+        """Every cron schedule with its recent log."""
+        with scheduler.session() as local:
+            store = local.orch.store
+            return [public_schedule(s, store.schedule_events(s["id"])) for s in store.schedules()]
+
+    @app.post("/v1/schedules/{sched_id}/pause")
+    def pause(sched_id: str, who: auth.Caller = Depends(caller)):
+        """Stop a schedule's runs (its owner's token or an admin's)."""
+        return _pause(sched_id, who, True)
+
+    @app.post("/v1/schedules/{sched_id}/resume")
+    def resume(sched_id: str, who: auth.Caller = Depends(caller)):
+        """Run a paused schedule again from its next slot; slots missed while paused never run."""
+        return _pause(sched_id, who, False)
+
+    def _pause(sched_id: str, who: auth.Caller, paused: bool) -> dict:
+        from orchestrator.server import cron
+
+        with scheduler.session() as local:
+            store = local.orch.store
+            s = store.schedule(sched_id)
+            if not auth.may_cancel(who, s["owner"]):
+                raise Forbidden(f"{s['id']} belongs to {s['owner'] or 'the server'}: {who.name} "
+                                "may not change it", "only its owner or an admin token can")
+            s = store.pause_schedule(s["id"], paused, cron.next_slot(s["cron"], scheduler.clock()),
+                                     f"{'paused' if paused else 'resumed'} by {who.name}")
+            return public_schedule(s, store.schedule_events(s["id"]))
+
+    @app.get("/v1/summary")
+    def summary(who: auth.Caller = Depends(caller)):
+        """What the status page shows: jobs, the queue, the month's spend, the schedules."""
+        from orchestrator.server.schedules import summary as build
+
+        with scheduler.session() as local:
+            return build(local, settings)
+
+    @app.get("/healthz")
+    def healthz():
+        """Liveness, without a token."""
+        return {"ok": True, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page():
+        from orchestrator.server.page import html, headers
+
+        return HTMLResponse(html(), headers=headers())
+
+    return app

@@ -1,0 +1,233 @@
+"""`orch serve`'s scheduler: due cron slots in, queued jobs launched in order, every job
+kept in step with its backend. All of its state is in the store, so a restart loses nothing.
+
+One thread runs `tick()` every `serve_period_s` seconds, and at once when the API queues a
+job. Each tick opens its own `Orch` (SQLite connections belong to one thread) and:
+1. records a job for every due cron slot (see `cron` for which slot is due), under the
+   idempotency key `cron:<schedule id>:<slot>`, so no slot ever runs twice;
+2. reconciles every job that is not finished with its backend (`Orch.refresh`, which
+   also stops a job that reached its budget);
+3. launches the queued jobs one at a time, highest priority first, then oldest first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
+
+from orchestrator.errors import InputError, OrchError
+from orchestrator.server import cron
+from orchestrator.store import TERMINAL, iso
+
+log = logging.getLogger("orch.serve")
+
+
+def launcher_id() -> str:
+    """This process, as a launcher that another server can tell is alive or not."""
+    from orchestrator.service import submitter
+
+    me = submitter()
+    return f"{me['host']}/{me['pid']}/{me['started']}"
+
+
+def launcher_alive(text: str) -> bool:
+    from orchestrator.service import alive
+
+    host, _, rest = text.partition("/")
+    pid, _, started = rest.partition("/")
+    try:
+        return alive({"host": host, "pid": int(pid), "started": float(started)})
+    except ValueError:
+        return False
+
+
+def spec_from_record(rec: dict):
+    """The job spec again from its stored (redacted) form; InputError when a secret value
+    it needs was only ever in the memory of a server that has since stopped."""
+    from orchestrator.redact import REDACTED
+    from orchestrator.spec import JobSpec, SourceMap
+
+    data = dict(rec["spec"])
+    from_env = set((rec["info"] or {}).get("env_secrets") or ())
+    lost = sorted([k for k, v in (data.get("envs") or {}).items() if v == REDACTED]
+                  + [k for k in (data.get("secrets") or {}) if k not in from_env])
+    if lost:
+        raise InputError(f"{rec['id']}: the server restarted before launching it, and the secret "
+                         f"values it was given ({', '.join(lost)}) are never stored",
+                         "submit the job again, or give its secrets as `secrets: {NAME: null}` "
+                         "and set them in the server's environment")
+    data["secrets"] = {k: None for k in data.get("secrets") or {}}
+    spec = JobSpec.model_validate(data)
+    spec._source = SourceMap(rec["source_file"] or "<job>", {})
+    return spec
+
+
+class Scheduler:
+    def __init__(self, settings, clock: Callable[[], float] = time.time,
+                 period_s: Optional[float] = None):
+        self.settings = settings
+        self.clock = clock
+        self.period_s = period_s or settings.serve_period_s
+        self.me = launcher_id()
+        # Job specs as submitted, secret values included, until launched: this process only.
+        self.pending: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    @contextmanager
+    def session(self) -> Iterator:
+        """An embedded client for this thread, closed after use."""
+        from orchestrator.client import Local
+
+        local = Local(self.settings, on_ray_start=lambda: log.info(
+            "starting the local Ray instance (it outlives the server; `orch local down` stops it)"))
+        try:
+            yield local
+        finally:
+            local.close()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="orch-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def hold(self, job_id: str, spec) -> None:
+        """Keep a queued job's spec (with its secret values) until it is launched."""
+        with self._lock:
+            self.pending[job_id] = spec
+
+    def forget(self, job_id: str) -> None:
+        with self._lock:
+            self.pending.pop(job_id, None)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                self.tick()
+            except Exception:  # a bug or a store problem: logged, and tried again next period
+                log.exception("scheduler tick failed; trying again in %g s", self.period_s)
+            self._wake.wait(self.period_s)
+
+    def tick(self) -> None:
+        with self.session() as local:
+            self.run_cron(local, self.clock())
+            self.reconcile(local)
+            self.launch_queue(local)
+
+    # -- 1. cron --------------------------------------------------------------------------
+
+    def run_cron(self, local, now: float) -> list[str]:
+        """Record a job for each schedule's due slot; the ids recorded."""
+        store, recorded = local.orch.store, []
+        for s in store.schedules():
+            if s["paused"]:
+                continue
+            d = cron.due(s["cron"], s["next_at"], now)
+            if d is None:
+                continue
+            events = []
+            if d.skipped:
+                events.append((d.last_skipped, None, f"skipped {d.skipped} slot(s), "
+                               f"{iso(d.first_skipped)} to {iso(d.last_skipped)}: missed while "
+                               "the server was down or busy (only the latest missed slot runs)"))
+            if d.slot is not None:
+                job_id, message = self._submit_slot(local, s, d.slot)
+                events.append((d.slot, job_id, message))
+                if job_id:
+                    recorded.append(job_id)
+            store.schedule_done(s["id"], last_slot=d.slot, next_at=d.next_at, events=events)
+            for _, _, message in events:
+                log.info("schedule %s (%s): %s", s["id"], s["name"], message)
+        if recorded:
+            self.wake()
+        return recorded
+
+    def _submit_slot(self, local, s: dict, slot: float) -> tuple[Optional[str], str]:
+        from orchestrator.spec import load_spec_text
+
+        key = f"cron:{s['id']}:{iso(slot)}"
+        try:
+            spec = load_spec_text(s["source_text"], s["source_file"] or "<job>")
+            rec, _ = local.orch.record(spec, key, owner=s["owner"], priority=s["priority"],
+                                       info=queue_info(spec, schedule=s["id"], slot=iso(slot)))
+        except OrchError as e:  # the slot is used up: a job that cannot run now never will
+            return None, f"slot {iso(slot)} not run: {e.message}"
+        if rec.get("existing"):
+            return rec["id"], f"slot {iso(slot)}: {rec['id']} was recorded for it before; not run again"
+        local.orch.store.set_status(rec["id"], "PENDING", f"queued by schedule {s['id']} "
+                                    f"({s['name']}) for its slot {iso(slot)}")
+        return rec["id"], f"slot {iso(slot)}: queued {rec['id']}"
+
+    # -- 2. reconcile ---------------------------------------------------------------------
+
+    def reconcile(self, local) -> None:
+        for rec in local.orch.store.list(limit=1_000_000, statuses=("PENDING", "RUNNING")):
+            try:
+                local.orch.refresh(rec)
+            except OrchError as e:  # its history says so; tried again next period
+                log.warning("%s: cannot check it with its backend: %s", rec["id"], e.message)
+
+    # -- 3. the queue ---------------------------------------------------------------------
+
+    def launch_queue(self, local) -> list[str]:
+        """Launch queued jobs in order, one at a time; the ids launched."""
+        store, launched = local.orch.store, []
+        for rec in store.queued():
+            if self._stop.is_set():
+                break
+            other = (rec["info"] or {}).get("launcher")
+            if other and other != self.me and launcher_alive(other):
+                continue  # another server is launching it
+            if not store.claim(rec["id"], self.me, expect=other):
+                continue  # cancelled, or taken by another server, meanwhile
+            if self._launch(local, store.get(rec["id"])):
+                launched.append(rec["id"])
+        return launched
+
+    def _launch(self, local, rec: dict) -> bool:
+        store, job_id = local.orch.store, rec["id"]
+        try:
+            with self._lock:
+                spec = self.pending.get(job_id)
+            rec = local.orch.launch(rec, spec or spec_from_record(rec))
+        except Exception as e:  # BackendError: launch() marked it FAILED already
+            message = e.message if isinstance(e, OrchError) else f"{type(e).__name__}: {e}"
+            if store.get(job_id)["status"] not in TERMINAL:
+                store.set_status(job_id, "FAILED", f"launch failed: {message}")
+            (log.warning if isinstance(e, OrchError) else log.exception)(
+                "%s: launch failed: %s", job_id, message)
+            return False
+        finally:
+            self.forget(job_id)
+        if store.get(job_id)["cancel_requested"]:  # cancelled while it was being launched
+            try:
+                local.orch.provider(rec["target"]).cancel(rec["backend_id"])
+            except OrchError as e:
+                log.warning("%s: cancelled during its launch, and stopping it failed: %s",
+                            job_id, e.message)
+        log.info("%s (%s, owner %s): launched on %s", job_id, rec["name"], rec.get("owner"),
+                 rec["target"])
+        return True
+
+
+def queue_info(spec, **extra) -> dict:
+    """What a queued job's record keeps for the scheduler: that it is queued, and which of
+    its secrets come from the server's environment (the only ones a restart can restore)."""
+    return {"queued": True, "env_secrets": sorted(k for k, v in spec.secrets.items() if v is None),
+            **extra}

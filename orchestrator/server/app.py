@@ -18,6 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
 from orchestrator.errors import BackendError, InputError, NotFound, OrchError, StoreError
 from orchestrator.server import auth
@@ -85,9 +86,20 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
     async def _bad_request(request: Request, e: RequestValidationError):
         err = e.errors()[0] if e.errors() else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "request"
-        return JSONResponse({"error": f"{where}: {err.get('msg')}",
+        msg = err.get("msg")
+        if err.get("type") == "json_invalid":  # its loc is a character offset, not a field
+            where, msg = "body", f"not valid JSON ({(err.get('ctx') or {}).get('error', msg)})"
+        return JSONResponse({"error": f"{where}: {msg}",
                              "hint": "GET /openapi.json describes every request"},
                             status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, e: HTTPException):
+        # Starlette's own refusals (a body that is not JSON, an unknown path, a wrong
+        # method) in the same {"error", "hint"} shape as every other error.
+        return JSONResponse({"error": f"{request.method} {request.url.path}: {e.detail}",
+                             "hint": "GET /openapi.json describes every request"},
+                            status_code=e.status_code, headers=getattr(e, "headers", None))
 
     def caller(request: Request) -> auth.Caller:
         token = auth.bearer(request.headers.get("authorization"))

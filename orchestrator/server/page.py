@@ -72,12 +72,13 @@ async function refresh() {
   fill("queue", s.queue, [["position"], ["id"], ["name"], ["owner"], ["priority"], ["created_at"]]);
   fill("schedules", s.schedules, [["id"], ["name"], ["cron"], ["owner"], ["next_at"], ["last_slot"]]);
 }
-$("tokenform").addEventListener("submit", (e) => {
+$("login").addEventListener("submit", (e) => {
   e.preventDefault();
   sessionStorage.setItem("orchToken", $("token").value.trim());
   $("token").value = "";
   refresh();
 });
+window.addEventListener("hashchange", refresh);  // a /#token=... link opened on the open page
 refresh();
 setInterval(refresh, REFRESH_MS);
 """ % {"refresh_ms": REFRESH_S * 1000}

@@ -164,7 +164,10 @@ def test_a_job_submitted_through_the_client_runs_and_a_second_client_sees_it(hom
         rec = json.loads(proc.stdout)
         assert rec["status"] == "SUCCEEDED" and rec["owner"] == "alice" and rec["target"] == "local"
         assert f"hello from {rec['id']}" in proc.stderr  # the log, streamed while it ran
-        assert [h["status"] for h in rec["history"]] == ["PENDING", "PENDING", "SUCCEEDED"]
+        # Recorded, then launched from the queue; a poll may or may not catch it RUNNING.
+        statuses = [h["status"] for h in rec["history"]]
+        assert statuses[:2] == ["PENDING", "PENDING"] and statuses[-1] == "SUCCEEDED", statuses
+        assert set(statuses[2:-1]) <= {"RUNNING"}, statuses
         seen = json.loads(as_client(server, client_home, "bob", "status", "--json").stdout)
         assert [(j["id"], j["owner"], j["status"]) for j in seen if j["name"] == "hello"] == [
             (rec["id"], "alice", "SUCCEEDED")]

@@ -50,3 +50,18 @@ def ray_home():
         shutil.rmtree(home, ignore_errors=True)
         assert down.returncode == 0, down.stderr
         assert not leftover, f"processes left running: {leftover}"
+
+
+def stop_local_ray_and_remove(home) -> None:
+    """Teardown of a test's ORCH_HOME: `orch local down` for the local Ray a job started
+    there, then check no process of it is left, then remove the home."""
+    state = home / "local" / "ray.json"  # written when a job started the local Ray
+    temp = json.loads(state.read_text())["temp_dir"] if state.exists() else None
+    down = run_orch(home, "local", "down", timeout=120)
+    deadline = time.monotonic() + 20
+    while temp and ray_processes_under(temp) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    leftover = ray_processes_under(temp) if temp else []
+    shutil.rmtree(home, ignore_errors=True)
+    assert down.returncode == 0, down.stderr
+    assert not leftover, f"processes left running: {leftover}"

@@ -21,7 +21,7 @@ import pytest
 from orchestrator.server import auth
 from orchestrator.store import Store, iso
 from tests.conftest import ORCH, ROOT, orch_env, run_orch, short_tmp
-from tests.integration.conftest import ray_processes_under
+from tests.integration.conftest import stop_local_ray_and_remove
 
 pytestmark = pytest.mark.integration
 
@@ -80,16 +80,7 @@ def home():
     try:
         yield home
     finally:
-        state = home / "local" / "ray.json"  # written when a job started the local Ray
-        temp = json.loads(state.read_text())["temp_dir"] if state.exists() else None
-        down = run_orch(home, "local", "down", timeout=120)
-        deadline = time.monotonic() + 20
-        while temp and ray_processes_under(temp) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        leftover = ray_processes_under(temp) if temp else []
-        shutil.rmtree(home, ignore_errors=True)
-        assert down.returncode == 0, down.stderr
-        assert not leftover, f"processes left running: {leftover}"
+        stop_local_ray_and_remove(home)
 
 
 @pytest.fixture

@@ -431,8 +431,10 @@ class Store:
         """A job by id, or by a unique prefix of it."""
         row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
-            rows = self._db.execute("SELECT * FROM jobs WHERE id LIKE ? LIMIT 2",
-                                    (job_id.replace("%", "") + "%",)).fetchall()
+            # A prefix, literally: '_' and '%' in what was typed match only themselves.
+            prefix = job_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            rows = self._db.execute("SELECT * FROM jobs WHERE id LIKE ? ESCAPE '\\' LIMIT 2",
+                                    (prefix + "%",)).fetchall()
             if len(rows) != 1:
                 raise NotFound(f"no job {job_id!r}" if not rows else f"{job_id!r} matches several jobs",
                                "`orch status` lists the jobs with their ids")

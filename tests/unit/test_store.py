@@ -100,3 +100,13 @@ def test_concurrent_writers(tmp_path):
     assert len(recs) == 60
     for r in recs:
         assert [h["status"] for h in store.history(r["id"])] == ["PENDING", "RUNNING", "SUCCEEDED"]
+
+
+def test_an_id_prefix_is_matched_literally(tmp_path):
+    store = Store(tmp_path / "orch.db")
+    rec = store.create_job(name="a", spec={}, kind=None, target=None, fingerprint=None,
+                           job_id="orch-1234abcd")
+    assert store.get("orch-12")["id"] == rec["id"]
+    for pattern in ("o_ch-", "%", "orch-1_34", "orch%"):  # wildcards in LIKE, not in an id
+        with pytest.raises(NotFound):
+            store.get(pattern)

@@ -65,3 +65,14 @@ def stop_local_ray_and_remove(home) -> None:
     shutil.rmtree(home, ignore_errors=True)
     assert down.returncode == 0, down.stderr
     assert not leftover, f"processes left running: {leftover}"
+
+
+def wait_until(what: str, check, timeout: float = 120, poll_s: float = 0.3):
+    """check()'s first truthy value, polled until `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -21,7 +21,7 @@ import pytest
 from orchestrator.server import auth
 from orchestrator.store import Store, iso
 from tests.conftest import ORCH, ROOT, orch_env, run_orch, short_tmp
-from tests.integration.conftest import stop_local_ray_and_remove
+from tests.integration.conftest import stop_local_ray_and_remove, wait_until as _wait
 
 pytestmark = pytest.mark.integration
 
@@ -182,16 +182,6 @@ def _cron_jobs(home: Path, sched_id: str) -> dict[str, list[dict]]:
         return by_slot
     finally:
         store.close()
-
-
-def _wait(what, check, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_cron_job_due_every_minute_runs_once_per_slot_across_restarts(home, client_home, tmp_path):

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.conftest import run_orch, short_tmp
-from tests.integration.conftest import stop_local_ray_and_remove
+from tests.integration.conftest import stop_local_ray_and_remove, wait_until as _wait
 from tests.integration.test_serve import Server
 
 pytestmark = pytest.mark.integration
@@ -69,16 +69,6 @@ def browser():
 # Each row of the jobs table as the page shows it: (data-id, [cell texts], state cell's class).
 ROWS = """return Array.from(document.querySelectorAll('#jobs tr')).map(
     (tr) => [tr.dataset.id, Array.from(tr.cells).map((td) => td.textContent), tr.cells[2].className]);"""
-
-
-def _wait(what, check, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_the_status_page_shows_a_client_job_running_then_succeeded(browser, home, tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Protocol
 
 from orchestrator.errors import BackendError, InputError, NotFound, OrchError
-from orchestrator.store import TERMINAL
+from orchestrator.store import TERMINAL, store_exists
 
 
 class Client(Protocol):
@@ -168,7 +168,7 @@ def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=
     rate = settings.currency_rate
     entries: list[dict] = []
     now = time.time()
-    if (settings.home / "orch.db").exists():  # never create the store just to say it is empty
+    if store_exists(settings):  # never create the store just to say it is empty
         if orch is None:
             from orchestrator.service import Orch
 

@@ -90,13 +90,13 @@ def cluster_capacity(spec, settings, now: float) -> Capacity:
 def month_spend(settings, now: float) -> float:
     """USD spent this calendar month over every job (running ones so far); 0 without a
     monthly budget, which is the only thing that needs it, or before the store exists."""
-    path = settings.home / "orch.db"
-    if not settings.monthly_budget or not path.exists():
+    from orchestrator.store import open_store, store_exists
+
+    if not settings.monthly_budget or not store_exists(settings):
         return 0.0
     from orchestrator import ledger
-    from orchestrator.store import Store
 
-    store = Store(path)
+    store = open_store(settings)
     try:
         recs = store.list(limit=1_000_000, since=ledger.month_start(now))
     finally:
@@ -106,12 +106,11 @@ def month_spend(settings, now: float) -> float:
 
 def history_for(fingerprint: str, settings) -> list[PastRun]:
     """Past runs of this fingerprint from the job store; none before the store exists."""
-    path = settings.home / "orch.db"
-    if not path.exists():
-        return []  # planning must not create the store
-    from orchestrator.store import Store
+    from orchestrator.store import open_store, store_exists
 
-    store = Store(path)
+    if not store_exists(settings):
+        return []  # planning must not create the store
+    store = open_store(settings)
     try:
         return [PastRun.from_record(r) for r in store.runs_for_fingerprint(fingerprint)]
     finally:

@@ -20,7 +20,7 @@ from orchestrator.fingerprint import fingerprint
 from orchestrator.run_metrics import add_scaling, from_log
 from orchestrator.settings import Settings
 from orchestrator.spec import JobSpec
-from orchestrator.store import TERMINAL, Store, new_job_id
+from orchestrator.store import TERMINAL, Store, new_job_id, open_store, store_exists
 from providers.base import Launch
 
 # Ray Train's controller drains reports on its health check; 0.2 s keeps reports cheap.
@@ -37,7 +37,7 @@ class Orch:
     @functools.cached_property
     def store(self) -> Store:
         # Opened on first use, so a rejected job file never creates or touches the store.
-        return Store(self.settings.home / "orch.db")
+        return open_store(self.settings)
 
     # -- providers --------------------------------------------------------------------
 
@@ -282,7 +282,7 @@ class Orch:
 
     def _earlier_jobs(self, before: Optional[str]) -> list[dict]:
         """Every job recorded before `before` (all jobs when it is None), newest first."""
-        if not (self.settings.home / "orch.db").exists():
+        if not store_exists(self.settings):
             return []  # no jobs yet, and a rejected job file must not create the store
         jobs = self.store.list(limit=1_000_000)
         mine = next((r for r in jobs if r["id"] == before), None)
@@ -363,7 +363,7 @@ class Orch:
     def _month_spend(self, exclude: Optional[str] = None) -> float:
         from orchestrator import ledger
 
-        if not (self.settings.home / "orch.db").exists():
+        if not store_exists(self.settings):
             return 0.0
         now = time.time()
         recs = self.store.list(limit=1_000_000, since=ledger.month_start(now))

@@ -83,6 +83,9 @@ class Settings(BaseSettings):
                                       extra="forbid", validate_default=True, allow_inf_nan=False)
 
     home: Path = Field(Path("~/.orch"), description="where orch keeps its store, logs and local Ray")
+    database_url: Optional[SecretStr] = Field(
+        None, description="a PostgreSQL job store shared by a team, postgresql://user:password@"
+                          "host:5432/db; unset: SQLite at HOME/orch.db")
     mode: Optional[Literal["local", "hybrid"]] = Field(
         None, description="local keeps every job on this machine; unset: local unless a "
                           "cluster or a cloud is configured")
@@ -151,6 +154,25 @@ class Settings(BaseSettings):
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.path:
             raise ValueError("give the server's address, e.g. http://127.0.0.1:8765")
         return v
+
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _database_url(cls, v: Any) -> Any:
+        text = v.get_secret_value() if isinstance(v, SecretStr) else v
+        if not isinstance(text, str) or not text.strip():
+            return None if isinstance(text, str) else v
+        text = text.strip()
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(text)
+            parts.port  # noqa: B018  (raises on a bad port)
+        except ValueError as e:
+            raise ValueError(f"not a database URL ({e})") from None
+        if parts.scheme not in ("postgresql", "postgres"):  # the value may hold a password
+            raise ValueError(f"a {parts.scheme or 'schemeless'} URL: give postgresql://user:"
+                             "password@host:5432/dbname, or leave it unset for SQLite")
+        return SecretStr(text)
 
     @model_validator(mode="after")
     def _token_in_url(self) -> "Settings":

@@ -106,6 +106,40 @@ _JSON_COLUMNS = {"spec_json": "spec", "decision_json": "decision", "metrics_json
                  "info_json": "info"}
 
 
+def database_url(settings) -> Optional[str]:
+    """The PostgreSQL URL a team's store is at; None: SQLite under the home folder."""
+    url = getattr(settings, "database_url", None)
+    return url.get_secret_value() if url is not None else None
+
+
+def store_location(settings) -> str:
+    """Where the store is, as shown to a user: a file path, or the URL without its password."""
+    url = database_url(settings)
+    return shown_url(url) if url else str(settings.home / "orch.db")
+
+
+def shown_url(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def store_exists(settings) -> bool:
+    """Whether there is a store to read: the SQLite file exists, or a database URL is set
+    (reading a PostgreSQL store that orch never wrote finds it empty, and creates its tables)."""
+    return bool(database_url(settings)) or (settings.home / "orch.db").exists()
+
+
+def open_store(settings) -> "Store":
+    """The job store these settings name: PostgreSQL at `database_url`, else SQLite."""
+    url = database_url(settings)
+    return Store(url) if url else Store(settings.home / "orch.db")
+
+
 def new_job_id() -> str:
     return "orch-" + uuid.uuid4().hex[:8]
 

@@ -92,12 +92,11 @@ def _prices(items: list[str], settings) -> dict[str, float]:
 
 def _records(settings) -> list[dict]:
     """Every job in the store; none before the store exists, which this must not create."""
-    path = settings.home / "orch.db"
-    if not path.exists():
-        return []
-    from orchestrator.store import Store
+    from orchestrator.store import open_store, store_exists
 
-    store = Store(path)
+    if not store_exists(settings):
+        return []
+    store = open_store(settings)
     try:
         return store.list(limit=1_000_000)
     finally:

@@ -27,7 +27,7 @@ def serve(
 
     from orchestrator.errors import InputError, OrchError
     from orchestrator.settings import load_settings
-    from orchestrator.store import Store
+    from orchestrator.store import open_store, store_location
 
     settings = load_settings()
     host = host or settings.serve_host
@@ -36,7 +36,7 @@ def serve(
         raise InputError(f"--port {port}: not a TCP port", "give 1 to 65535")
     if period is not None and not 0 < period <= 3600:
         raise InputError(f"--period {period:g}: out of range", "give seconds, over 0 and at most 3600")
-    Store(settings.home / "orch.db").close()  # a damaged or unwritable store: one message, now
+    open_store(settings).close()  # a damaged or unwritable store: one message, now
     try:
         info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(info[0], socket.SOCK_STREAM)
@@ -61,7 +61,7 @@ def serve(
         loopback = False
     shown = f"[{info[4][0]}]" if info[0] == socket.AF_INET6 else info[4][0]
     err.print(f"orch serve: http://{shown}:{sock.getsockname()[1]} (API at /v1, schema at "
-              f"/openapi.json, status page at /#token=...), store {settings.home / 'orch.db'}, "
+              f"/openapi.json, status page at /#token=...), store {store_location(settings)}, "
               f"scheduler every {scheduler.period_s:g} s", highlight=False)
     if not loopback:
         err.print(f"[yellow]warning:[/] listening on {host}, beyond this machine: requests carry "

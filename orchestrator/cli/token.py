@@ -12,9 +12,9 @@ token_app = typer.Typer(no_args_is_help=True, help="API tokens for `orch serve` 
 
 def _store():
     from orchestrator.settings import load_settings
-    from orchestrator.store import Store
+    from orchestrator.store import open_store
 
-    return Store(load_settings().home / "orch.db")
+    return open_store(load_settings())
 
 
 @token_app.command("create")

@@ -106,9 +106,9 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
         if token is None:
             raise Unauthorized("this request needs a token: Authorization: Bearer <token>",
                                "`orch token create NAME` on the server makes one")
-        from orchestrator.store import Store
+        from orchestrator.store import open_store
 
-        store = Store(settings.home / "orch.db")
+        store = open_store(settings)
         try:
             found = store.token_by_hash(auth.hash_token(token))
         finally:

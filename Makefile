@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test unit integration bench clean browser
+.PHONY: demo test unit integration postgres-test bench clean browser postgres
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,11 +34,41 @@ browser:
 	    || echo "$$skip apt-get install chromium chromium-driver failed (see $$log)"; \
 	fi
 
+# The store tests run a second time against PostgreSQL (`pytest --store postgresql`): on a
+# server the tests start from this machine's PostgreSQL binaries, installed here with apt
+# when they are missing and this is root; otherwise that pass skips, saying why.
+APT_POSTGRES = DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql
+postgres:
+	@skip="PostgreSQL store tests will be skipped:"; \
+	if command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	  echo "$$skip no PostgreSQL server binaries, and installing them needs root (apt-get install postgresql)"; \
+	elif ! command -v apt-get >/dev/null; then \
+	  echo "$$skip no PostgreSQL server binaries, and no apt-get to install them"; \
+	else \
+	  log="$${TMPDIR:-/tmp}/orch-apt-postgresql.log"; \
+	  echo "installing postgresql (apt-get) for the PostgreSQL store tests"; \
+	  { $(APT_POSTGRES) || { apt-get update -qq && $(APT_POSTGRES); }; } >"$$log" 2>&1 \
+	    || echo "$$skip apt-get install postgresql failed (see $$log)"; \
+	fi
+
+# Every test that reads or writes the job store; those that check the SQLite file itself
+# are marked sqlite_only and skip.
+PG_SUITE = tests/unit/test_store.py tests/unit/test_store_pg.py tests/unit/test_service.py \
+	tests/unit/test_serve_unit.py tests/unit/test_many_writers.py tests/unit/test_ledger.py \
+	tests/unit/test_secrets.py tests/unit/test_cli_input.py tests/unit/test_api_fuzz.py \
+	tests/integration/test_serve.py tests/integration/test_status_page.py \
+	tests/integration/test_crash_safety.py
+
 demo: $(STAMP)
 	$(BIN)/orch submit examples/quickstart.yaml
 
-test: $(STAMP) browser
+test: $(STAMP) browser postgres
 	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest --store postgresql $(PG_SUITE)
+
+postgres-test: $(STAMP) postgres
+	$(BIN)/python -m pytest --store postgresql $(PG_SUITE)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not integration"

@@ -255,15 +255,40 @@ class _Cursor(sqlite3.Cursor):
 
 
 class _Connection(sqlite3.Connection):
+    """SQLite, with the few dialect hooks `store_pg.PgConnection` also has."""
+
     path: Path
+    Error = sqlite3.Error
+    dialect = "sqlite"
+    greatest = "MAX"  # SQLite's two-argument MAX is PostgreSQL's GREATEST
 
     def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
         return self.cursor(_Cursor).execute(sql, params)
 
+    def begin_write(self) -> None:
+        self.execute("BEGIN IMMEDIATE")  # writers queue on the lock instead of failing
+
+    def tables(self) -> list[str]:
+        return [r[0] for r in self.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY name")]
+
+    @staticmethod
+    def ddl(sql: str) -> str:
+        return sql
+
+
+def is_database_url(where: Any) -> bool:
+    return isinstance(where, str) and where.startswith(("postgresql://", "postgres://"))
+
 
 class Store:
-    def __init__(self, path: Path):
-        self.path = Path(path)
+    """The job store: a SQLite file (a Path), or PostgreSQL (a postgresql:// URL)."""
+
+    def __init__(self, where: "Path | str"):
+        self.url = where if is_database_url(where) else None
+        self.path = None if self.url else Path(where)
+        self.where = shown_url(self.url) if self.url else str(self.path)  # for messages
         self._db: Optional[_Connection] = None
         try:
             self._open()
@@ -273,6 +298,13 @@ class Store:
             raise
 
     def _open(self) -> None:
+        if self.url:
+            from orchestrator.store_pg import PgConnection
+
+            self._db = PgConnection(self.url, self.where)
+            self._refuse_foreign()
+            self._migrate()
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fresh = not self.path.exists()
@@ -299,8 +331,9 @@ class Store:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One IMMEDIATE transaction: writers queue on the lock instead of failing."""
-        self._db.execute("BEGIN IMMEDIATE")
+        """One write transaction at a time over every process: writers queue on the lock
+        (SQLite's IMMEDIATE transaction, PostgreSQL's advisory lock) instead of failing."""
+        self._db.begin_write()
         try:
             yield self._db
         except BaseException:
@@ -311,29 +344,37 @@ class Store:
             self._db.execute("COMMIT")
 
     def _refuse_foreign(self) -> None:
-        """A SQLite file with tables but no `meta` is another program's: touch nothing."""
-        tables = [r[0] for r in self._db.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-            "ORDER BY name")]
+        """A database with tables but no `meta` is another program's: touch nothing."""
+        tables = self._db.tables()
         if tables and "meta" not in tables:
+            if self.url:
+                raise StoreError(f"{self.where}: this database (schema) holds another program's "
+                                 f"tables ({', '.join(tables[:5])}) and no orch schema version",
+                                 "give orch a database of its own, or a schema of its own: "
+                                 "CREATE SCHEMA orch, then add ?options=-csearch_path%3Dorch to "
+                                 "the URL")
             raise StoreError(f"{self.path}: a SQLite database, but not orch's job store (tables "
                              f"{', '.join(tables[:5])}; no schema version)",
                              "point ORCH_HOME at another folder, or move this file aside: "
                              "`orch doctor --repair-store` does that and keeps it")
 
+    def _version(self) -> Optional[int]:
+        """The recorded schema version; None before the `meta` table exists."""
+        if "meta" not in self._db.tables():
+            return None
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(row["value"]) if row else 0
+
     def _migrate(self) -> None:
         """Bring the store to SCHEMA_VERSION one version per transaction, each recording its
         number with its changes: a crash between versions leaves a store the next open
-        finishes, and no version ever runs twice."""
-        try:  # the common case, without taking the write lock
-            current = stored_version(self._db)
-        except sqlite3.OperationalError:
-            current = 0  # no meta table yet
+        finishes, and no version ever runs twice. The same migrations run on SQLite and
+        PostgreSQL."""
+        current = self._version() or 0  # the common case, without taking the write lock
         while current < SCHEMA_VERSION:
             with self._write() as db:
-                try:  # again, under the lock: another process may have migrated meanwhile
-                    current = stored_version(db)
-                except sqlite3.OperationalError:
+                current = self._version()  # again, under the lock: another process may have
+                if current is None:        # migrated meanwhile
                     db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
                     current = 0
                 if current >= SCHEMA_VERSION:
@@ -344,26 +385,25 @@ class Store:
                         if callable(step):  # a data migration
                             step(db)
                         else:
-                            db.execute(step)
-                except sqlite3.Error as e:
-                    raise StoreError(f"{self.path}: migrating the job store to schema {version} "
+                            db.execute(db.ddl(step))
+                except db.Error as e:
+                    raise StoreError(f"{self.where}: migrating the job store to schema {version} "
                                      f"failed: {e}", f"it stays at schema {current}, unchanged; "
                                      "`orch doctor` checks it") from None
-                db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
-                           (str(version),))
+                db.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                           "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(version),))
                 current = version
         if current > SCHEMA_VERSION:
-            raise StoreError(f"{self.path}: written by a newer orch (schema {current}, this orch "
+            raise StoreError(f"{self.where}: written by a newer orch (schema {current}, this orch "
                              f"knows {SCHEMA_VERSION})", "upgrade orch to the version that wrote "
                              "it; the store is left as it is (`orch doctor` shows its state)")
         self._check_tables()
 
     def _check_tables(self) -> None:
-        have = {r[0] for r in self._db.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        have = set(self._db.tables())
         missing = [t for t in ("jobs", "job_events") if t not in have]
         if missing:
-            raise StoreError(f"{self.path}: the job store is damaged: table "
+            raise StoreError(f"{self.where}: the job store is damaged: table "
                              f"{', '.join(missing)} is missing", DOCTOR_HINT)
 
     @property
@@ -508,22 +548,26 @@ class Store:
         priority first (highest), then submission time."""
         rows = self._db.execute(
             "SELECT * FROM jobs WHERE status = 'PENDING' AND backend_id IS NULL "
-            "AND json_extract(info_json, '$.queued') = 1 "
             "ORDER BY priority DESC, created_at, id").fetchall()
-        return [self._record(r) for r in rows]
+        return [rec for rec in map(self._record, rows) if (rec["info"] or {}).get("queued")]
 
     def claim(self, job_id: str, launcher: str, expect: Optional[str] = None) -> bool:
         """Take a queued job for launching, as `launcher`: only while it is still queued and
         not cancelled, and only from `expect` (None: nobody had it; else a launcher that
         died). Two servers on one store never both launch a job."""
         with self._write() as db:
-            cur = db.execute(
-                "UPDATE jobs SET info_json = json_set(info_json, '$.launcher', ?), updated_at = ? "
-                "WHERE id = ? AND status = 'PENDING' AND backend_id IS NULL AND cancel_requested = 0 "
-                "AND json_extract(info_json, '$.queued') = 1 "
-                "AND json_extract(info_json, '$.launcher') IS ?",
-                (launcher, time.time(), job_id, expect))
-            return cur.rowcount == 1
+            row = db.execute("SELECT status, backend_id, cancel_requested, info_json FROM jobs "
+                             "WHERE id = ?", (job_id,)).fetchone()
+            if row is None or row["status"] != "PENDING" or row["backend_id"] is not None \
+                    or row["cancel_requested"]:
+                return False
+            info = json.loads(row["info_json"] or "{}")
+            if not info.get("queued") or info.get("launcher") != expect:
+                return False
+            info["launcher"] = launcher
+            db.execute("UPDATE jobs SET info_json = ?, updated_at = ? WHERE id = ?",
+                       (json.dumps(info), time.time(), job_id))
+            return True
 
     # -- API tokens (orch serve) -------------------------------------------------------
 
@@ -604,8 +648,8 @@ class Store:
             if last_slot is None:
                 db.execute("UPDATE schedules SET next_at = ? WHERE id = ?", (next_at, sched_id))
             else:
-                db.execute("UPDATE schedules SET next_at = ?, last_slot = MAX(COALESCE(last_slot, "
-                           "0), ?) WHERE id = ?", (next_at, last_slot, sched_id))
+                db.execute(f"UPDATE schedules SET next_at = ?, last_slot = {db.greatest}("
+                           "COALESCE(last_slot, 0), ?) WHERE id = ?", (next_at, last_slot, sched_id))
             for slot, job_id, message in events:
                 db.execute("INSERT INTO schedule_events (schedule_id, ts, slot, job_id, message) "
                            "VALUES (?, ?, ?, ?, ?)", (sched_id, now, slot, job_id, message))
@@ -625,10 +669,17 @@ class Store:
     def schedule_events(self, sched_id: str, limit: int = 20) -> list[dict]:
         """The schedule's log, newest last."""
         rows = self._db.execute("SELECT * FROM (SELECT * FROM schedule_events WHERE schedule_id "
-                                "= ? ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+                                "= ? ORDER BY seq DESC LIMIT ?) AS recent ORDER BY seq",
                                 (sched_id, limit)).fetchall()
         return [{"at": iso(r["ts"]), "slot": iso(r["slot"]), "job_id": r["job_id"],
                  "message": r["message"]} for r in rows]
+
+    def remove_schedule(self, sched_id: str) -> None:
+        """Delete a schedule and its log in one transaction; the jobs it ran are kept."""
+        self.schedule(sched_id)  # NotFound
+        with self._write() as db:
+            db.execute("DELETE FROM schedule_events WHERE schedule_id = ?", (sched_id,))
+            db.execute("DELETE FROM schedules WHERE id = ?", (sched_id,))
 
     def _record(self, row: sqlite3.Row) -> dict:
         rec = {k: row[k] for k in row.keys()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -23,6 +25,8 @@ def short_tmp(prefix: str) -> Path:
 
 def orch_env(home: Path, **extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "RAY_"))}
+    if store_url(home):  # the PostgreSQL pass: this home's or this test's own schema
+        env["ORCH_DATABASE_URL"] = store_url(home)
     env.update(ORCH_HOME=str(home), ORCH_CONFIG=str(home / "config.toml"), ORCH_MODE="local",
                SKYPILOT_DISABLE_USAGE_COLLECTION="1", AWS_EC2_METADATA_DISABLED="true",
                COLUMNS="200")
@@ -46,3 +50,136 @@ def orch_home():
     home = short_tmp("oh")
     yield home
     shutil.rmtree(home, ignore_errors=True)
+
+
+# -- the job store: SQLite (default) or PostgreSQL (`pytest --store postgresql`) -----------
+
+def pytest_addoption(parser):
+    parser.addoption("--store", choices=("sqlite", "postgresql"), default="sqlite",
+                     help="the job store the tests use; postgresql: ORCH_TEST_DATABASE_URL, or a "
+                          "server started from this machine's PostgreSQL binaries")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "sqlite_only: see pyproject.toml")
+
+
+def pytest_report_header(config):
+    if config.getoption("--store") == "postgresql":
+        from tests import pgserver
+
+        given = os.environ.get("ORCH_TEST_DATABASE_URL")
+        why = None if given else pgserver.unavailable()
+        return [f"job store: PostgreSQL, {'ORCH_TEST_DATABASE_URL' if given else 'a server started for this run'}"
+                if why is None else f"job store: PostgreSQL unavailable, store tests skip: {why}"]
+    return ["job store: SQLite"]
+
+
+@pytest.fixture(scope="session")
+def postgres_base(request):
+    """The PostgreSQL server of a `--store postgresql` run: its URL (None for SQLite)."""
+    if request.config.getoption("--store") != "postgresql":
+        yield None
+        return
+    given = os.environ.get("ORCH_TEST_DATABASE_URL")
+    if given:
+        yield given
+        return
+    from tests import pgserver
+
+    why = pgserver.unavailable()
+    if why:
+        pytest.skip(f"PostgreSQL store tests skipped: {why}")
+    server = pgserver.PgServer()
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(autouse=True)
+def job_store(request, postgres_base, monkeypatch):
+    """With --store postgresql, every test's orch (in this process and the processes it
+    starts) uses a fresh PostgreSQL schema through ORCH_DATABASE_URL."""
+    if postgres_base is None:
+        monkeypatch.delenv("ORCH_DATABASE_URL", raising=False)
+        yield None
+        return
+    if request.node.get_closest_marker("sqlite_only"):
+        pytest.skip("checks the SQLite store file itself")
+    from tests import pgserver
+
+    name, url = pgserver.create_schema(postgres_base)
+    monkeypatch.setenv("ORCH_DATABASE_URL", url)
+    try:
+        yield url
+    finally:
+        pgserver.drop_schema(postgres_base, name)
+
+
+_HOME_STORES: dict[str, str] = {}  # a home shared by several tests -> its own schema
+
+
+@contextlib.contextmanager
+def home_store(home: Path, postgres_base: Optional[str]):
+    """For a home that outlives one test (a module's server): in the PostgreSQL pass, a
+    schema of its own for as long as the home, which orch_env/store_at use for it."""
+    if postgres_base is None:
+        yield None
+        return
+    from tests import pgserver
+
+    name, url = pgserver.create_schema(postgres_base)
+    _HOME_STORES[str(home)] = url
+    try:
+        yield url
+    finally:
+        _HOME_STORES.pop(str(home), None)
+        pgserver.drop_schema(postgres_base, name)
+
+
+def store_url(home: Path) -> Optional[str]:
+    """The PostgreSQL URL a home's orch uses in the PostgreSQL pass; None on SQLite."""
+    return _HOME_STORES.get(str(home)) or os.environ.get("ORCH_DATABASE_URL")
+
+
+def store_where(home: Path):
+    """What `Store()` opens for a test's home: its PostgreSQL URL, or the SQLite file."""
+    return store_url(home) or home / "orch.db"
+
+
+def store_at(home: Path):
+    from orchestrator.store import Store
+
+    return Store(store_where(home))
+
+
+def store_created(home: Path) -> bool:
+    """Whether anything wrote the job store: on SQLite, whether its file exists; on
+    PostgreSQL, where reading a store creates its (empty) tables, whether it holds a job."""
+    url = store_url(home)
+    if not url:
+        return (home / "orch.db").exists()
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        if not conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema "
+                            "= current_schema() AND table_name = 'jobs'").fetchone()[0]:
+            return False
+        return conn.execute("SELECT count(*) FROM jobs").fetchone()[0] > 0
+
+
+def store_text(home: Path) -> str:
+    """Everything the job store holds, as text, to look for what must never be stored: the
+    SQLite file with its WAL, or every row of every table in the test's schema."""
+    url = store_url(home)
+    if not url:
+        return "".join(p.read_bytes().decode("latin-1")
+                       for p in [home / "orch.db", *home.glob("orch.db-*")] if p.exists())
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute("SELECT table_name FROM information_schema.tables "
+                                             "WHERE table_schema = current_schema()")]
+        return "\n".join(str(row) for t in tables
+                         for row in conn.execute(f'SELECT row_to_json(t)::text FROM "{t}" t'))

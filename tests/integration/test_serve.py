@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.server import auth
-from orchestrator.store import Store, iso
-from tests.conftest import ORCH, ROOT, orch_env, run_orch, short_tmp
+from orchestrator.store import iso
+from tests.conftest import ORCH, ROOT, home_store, orch_env, run_orch, short_tmp, store_at
 from tests.integration.conftest import stop_local_ray_and_remove, wait_until as _wait
 
 pytestmark = pytest.mark.integration
@@ -66,12 +66,17 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def home():
+def home(postgres_base):
     home = short_tmp("ohs")
+    with home_store(home, postgres_base):
+        yield from _serve_home(home)
+
+
+def _serve_home(home: Path):
     proc = run_orch(home, "token", "create", "alice")  # prints the token alone on stdout
     assert proc.returncode == 0 and "shown once" in proc.stderr, proc.stderr
     tokens = {"alice": proc.stdout.strip()}
-    store = Store(home / "orch.db")  # the others straight into the store: quicker
+    store = store_at(home)  # the others straight into the store: quicker
     for name in ("bob", "root"):
         tokens[name], digest = auth.new_token()
         store.add_token(name, digest, admin=name == "root")
@@ -125,7 +130,7 @@ def test_tokens_errors_plan_cost_and_cancel_rights_through_the_client(home, clie
         assert remote.stderr == alone.stderr and "scaling.num_workers" in remote.stderr
         # Another user's job: 403, exit 2; its owner cancels it. (Recorded here as queued
         # and being launched by a server on another host, so this server leaves it be.)
-        store = Store(home / "orch.db")
+        store = store_at(home)
         job = store.create_job(name="hers", spec={}, kind="exploratory", target="local",
                                fingerprint=None, owner="alice",
                                info={"queued": True, "launcher": "elsewhere/1/1.0"})
@@ -172,7 +177,7 @@ def test_a_job_submitted_through_the_client_runs_and_a_second_client_sees_it(hom
 
 def _cron_jobs(home: Path, sched_id: str) -> dict[str, list[dict]]:
     """The jobs of a schedule, by slot (from their idempotency keys)."""
-    store = Store(home / "orch.db")
+    store = store_at(home)
     try:
         by_slot: dict[str, list[dict]] = {}
         for r in store.list(limit=1000):
@@ -219,5 +224,5 @@ def test_a_cron_job_due_every_minute_runs_once_per_slot_across_restarts(home, cl
             jobs[0]["id"] for jobs in by_slot.values())
     finally:
         server.stop()
-    log = [e["message"] for e in Store(home / "orch.db").schedule_events(sched["id"])]
+    log = [e["message"] for e in store_at(home).schedule_events(sched["id"])]
     assert any(m.startswith("skipped ") and "only the latest missed slot runs" in m for m in log), log

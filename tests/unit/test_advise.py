@@ -11,7 +11,7 @@ from orchestrator.decision.advise import DAYS_PER_MONTH, WhatIf, advise
 from orchestrator.decision.models import Offer
 from orchestrator.settings import Settings
 from orchestrator.store import Store
-from tests.conftest import run_orch
+from tests.conftest import run_orch, store_at
 
 DAY = 86400.0
 NOW = 1_800_000_000.0
@@ -256,7 +256,7 @@ def test_cli_json_from_a_filled_store(orch_home):
             if r[k] is not None:
                 r[k] += shift
         recs.append(r)
-    store = Store(orch_home / "orch.db")
+    store = store_at(orch_home)
     fill(store, recs)
     store.close()
     (orch_home / "config.toml").write_text(CONFIG)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, run_orch
+from tests.conftest import ROOT, run_orch, store_created
 
 CASES = [
     ("missing.yaml", None, "no such file"),
@@ -35,7 +35,7 @@ def test_bad_job_file(orch_home, tmp_path, name, doc, words):
     assert "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.startswith("error: ") and str(path) in proc.stderr
     assert words in proc.stderr, proc.stderr
-    assert not (orch_home / "orch.db").exists(), "bad input must not touch the store"
+    assert not store_created(orch_home), "bad input must not touch the store"
 
 
 def test_bad_settings_is_exit_2(orch_home):

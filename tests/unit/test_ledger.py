@@ -15,8 +15,7 @@ from orchestrator.decision.cost import local_offer
 from orchestrator.planning import month_spend, plan_job
 from orchestrator.settings import LocalMachine, Settings
 from orchestrator.spec import load_spec_text
-from orchestrator.store import Store
-from tests.conftest import run_orch
+from tests.conftest import run_orch, store_at
 from tests.unit.test_cloud import JOB, T0, orch, statuses, use_fake  # noqa: F401 (fixture)
 
 WHERE = {"cloud": "runpod", "region": "US", "resources": "1x runpod([Spot], {'H100': 1})"}
@@ -120,7 +119,7 @@ def test_the_months_spend_comes_from_the_store(tmp_path):
     s = Settings(home=tmp_path, monthly_budget=10)
     assert month_spend(s, T0) == 0.0  # no store yet, and none is created
     assert not (tmp_path / "orch.db").exists()
-    store = Store(tmp_path / "orch.db")
+    store = store_at(tmp_path)
     rec = owned_record()
     job = store.create_job(name="t", spec={}, kind="steady", target="local", fingerprint="f",
                            decision=rec["decision"])
@@ -159,7 +158,7 @@ def test_a_running_cloud_job_is_stopped_at_its_budget(orch):  # noqa: F811
 
 def test_orch_cost_groups_writes_csv_and_refuses_bad_flags(tmp_path):
     home = tmp_path / "home"
-    store = Store(home / "orch.db")
+    store = store_at(home)
     for i, (name, kind) in enumerate((("a", "steady"), ("a", "steady"), ("b", "exploratory"))):
         rec = owned_record()
         job = store.create_job(name=name, spec={}, kind=kind, target="local", fingerprint="f",

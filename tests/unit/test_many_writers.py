@@ -6,8 +6,7 @@ import subprocess
 import sys
 import time
 
-from orchestrator.store import Store
-from tests.conftest import ROOT, orch_env
+from tests.conftest import ROOT, orch_env, store_at
 
 WRITERS, JOBS = 8, 25
 ORDER = {"PENDING": 0, "RUNNING": 1, "SUCCEEDED": 2, "FAILED": 2, "CANCELLED": 2}
@@ -25,7 +24,7 @@ def test_eight_writers_leave_exactly_200_consistent_records(tmp_path):
     for code, out, err in results:
         assert code == 0 and out.startswith("ok"), err[-3000:]
         assert "locked" not in err.lower()
-    store = Store(home / "orch.db")
+    store = store_at(home)
     recs = store.list(limit=10_000)
     assert len(recs) == WRITERS * JOBS
     assert len({r["idempotency_key"] for r in recs}) == WRITERS * JOBS

@@ -13,7 +13,7 @@ from orchestrator.service import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
 from providers import artifacts as arts
-from tests.conftest import orch_home, run_orch  # noqa: F401  (orch_home is a fixture)
+from tests.conftest import orch_home, run_orch, store_at  # noqa: F401  (orch_home is a fixture)
 from tests.moto_server import CREDENTIALS, moto_s3  # noqa: F401  (moto_s3 is a fixture)
 
 TRAIN = "name: {name}\ntrain:\n  job: image-classification\n"
@@ -209,9 +209,8 @@ def test_s3_errors_name_the_endpoint_and_never_the_credentials():
 
 
 def test_orch_artifacts_cli_lists_a_local_run(orch_home, tmp_path):  # noqa: F811
-    from orchestrator.store import Store
 
-    store = Store(orch_home / "orch.db")
+    store = store_at(orch_home)
     rec = store.create_job(name="j", spec={}, kind="exploratory", target="local", fingerprint="f")
     store.update(rec["id"], info={"storage_path": _local_run(tmp_path), "run_name": "orch-aaa"})
     store.close()

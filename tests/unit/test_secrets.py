@@ -10,7 +10,7 @@ from orchestrator import redact
 from orchestrator.store import public
 from orchestrator.spec import load_spec_text
 from providers.cloud import task_yaml
-from tests.conftest import run_orch
+from tests.conftest import run_orch, store_created, store_text
 from tests.unit.test_cloud import JOB, T0, orch, statuses, use_fake  # noqa: F401 (fixture)
 
 TOKEN = "hf_Zq8pLr2mXv9sKt4wYb7n"
@@ -54,7 +54,9 @@ def test_cloud_job_secrets_never_reach_the_store_or_the_output(orch, monkeypatch
     assert stored["secrets"] == {"DB_PASSWORD": redact.REDACTED}
     orch.store.close()
     home = orch.settings.home
-    for path in [home / "orch.db", *home.glob("orch.db-*"), *home.glob("logs/*")]:
+    stored = store_text(home)
+    assert redact.REDACTED in stored and TOKEN not in stored and PASSWORD not in stored
+    for path in home.glob("logs/*"):
         data = path.read_bytes()
         assert TOKEN.encode() not in data and PASSWORD.encode() not in data, path
     log = home / "logs" / f"{rec['id']}.log"
@@ -87,4 +89,4 @@ def test_a_secret_without_a_value_is_a_job_file_error(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"{job}:4: secrets.NOT_SET_ANYWHERE: no value" in proc.stderr
     assert "export NOT_SET_ANYWHERE" in proc.stderr
-    assert not (home / "orch.db").exists()
+    assert not store_created(home)

@@ -14,7 +14,8 @@ from orchestrator.server import auth, cron
 from orchestrator.server.scheduler import Scheduler, queue_info, spec_from_record
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
-from orchestrator.store import NameTaken, Store, iso
+from orchestrator.store import NameTaken, iso
+from tests.conftest import store_at, store_text
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z, a whole minute
 DAY = 86_400.0
@@ -68,11 +69,11 @@ def test_only_the_owner_or_an_admin_may_cancel():
 
 
 def test_token_store_hashes_revokes_and_reissues(tmp_path):
-    store = Store(tmp_path / "orch.db")
+    store = store_at(tmp_path)
     token, digest = auth.new_token()
     store.add_token("alice", digest)
     assert store.token_by_hash(digest)["name"] == "alice"
-    assert token not in (tmp_path / "orch.db").read_bytes().decode("latin-1")
+    assert digest in store_text(tmp_path) and token not in store_text(tmp_path)
     with pytest.raises(NameTaken, match="a token named 'alice' exists"):
         store.add_token("alice", auth.new_token()[1])
     store.revoke_token("alice")
@@ -104,7 +105,7 @@ def _register(sched: Scheduler, text: str = CRON_JOB, now: float = T0 + 1, owner
 
 
 def _jobs(settings) -> list[dict]:
-    store = Store(settings.home / "orch.db")
+    store = store_at(settings.home)
     try:
         return sorted(store.list(limit=100), key=lambda r: r["created_at"])
     finally:
@@ -140,7 +141,7 @@ def test_every_minute_runs_each_slot_once_across_restarts_crashes_and_downtime(s
     assert [j["idempotency_key"].rsplit(":", 3)[-3:] for j in jobs] == [
         ["2027-01-15T08", "01", "00Z"], ["2027-01-15T08", "02", "00Z"],
         ["2027-01-15T08", "10", "00Z"]]
-    store = Store(settings.home / "orch.db")
+    store = store_at(settings.home)
     log = [e["message"] for e in store.schedule_events(s["id"])]
     assert log[0] == "registered: cron '* * * * *'"
     assert log[1] == f"slot 2027-01-15T08:01:00Z: queued {jobs[0]['id']}"
@@ -165,7 +166,7 @@ def test_a_cron_job_never_stores_a_secret_value(settings, monkeypatch):
         _register(sched, CRON_JOB + "secrets: {KEY: null}\n")
     monkeypatch.setenv("KEY", "from-the-server")
     s = _register(sched, CRON_JOB + "secrets: {KEY: null}\n")
-    store = Store(settings.home / "orch.db")
+    store = store_at(settings.home)
     assert "from-the-server" not in str(store.schedule(s["id"]))
 
 
@@ -223,7 +224,7 @@ def test_the_queue_launches_by_priority_then_age_each_job_once(settings, fake):
 def test_a_second_server_never_launches_a_claimed_job(settings, fake):
     sched = Scheduler(settings)
     job = _queue(sched, "name: a\nrun: echo a\n")
-    store = Store(settings.home / "orch.db")
+    store = store_at(settings.home)
     assert store.claim(job, "otherhost/1/1.0")  # a server on another host has it
     assert not store.claim(job, sched.me)  # taken: only from its launcher
     with sched.session() as local:
@@ -272,7 +273,7 @@ def api(settings):
 
     from orchestrator.server.app import create_app
 
-    store = Store(settings.home / "orch.db")
+    store = store_at(settings.home)
     tokens = {}
     for name, admin in (("alice", False), ("bob", False), ("root", True)):
         tokens[name], digest = auth.new_token()

@@ -8,6 +8,7 @@ import time
 from orchestrator.service import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
+from tests.conftest import store_created
 
 
 def _orch(tmp_path) -> Orch:
@@ -82,7 +83,7 @@ def test_a_job_this_machine_cannot_hold_is_refused_before_recording(tmp_path):
     spec = load_spec_text("resources:\n  accelerators: H100:8\nrun: echo\n", "big.yaml")
     with pytest.raises(InputError, match="no place to run this job"):
         orch.submit(spec)
-    assert not (tmp_path / "home" / "orch.db").exists()
+    assert not store_created(tmp_path / "home")
 
 
 def test_scaling_efficiency_from_a_one_worker_run(tmp_path):

@@ -1,4 +1,6 @@
-"""The SQLite job store: records, status history, concurrency, schema version."""
+"""The job store: records, status history, concurrency, schema version and migrations.
+
+Run on SQLite, and on PostgreSQL with `pytest --store postgresql` (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import stat
 import pytest
 
 from orchestrator.errors import NotFound, StoreError
+from orchestrator import store as store_mod
 from orchestrator.store import SCHEMA_VERSION, Store, public
+from tests.conftest import store_at, store_where
 
 
 def _new(store: Store, **kw) -> dict:
@@ -20,7 +24,7 @@ def _new(store: Store, **kw) -> dict:
 
 
 def test_record_lifecycle_and_history(tmp_path):
-    store = Store(tmp_path / "orch.db")
+    store = store_at(tmp_path)
     rec = _new(store)
     assert rec["status"] == "PENDING" and rec["id"].startswith("orch-")
     store.update(rec["id"], backend_id="b-1")
@@ -42,7 +46,7 @@ def test_record_lifecycle_and_history(tmp_path):
 
 
 def test_prefix_lookup_and_not_found(tmp_path):
-    store = Store(tmp_path / "orch.db")
+    store = store_at(tmp_path)
     rec = _new(store)
     assert store.get(rec["id"][:9])["id"] == rec["id"]
     with pytest.raises(NotFound):
@@ -50,27 +54,53 @@ def test_prefix_lookup_and_not_found(tmp_path):
 
 
 def test_idempotency_key_returns_the_same_job(tmp_path):
-    store = Store(tmp_path / "orch.db")
+    store = store_at(tmp_path)
     a = _new(store, idempotency_key="k1")
     b = _new(store, idempotency_key="k1")
     assert a["id"] == b["id"] and len(store.list()) == 1
 
 
-def test_schema_version_and_file_mode(tmp_path):
-    path = tmp_path / "home" / "orch.db"
-    store = Store(path)
+def test_schema_version_and_a_newer_store(tmp_path):
+    store = store_at(tmp_path / "home")
     assert store.schema_version == SCHEMA_VERSION
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     store.close()
-    Store(path).close()  # migrations re-run safely
+    store_at(tmp_path / "home").close()  # migrations re-run safely
+    store = store_at(tmp_path / "home")
+    store._db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    store.close()
+    with pytest.raises(StoreError, match="newer orch") as e:
+        store_at(tmp_path / "home")
+    assert "postgresql://" not in str(e.value) or ":***@" in str(e.value)  # never the password
+
+
+@pytest.mark.sqlite_only
+def test_file_mode(tmp_path):
+    path = tmp_path / "home" / "orch.db"
+    Store(path).close()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     db = sqlite3.connect(path)
-    db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    db.commit()
+    assert db.execute("SELECT value FROM meta").fetchone() == (str(SCHEMA_VERSION),)
     db.close()
-    with pytest.raises(StoreError, match="newer orch"):
-        Store(path)
 
 
+def test_a_schema_1_store_is_migrated_with_its_jobs(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 1)
+    old = store_at(tmp_path)
+    rec = _new(old)
+    old.set_status(rec["id"], "SUCCEEDED", "done")
+    assert old.schema_version == 1 and "tokens" not in old._db.tables()
+    old.close()
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION)
+    store = store_at(tmp_path)
+    assert store.schema_version == SCHEMA_VERSION == 2
+    got = store.get(rec["id"])
+    assert got["status"] == "SUCCEEDED" and got["owner"] is None and got["priority"] == 0
+    assert [h["status"] for h in store.history(rec["id"])] == ["PENDING", "SUCCEEDED"]
+    store.add_token("ann", "h" * 64)  # the schema-2 tables exist now
+    assert store.token_by_hash("h" * 64)["name"] == "ann"
+
+
+@pytest.mark.sqlite_only
 def test_corrupt_store_is_a_clear_error(tmp_path):
     path = tmp_path / "orch.db"
     path.write_bytes(b"this is not a database" * 100)
@@ -87,7 +117,7 @@ def _writer(path: str, n: int) -> None:
 
 
 def test_concurrent_writers(tmp_path):
-    path = str(tmp_path / "orch.db")
+    path = str(store_where(tmp_path))
     Store(path).close()
     procs = [mp.get_context("spawn").Process(target=_writer, args=(path, 15)) for _ in range(4)]
     for p in procs:
@@ -103,7 +133,7 @@ def test_concurrent_writers(tmp_path):
 
 
 def test_an_id_prefix_is_matched_literally(tmp_path):
-    store = Store(tmp_path / "orch.db")
+    store = store_at(tmp_path)
     rec = store.create_job(name="a", spec={}, kind=None, target=None, fingerprint=None,
                            job_id="orch-1234abcd")
     assert store.get("orch-12")["id"] == rec["id"]

@@ -7,6 +7,7 @@ way out for a damaged store, and it keeps the damaged file.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -23,7 +24,7 @@ from orchestrator.settings import Settings
 
 STORE = "orch.db"
 REPAIR = ("`orch doctor --repair-store` moves it aside (keeping it) and salvages every readable "
-          "job into a new store")
+          "job, API token and schedule into a new store")
 LOST = "history lost with a damaged store; record salvaged by orch doctor"
 
 
@@ -44,7 +45,7 @@ class Check:
 
 def run_checks(settings: Settings, timeout: float = 5.0) -> list[Check]:
     checks: list[Check] = []
-    for name, fn in (("store", lambda: store_checks(settings.home)),
+    for name, fn in (("store", lambda: store_checks(settings.home, settings)),
                      ("local Ray", lambda: [local_ray_check(settings)]),
                      ("on-prem cluster", lambda: [onprem_check(settings, timeout)]),
                      ("SkyPilot", lambda: skypilot_checks(settings)),
@@ -70,10 +71,39 @@ def _job_logs(home: Path) -> list[Path]:
     return sorted(logs.glob("orch-*.log")) if logs.is_dir() else []
 
 
-def store_checks(home: Path) -> list[Check]:
-    """Opens, its schema and jobs, SQLite's integrity check, and owner-only file modes."""
-    from orchestrator.store import DOCTOR_HINT, Store, access_problem
+def pg_store_check(url: str) -> Check:
+    """A PostgreSQL store: it connects, its schema and its jobs, tokens and schedules."""
+    from orchestrator.store import Store
 
+    try:
+        store = Store(url)
+    except StoreError as e:
+        return Check("store", False, e.message, e.hint)
+    try:
+        db = store._db
+        server = db.execute("SHOW server_version").fetchone()["server_version"]
+        counts = {r["status"]: r["n"] for r in db.execute(
+            "SELECT status, count(*) AS n FROM jobs GROUP BY status ORDER BY status")}
+        tokens = db.execute("SELECT count(*) AS n FROM tokens WHERE revoked_at IS NULL").fetchone()["n"]
+        schedules = db.execute("SELECT count(*) AS n FROM schedules").fetchone()["n"]
+        version = store.schema_version
+    finally:
+        store.close()
+    total = sum(counts.values())
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
+    return Check("store", True, f"{store.where}: PostgreSQL {server}, schema {version}, "
+                 f"{_n(total, 'job')}" + (f": {summary}" if total else "")
+                 + f"; {_n(tokens, 'live API token')}; {_n(schedules, 'schedule')}")
+
+
+def store_checks(home: Path, settings: Optional[Settings] = None) -> list[Check]:
+    """Opens, its schema and jobs, SQLite's integrity check, and owner-only file modes; a
+    PostgreSQL store (database_url): it connects, and its contents."""
+    from orchestrator.store import DOCTOR_HINT, Store, access_problem, database_url
+
+    url = database_url(settings) if settings is not None else None
+    if url:
+        return [pg_store_check(url), modes_check(home)]
     path = home / STORE
     logs = _job_logs(home)
     if not path.exists():
@@ -90,6 +120,10 @@ def store_checks(home: Path) -> list[Check]:
         store = Store(path)
         # Every row from the table itself, as `orch status` reads them, not from an index.
         rows = store._db.execute("SELECT id, status FROM jobs NOT INDEXED").fetchall()
+        serve = store._db.execute(  # `orch serve`'s: a damaged page of theirs shows here too
+            "SELECT (SELECT count(*) FROM tokens NOT INDEXED), (SELECT count(revoked_at) FROM "
+            "tokens NOT INDEXED), (SELECT count(*) FROM schedules NOT INDEXED), (SELECT "
+            "count(*) FROM schedules NOT INDEXED WHERE paused)").fetchone()
         version = store.schema_version
     except StoreError as e:
         if store is not None:
@@ -107,6 +141,11 @@ def store_checks(home: Path) -> list[Check]:
     total = len(rows)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     detail = f"{path}: schema {version}, {_n(total, 'job')}" + (f": {summary}" if total else "")
+    tokens, revoked, schedules, paused = serve
+    if tokens:  # only a store `orch serve` used has any: the rest read as before
+        detail += f"; {_n(tokens, 'API token')}" + (f" ({revoked} revoked)" if revoked else "")
+    if schedules:
+        detail += f"; {_n(schedules, 'schedule')}" + (f" ({paused} paused)" if paused else "")
     orphans = [p.stem for p in logs if p.stem not in ids]
     if not orphans:
         return [Check("store", True, detail), integrity, modes_check(home)]
@@ -188,8 +227,9 @@ def modes_check(home: Path) -> Check:
 
 def repair_store(home: Path) -> dict:
     """Move a damaged store aside (never deleting it) and salvage every readable job, with
-    its history, into a new store. Refuses a store that is healthy, unreadable for lack of
-    permission (fix the mode instead) or written by a newer orch (upgrade instead)."""
+    its history, and every readable API token and cron schedule, with its log, into a new
+    store. Refuses a store that is healthy, unreadable for lack of permission (fix the mode
+    instead) or written by a newer orch (upgrade instead)."""
     from orchestrator.store import SCHEMA_VERSION, Store, access_problem, stored_version
 
     path = home / STORE
@@ -243,9 +283,16 @@ def _move_aside(path: Path) -> Path:
     return aside
 
 
+# Salvaged in this order, so a row's parent is in before it (the foreign keys); a table a
+# schema-1 store lacks reads as empty. Each child table: (its column, the parent table).
+_TABLES = ("jobs", "job_events", "tokens", "schedules", "schedule_events")
+_PARENT = {"job_events": ("job_id", "jobs"), "schedule_events": ("schedule_id", "schedules")}
+
+
 def _salvage(aside: Path, store) -> dict:
-    """Copy readable rows of the damaged store into `store`. Works on a scratch copy, so
-    SQLite's WAL recovery never changes the file kept aside."""
+    """Copy readable rows of the damaged store into `store`, every column kept as it was (a
+    schedule's next_at and last_slot, so no cron slot runs twice; a token's revoked_at).
+    Works on a scratch copy, so SQLite's WAL recovery never changes the file kept aside."""
     scratch = Path(tempfile.mkdtemp(prefix=".salvage-", dir=aside.parent))
     try:
         copy = scratch / "old.db"
@@ -254,38 +301,65 @@ def _salvage(aside: Path, store) -> dict:
             shutil.copyfile(f"{aside}-wal", f"{copy}-wal")
         old = sqlite3.connect(copy, isolation_level=None)
         try:
-            jobs, bad_jobs, more_jobs = _rows(old, "jobs")
-            events, bad_events, _ = _rows(old, "job_events")
+            read = {table: _rows(old, table) for table in _TABLES}
         finally:
             old.close()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     db = store._db
-    new_cols = {t: [r[1] for r in db.execute(f"PRAGMA table_info({t})")]
-                for t in ("jobs", "job_events")}
-    saved_jobs, saved_events = set(), 0
+    saved: dict[str, list[dict]] = {table: [] for table in _TABLES}
     with store._write():
-        for row in jobs:
-            cols = [c for c in row if c in new_cols["jobs"]]
-            cur = db.execute(f"INSERT OR IGNORE INTO jobs ({', '.join(cols)}) VALUES "
-                             f"({', '.join('?' * len(cols))})", [row[c] for c in cols])
-            if cur.rowcount == 1:
-                saved_jobs.add(row["id"])
-        for row in events:
-            if row.get("job_id") not in saved_jobs:
-                continue  # its job was on a damaged page
-            cols = [c for c in row if c in new_cols["job_events"]]
-            cur = db.execute(f"INSERT OR IGNORE INTO job_events ({', '.join(cols)}) VALUES "
-                             f"({', '.join('?' * len(cols))})", [row[c] for c in cols])
-            saved_events += cur.rowcount
+        for table in _TABLES:
+            new_cols = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+            link = _PARENT.get(table)
+            parents = {r["id"] for r in saved[link[1]]} if link else set()
+            for row in read[table][0]:
+                if link and row.get(link[0]) not in parents:
+                    continue  # what it belongs to was on a damaged page
+                cols = [c for c in row if c in new_cols]
+                cur = db.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(cols)}) VALUES "
+                                 f"({', '.join('?' * len(cols))})", [row[c] for c in cols])
+                if cur.rowcount == 1:
+                    saved[table].append(row)
         lost = {r[0] for r in db.execute("SELECT id FROM jobs WHERE id NOT IN "
                                          "(SELECT job_id FROM job_events)")}
-        for row in jobs:  # say in its history why a job's history is missing
+        for row in saved["jobs"]:  # say in its history why a job's history is missing
             if row["id"] in lost:
                 db.execute("INSERT INTO job_events (job_id, ts, status, message) "
                            "VALUES (?, ?, ?, ?)", (row["id"], time.time(), row["status"], LOST))
-    return {"jobs": len(saved_jobs), "events": saved_events, "unreadable_jobs": bad_jobs,
-            "unreadable_events": bad_events, "unreadable_tail": more_jobs}
+    tables = {table: {"salvaged": len(saved[table]), "unreadable": read[table][1],
+                      # readable, but left out: what it belongs to was lost, or a duplicate
+                      "dropped": len(read[table][0]) - len(saved[table]),
+                      "more_may_be_lost": read[table][2]} for table in _TABLES}
+    tables["tokens"]["revoked"] = sum(r.get("revoked_at") is not None for r in saved["tokens"])
+    tables["schedules"]["paused"] = sum(bool(r.get("paused")) for r in saved["schedules"])
+    return {"jobs": len(saved["jobs"]), "events": len(saved["job_events"]),
+            "unreadable_jobs": read["jobs"][1], "unreadable_events": read["job_events"][1],
+            "unreadable_tail": read["jobs"][2], "tables": tables,
+            **_lost_names(read, saved)}
+
+
+def _lost_names(read: dict, saved: dict) -> dict:
+    """Tokens and schedules that readable rows name but that were not salvaged: the ones
+    to give out or register again. A token is never deleted (revoking keeps its row), so a
+    job's or schedule's owner without one lost it; a schedule is named by its jobs and log."""
+    tokens = {r.get("name") for r in saved["tokens"]}
+    owners = {r.get("owner") for r in saved["jobs"] + saved["schedules"]} - tokens - {None}
+    schedules = {r.get("id") for r in saved["schedules"]}
+    named: dict[str, Optional[str]] = {}
+    for row in saved["jobs"]:
+        try:
+            sched = (json.loads(row.get("info_json") or "{}") or {}).get("schedule")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(sched, str) and sched not in schedules:
+            named[sched] = row.get("name")
+    for row in read["schedule_events"][0]:
+        sched = row.get("schedule_id")
+        if isinstance(sched, str) and sched not in schedules:
+            named.setdefault(sched, None)
+    return {"lost_token_names": sorted(owners),
+            "lost_schedules": [{"id": k, "name": named[k]} for k in sorted(named)]}
 
 
 def _rows(db: sqlite3.Connection, table: str) -> tuple[list[dict], int, bool]:

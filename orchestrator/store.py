@@ -151,7 +151,8 @@ def iso(ts: Optional[float]) -> Optional[str]:
 
 
 DOCTOR_HINT = ("`orch doctor` shows what is wrong; `orch doctor --repair-store` moves the file "
-               "aside (keeping it) and salvages every readable job into a new store")
+               "aside (keeping it) and salvages every readable job, API token and schedule into "
+               "a new store")
 
 # SQLite's primary result codes that mean the file, not the query, is the problem.
 _CORRUPT, _NOTADB, _IOERR, _FULL = 11, 26, 10, 13

@@ -15,13 +15,20 @@ def doctor(
     json_out: bool = typer.Option(False, "--json", help="JSON on stdout"),
     repair_store: bool = typer.Option(
         False, "--repair-store", help="move a damaged job store aside (it is kept) and salvage "
-                                      "every readable job into a new one"),
+                                      "every readable job, API token and schedule into a new one"),
 ) -> None:
     """Check everything orch depends on; exit 1 when anything is a problem."""
     from orchestrator import doctor as doc
     from orchestrator.settings import load_settings
 
     settings = load_settings()
+    if repair_store and settings.database_url is not None:
+        from orchestrator.errors import InputError
+        from orchestrator.store import store_location
+
+        raise InputError(f"--repair-store mends a SQLite store; this one is PostgreSQL at "
+                         f"{store_location(settings)}", "PostgreSQL keeps its own: restore from "
+                         "its backups (pg_dump / pg_restore); `orch doctor` shows what is wrong")
     repaired = doc.repair_store(settings.home) if repair_store else None
     checks = doc.run_checks(settings)
     problems = sum(c.ok is False for c in checks)
@@ -43,15 +50,49 @@ def doctor(
         raise typer.Exit(1)
 
 
+# Each table as the repair's report names its rows.
+_ROWS = {"jobs": "job rows", "job_events": "history events", "tokens": "API token rows",
+         "schedules": "schedule rows", "schedule_events": "schedule log events"}
+
+
+def _and(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
 def _repair_text(r: dict) -> str:
     if not r["done"]:
         return r["reason"]
-    lost = [f"{r[key]} {what}" for key, what in (("unreadable_jobs", "job rows"),
-                                                  ("unreadable_events", "history events"))
-            if r[key]]
-    return (f"moved the damaged store to {r['moved_to']} (kept; delete it yourself once you no "
-            f"longer need it)\nsalvaged {r['jobs']} jobs and {r['events']} history events into "
-            f"a new store at {r['store']}"
-            + (f"; unreadable: {' and '.join(lost)}" if lost else "")
-            + ("; rows after the last readable one may be lost too"
-               if r["unreadable_tail"] else ""))
+    t = r["tables"]
+    gone = {k: v["unreadable"] > 0 or v["more_may_be_lost"] for k, v in t.items()}
+    saved = [f"{r['jobs']} jobs", f"{r['events']} history events"]
+    # Tokens and schedules only where there were some: a store without them reads as before.
+    if t["tokens"]["salvaged"] or gone["tokens"]:
+        revoked = t["tokens"]["revoked"]
+        saved.append(f"{t['tokens']['salvaged']} API tokens"
+                     + (f" ({revoked} revoked)" if revoked else ""))
+    if any(t[k]["salvaged"] or gone[k] for k in ("schedules", "schedule_events")):
+        paused = t["schedules"]["paused"]
+        saved.append(f"{t['schedules']['salvaged']} schedules"
+                     + (f" ({paused} paused)" if paused else ""))
+        saved.append(f"{t['schedule_events']['salvaged']} schedule log events")
+    lost = [f"{v['unreadable']} {_ROWS[k]}" for k, v in t.items() if v["unreadable"]]
+    tail = [_ROWS[k] for k, v in t.items() if v["more_may_be_lost"]]
+    text = (f"moved the damaged store to {r['moved_to']} (kept; delete it yourself once you no "
+            f"longer need it)\nsalvaged {_and(saved)} into a new store at {r['store']}"
+            + (f"; unreadable: {_and(lost)}" if lost else "")
+            + (f"; unreadable at the end, so not counted: {_and(tail)}" if tail else ""))
+    if gone["tokens"] or r["lost_token_names"]:
+        names = r["lost_token_names"]
+        text += ("\nlost API tokens: a lost live token is refused (401) until its holder is given "
+                 "a new one (`orch token create NAME`)"
+                 + ("; salvaged jobs and schedules name owners whose token is gone: "
+                    + ", ".join(names) if names else ""))
+    if gone["schedules"] or r["lost_schedules"]:
+        named = [s["id"] + (f" ({s['name']})" if s["name"] else "") for s in r["lost_schedules"]]
+        dropped = t["schedule_events"]["dropped"]
+        text += ("\nlost schedules: they no longer run; send their job files to `orch serve` again "
+                 "(each starts at its next slot)"
+                 + (f"; salvaged jobs and logs name these: {', '.join(named)}" if named else "")
+                 + (f"; their {dropped} log events stay only in the file kept aside"
+                    if dropped else ""))
+    return text

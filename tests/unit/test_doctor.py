@@ -19,6 +19,9 @@ from tests.conftest import ROOT
 from tests.moto_server import moto_s3  # noqa: F401  (a fixture)
 from tests.unit.test_store_recovery import fill, orch
 
+# The SQLite file itself (damage, modes, WAL); test_store_pg.py checks a PostgreSQL store.
+pytestmark = pytest.mark.sqlite_only
+
 SECRET = "wJalrXUtnFEMI-doctor-must-never-print-this"
 
 

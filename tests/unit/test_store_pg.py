@@ -6,6 +6,7 @@ postgresql` pass (tests/conftest.py starts the server) and skip in the SQLite on
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 
@@ -103,3 +104,27 @@ def test_two_servers_claiming_one_job_never_both_win(pg, tmp_path):
     assert all(len(w) == 1 for w in wins.values()), wins
     store = store_at(tmp_path)
     assert all(store.get(i)["info"]["launcher"] == wins[i][0] for i in ids)
+
+
+def test_doctor_checks_a_postgresql_store(pg, orch_home):
+    store = store_at(orch_home)
+    rec = store.create_job(name="a", spec={}, kind=None, target=None, fingerprint=None)
+    store.set_status(rec["id"], "SUCCEEDED", "done")
+    store.add_token("alice", "d" * 64)
+    store.close()
+    proc = run_orch(orch_home, "doctor", "--json")
+    check = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == "store")
+    assert check["ok"] is True, check
+    assert check["detail"].startswith("postgresql://orch:***@127.0.0.1:") or "ORCH_TEST" in os.environ
+    assert "PostgreSQL 1" in check["detail"] and "schema 2, 1 job: 1 SUCCEEDED; 1 live API token; " \
+        "0 schedules" in check["detail"]
+    proc = run_orch(orch_home, "doctor", "--repair-store")
+    assert proc.returncode == 2 and "--repair-store mends a SQLite store" in proc.stderr
+    assert "pg_dump" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_doctor_names_an_unreachable_postgresql_store(orch_home):
+    proc = run_orch(orch_home, "doctor", "--json", ORCH_DATABASE_URL=DOWN)
+    check = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == "store")
+    assert check["ok"] is False and "cannot connect to the PostgreSQL job store" in check["detail"]
+    assert SECRET not in proc.stdout + proc.stderr

@@ -20,6 +20,9 @@ from orchestrator.errors import StoreError
 from orchestrator.store import Store
 from tests.conftest import ORCH, ROOT, orch_env
 
+# The SQLite file itself (damage, modes, WAL); test_store_pg.py checks a PostgreSQL store.
+pytestmark = pytest.mark.sqlite_only
+
 # A spec this size fills most of a 4 KiB page, so each job row sits on a leaf page of its
 # own and damaging one page loses exactly one job.
 BIG = "x" * 3000

@@ -641,11 +641,14 @@ class Store:
                 self._db.execute("SELECT * FROM schedules ORDER BY created_at, id")]
 
     def schedule_done(self, sched_id: str, *, last_slot: Optional[float], next_at: float,
-                      events: list[tuple] = ()) -> dict:
+                      events: list[tuple] = ()) -> Optional[dict]:
         """Advance a schedule past a slot, with its log lines (slot, job id, message), in
-        one write: the log never says a slot ran that the schedule has not moved past."""
+        one write: the log never says a slot ran that the schedule has not moved past.
+        None when the schedule was removed meanwhile (its slot's job, if any, stays)."""
         now = time.time()
         with self._write() as db:
+            if db.execute("SELECT id FROM schedules WHERE id = ?", (sched_id,)).fetchone() is None:
+                return None
             if last_slot is None:
                 db.execute("UPDATE schedules SET next_at = ? WHERE id = ?", (next_at, sched_id))
             else:

@@ -140,3 +140,14 @@ def test_an_id_prefix_is_matched_literally(tmp_path):
     for pattern in ("o_ch-", "%", "orch-1_34", "orch%"):  # wildcards in LIKE, not in an id
         with pytest.raises(NotFound):
             store.get(pattern)
+
+
+def test_a_schedule_removed_during_a_scheduler_pass_is_left_gone(tmp_path):
+    store = store_at(tmp_path)
+    s = store.add_schedule(name="n", owner="ann", cron="* * * * *", spec={}, source_text="run: x",
+                           source_file=None, next_at=60.0)
+    store.remove_schedule(s["id"])
+    # The pass that read it before the removal moves it on: nothing to move, and no error.
+    assert store.schedule_done(s["id"], last_slot=60.0, next_at=120.0,
+                               events=[(60.0, "orch-1", "slot ran")]) is None
+    assert store.schedules() == [] and store.schedule_events(s["id"]) == []

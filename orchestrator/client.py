@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Protocol
 
 from orchestrator.errors import BackendError, InputError, NotFound, OrchError
-from orchestrator.store import TERMINAL, store_exists
+from orchestrator.store import TERMINAL, public_schedule, store_exists
+
+MiB = 1 << 20
 
 
 class Client(Protocol):
@@ -46,16 +48,39 @@ class Client(Protocol):
     def cost(self, by: str = "target", since: Optional[str] = None) -> dict:
         """The `orch cost --json` report."""
 
+    def schedules(self) -> list[dict]:
+        """Every cron schedule, each with its recent log."""
 
-def connect(settings=None, on_ray_start: Optional[Callable[[], None]] = None) -> Client:
-    """`Remote` when settings.server (ORCH_SERVER) is set, else `Local`."""
+    def schedule(self, sched_id: str) -> dict:
+        """One schedule (an id or a unique prefix) with its recent log."""
+
+    def pause_schedule(self, sched_id: str, paused: bool = True) -> dict:
+        """Pause (or resume) a schedule; "unchanged": True when it already was."""
+
+    def remove_schedule(self, sched_id: str) -> dict:
+        """Delete a schedule and its log; the jobs it ran are kept. What it was."""
+
+
+Note = Optional[Callable[[str], None]]
+
+
+def connect(settings=None, on_ray_start: Optional[Callable[[], None]] = None,
+            on_note: Note = None) -> Client:
+    """`Remote` when settings.server (ORCH_SERVER) is set, else `Local`. `on_note` is told
+    what a user should know while a command works (a workdir being sent, say)."""
     if settings is None:
         from orchestrator.settings import load_settings
 
         settings = load_settings()
     if settings.server:
-        return Remote(settings.server, settings.token.get_secret_value() if settings.token else None)
-    return Local(settings, on_ray_start)
+        return Remote(settings.server, settings.token.get_secret_value() if settings.token else None,
+                      upload_max_bytes=settings.upload_max_mb * MiB, on_note=on_note)
+    return Local(settings, on_ray_start, on_note=on_note)
+
+
+def _note(on_note: Note, text: str) -> None:
+    if on_note is not None:
+        on_note(text)
 
 
 # -- embedded ----------------------------------------------------------------------------
@@ -63,11 +88,13 @@ def connect(settings=None, on_ray_start: Optional[Callable[[], None]] = None) ->
 class Local:
     """orch in this process: the `Orch` service on this machine's store and backends."""
 
-    def __init__(self, settings, on_ray_start: Optional[Callable[[], None]] = None, orch=None):
+    def __init__(self, settings, on_ray_start: Optional[Callable[[], None]] = None, orch=None,
+                 on_note: Note = None):
         from orchestrator.service import Orch
 
         self.settings = settings
         self.orch = orch or Orch(settings, on_ray_start=on_ray_start)
+        self.on_note = on_note
 
     def close(self) -> None:
         store = self.orch.__dict__.get("store")  # opened only if it was used
@@ -78,7 +105,12 @@ class Local:
         from orchestrator.spec import load_spec
         from orchestrator.store import public
 
-        rec = self.orch.submit(load_spec(file), idempotency_key=key)
+        spec = load_spec(file)
+        if spec.schedule.cron:  # schedules are kept and run by `orch serve` only
+            _note(self.on_note, f"schedule.cron {spec.schedule.cron!r} is run by `orch serve`: "
+                  "alone, this job runs once, now. Submit it with ORCH_SERVER set to register "
+                  "its schedule with a server")
+        rec = self.orch.submit(spec, idempotency_key=key)
         return {**public(rec), "existing": bool(rec.get("existing"))}
 
     def plan(self, file: Path) -> dict:
@@ -146,6 +178,38 @@ class Local:
     def cost(self, by: str = "target", since: Optional[str] = None) -> dict:
         return cost_report(self.settings, by, since, self.orch)
 
+    # Schedules on this machine's store: the ones an `orch serve` using it runs. The store's
+    # user may change any of them, as with `orch token`.
+
+    def schedules(self) -> list[dict]:
+        if not store_exists(self.settings):  # never create the store just to say it is empty
+            return []
+        store = self.orch.store
+        return [public_schedule(s, store.schedule_events(s["id"])) for s in store.schedules()]
+
+    def _store_with_schedules(self, sched_id: str):
+        if not store_exists(self.settings):
+            raise NotFound(f"no schedule {sched_id!r}: there is no job store at "
+                           f"{self.settings.home} yet", "`orch schedule list` shows the schedules")
+        return self.orch.store
+
+    def schedule(self, sched_id: str) -> dict:
+        from orchestrator.server.schedules import find
+
+        store = self._store_with_schedules(sched_id)
+        s = find(store, sched_id)
+        return public_schedule(s, store.schedule_events(s["id"]))
+
+    def pause_schedule(self, sched_id: str, paused: bool = True) -> dict:
+        from orchestrator.server.schedules import set_paused
+
+        return set_paused(self._store_with_schedules(sched_id), sched_id, paused)
+
+    def remove_schedule(self, sched_id: str) -> dict:
+        from orchestrator.server.schedules import remove
+
+        return remove(self._store_with_schedules(sched_id), sched_id)
+
 
 def parse_since(text: Optional[str]) -> Optional[float]:
     if text is None:
@@ -205,11 +269,13 @@ def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=
 class Remote:
     """An `orch serve` over HTTP (stdlib urllib): same answers, same errors as `Local`."""
 
-    def __init__(self, url: str, token: Optional[str], timeout_s: float = 300.0):
+    def __init__(self, url: str, token: Optional[str], timeout_s: float = 300.0,
+                 upload_max_bytes: int = 100 * MiB, on_note: Note = None):
         self.url, self.token, self.timeout_s = url.rstrip("/"), token, timeout_s
+        self.upload_max_bytes, self.on_note = upload_max_bytes, on_note
 
     def _request(self, method: str, path: str, body: Optional[dict] = None,
-                 timeout: Optional[float] = None):
+                 timeout: Optional[float] = None, upload=None):
         import urllib.error
         import urllib.request
 
@@ -220,6 +286,9 @@ class Remote:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
+        if upload is not None:  # a packed workdir: its file, read as it is sent
+            data = upload.file
+            headers.update({"Content-Type": "application/octet-stream", "Content-Length": str(upload.size)})
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             return urllib.request.urlopen(req, timeout=timeout or self.timeout_s)
@@ -246,7 +315,7 @@ class Remote:
             return InputError(f"the orch server at {self.url} refused the token: {message}",
                               hint or "set ORCH_TOKEN to a token from `orch token create NAME` "
                               "run on the server")
-        if status in (400, 403, 422):
+        if status in (400, 403, 413, 422):
             return InputError(message, hint)
         if status == 404:
             return NotFound(message, hint)
@@ -268,17 +337,52 @@ class Remote:
     def submit(self, file: Path, key: Optional[str] = None, priority: int = 0) -> dict:
         from orchestrator.spec import load_spec
 
-        load_spec(file)  # bad input: the same message and exit code as without a server
+        spec = load_spec(file)  # bad input: the same message and exit code as without a server
         return self._json("POST", "/v1/jobs", {
             "spec": Path(file).read_text(encoding="utf-8"), "file": str(Path(file).resolve()),
-            "idempotency_key": key, "priority": priority})
+            "idempotency_key": key, "priority": priority, **self._send_workdir(spec)})
 
     def plan(self, file: Path) -> dict:
+        # The workdir is sent for a plan too: the fingerprint that history is matched on
+        # is computed from its files (and the submit that follows sends nothing).
         from orchestrator.spec import load_spec
 
-        load_spec(file)
+        spec = load_spec(file)
         return self._json("POST", "/v1/plan", {"spec": Path(file).read_text(encoding="utf-8"),
-                                               "file": str(Path(file).resolve())})
+                                               "file": str(Path(file).resolve()),
+                                               **self._send_workdir(spec)})
+
+    def _send_workdir(self, spec) -> dict:
+        """{"upload": digest} once the server has the job's workdir (sent unless it has the
+        same files already); {} for no workdir, for a path only the server has, or with
+        upload_max_mb 0."""
+        from orchestrator import upload as up
+
+        if self.upload_max_bytes == 0:
+            return {}
+        where = up.local_workdir(spec)
+        if where is None:
+            if spec.workdir is not None:
+                _note(self.on_note, f"workdir {spec.workdir} is not on this machine: the server "
+                      "runs the job from its own folder of that name")
+            return {}
+        packed = up.pack(where, self.upload_max_bytes)
+        try:
+            for item in packed.left_out:
+                _note(self.on_note, f"not sent: {item}")
+            what = f"{packed.files} files, {up.human(packed.content)}"
+            try:
+                self._json("GET", f"/v1/uploads/{packed.digest}")
+                _note(self.on_note, f"workdir {where}: the server has these files already "
+                      f"({what}); nothing sent")
+            except NotFound:
+                _note(self.on_note, f"sending the workdir {where} to the server: {what} "
+                      f"({up.human(packed.size)} packed)")
+                with self._request("POST", "/v1/uploads", upload=packed) as resp:
+                    json.loads(resp.read())
+            return {"upload": packed.digest}
+        finally:
+            packed.close()
 
     def jobs(self, limit: int = 50) -> list[dict]:
         return self._json("GET", f"/v1/jobs?limit={int(limit)}")
@@ -314,3 +418,16 @@ class Remote:
 
         query = {"by": by, **({"since": since} if since is not None else {})}
         return self._json("GET", "/v1/cost?" + urlencode(query))
+
+    def schedules(self) -> list[dict]:
+        return self._json("GET", "/v1/schedules")
+
+    def schedule(self, sched_id: str) -> dict:
+        return self._json("GET", f"/v1/schedules/{self._id(sched_id)}")
+
+    def pause_schedule(self, sched_id: str, paused: bool = True) -> dict:
+        return self._json("POST", f"/v1/schedules/{self._id(sched_id)}/"
+                          f"{'pause' if paused else 'resume'}")
+
+    def remove_schedule(self, sched_id: str) -> dict:
+        return self._json("DELETE", f"/v1/schedules/{self._id(sched_id)}")

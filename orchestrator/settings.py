@@ -135,6 +135,10 @@ class Settings(BaseSettings):
     serve_port: int = Field(8765, ge=1, le=65535, description="`orch serve`'s port")
     serve_period_s: float = Field(15.0, gt=0, le=3600, description="`orch serve`'s scheduler "
                                   "period: cron slots, reconciling jobs, launching the queue")
+    upload_max_mb: int = Field(100, ge=0, le=100_000, description="the largest workdir the CLI "
+                               "sends to `orch serve` with a job, and the server accepts, in MiB "
+                               "(its files' total); 0: never send one, the server must see the "
+                               "job's paths (a shared filesystem)")
 
     @field_validator("server", mode="before")
     @classmethod

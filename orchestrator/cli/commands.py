@@ -10,6 +10,7 @@ from orchestrator.cli.doctor import doctor
 from orchestrator.cli.jobs import cancel, logs, status
 from orchestrator.cli.local import local_app
 from orchestrator.cli.plan import plan
+from orchestrator.cli.schedule import schedule_app
 from orchestrator.cli.serve import serve
 from orchestrator.cli.simulate import simulate
 from orchestrator.cli.submit import submit
@@ -35,3 +36,4 @@ app.add_typer(local_app, name="local")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(config_app, name="config")
 app.add_typer(token_app, name="token")
+app.add_typer(schedule_app, name="schedule")

@@ -18,9 +18,10 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
          emit: Optional[str] = typer.Option(None, "--emit", help="sky: print the SkyPilot task "
                                             "YAML orch would launch (valid for `sky launch`)")) -> None:
     """Show every place the job could run, ranked by cost per job, and the choice."""
+    from orchestrator.cli.render import note
     from orchestrator.client import connect
 
-    client = connect()
+    client = connect(on_note=note)
     d = client.plan(file)
     if emit is not None:
         from orchestrator.settings import load_settings

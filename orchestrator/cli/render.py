@@ -29,6 +29,13 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
+def note(text: str) -> None:
+    """Something a user should know while a command works: on stderr, so --json stays clean."""
+    from rich.markup import escape
+
+    err.print(f"[yellow]note:[/] {escape(text)}")
+
+
 def status_text(status: str) -> str:
     return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
 

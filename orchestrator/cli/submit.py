@@ -23,11 +23,13 @@ def submit(
 ) -> None:
     """Submit a job; in the foreground, stream its logs and progress until it ends."""
     from orchestrator.cli.follow import follow, run_time
+    from orchestrator.cli.render import note
     from orchestrator.client import connect
 
     console = err if json_out else out
     client = connect(on_ray_start=lambda: err.print(
-        "[dim]starting the local Ray instance (reused by later jobs; `orch local down` stops it)[/]"))
+        "[dim]starting the local Ray instance (reused by later jobs; `orch local down` stops it)[/]"),
+        on_note=note)
     rec = client.submit(file, key=key, priority=priority)
     if "schedule" in rec:  # a cron job sent to `orch serve`: it runs on its schedule
         s = rec["schedule"]

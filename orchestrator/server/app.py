@@ -13,7 +13,7 @@ import time
 from contextlib import asynccontextmanager
 from typing import Optional
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
@@ -24,6 +24,7 @@ from orchestrator.errors import BackendError, InputError, NotFound, OrchError, S
 from orchestrator.server import auth
 from orchestrator.server.scheduler import Scheduler, queue_info
 from orchestrator.store import TERMINAL, public, public_schedule
+from orchestrator.upload import DIGEST_PATTERN, MiB, TooLarge
 
 MAX_SPEC = 1 << 20  # the job file limit orch applies everywhere
 
@@ -36,7 +37,7 @@ class Forbidden(OrchError):
     exit_code = 2
 
 
-_STATUS = ((Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (InputError, 400),
+_STATUS = ((Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (TooLarge, 413), (InputError, 400),
            (BackendError, 502), (StoreError, 503))
 
 
@@ -48,12 +49,20 @@ class JobIn(BaseModel):
     idempotency_key: Optional[str] = Field(None, max_length=200, description="the same key "
                                            "from the same user returns that job again")
     priority: int = Field(0, ge=-1000, le=1000, description="higher launches first")
+    upload: Optional[str] = Field(None, pattern=DIGEST_PATTERN, description="a workdir sent "
+                                  "before (POST /v1/uploads): the job runs from it")
 
 
 class PlanIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     spec: str = Field(..., max_length=MAX_SPEC)
     file: Optional[str] = Field(None, max_length=4096)
+    upload: Optional[str] = Field(None, pattern=DIGEST_PATTERN)
+
+
+_UPLOAD_BODY = {"requestBody": {"required": True, "description": "a tar.gz of the workdir",
+                                "content": {"application/octet-stream": {"schema": {
+                                    "type": "string", "format": "binary"}}}}}
 
 
 def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: bool = True) -> FastAPI:
@@ -118,27 +127,38 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
                                "shows the tokens; `orch token create NAME` makes a new one")
         return auth.Caller(found["name"], found["admin"])
 
+    def job_file(body):
+        """(text, spec) of a submitted job file; with an upload, its workdir is the upload."""
+        from orchestrator.spec import load_spec_text
+
+        spec = load_spec_text(body.spec, body.file or "<job>")
+        if body.upload is None:
+            return body.spec, spec
+        from orchestrator.upload import with_upload
+
+        text = with_upload(body.spec, spec, settings.home, body.upload)
+        return text, load_spec_text(text, body.file or "<job>")
+
     # -- jobs --------------------------------------------------------------------------
 
     @app.post("/v1/jobs", status_code=201)
     def submit(body: JobIn, who: auth.Caller = Depends(caller)):
         """Record a job and queue it (the scheduler launches it in priority order); a job
         file with `schedule.cron` registers a schedule instead: {"schedule": {...}}."""
-        from orchestrator.spec import load_spec_text
-
-        spec = load_spec_text(body.spec, body.file or "<job>")
+        text, spec = job_file(body)
         with scheduler.session() as local:
             if spec.schedule.cron:
                 from orchestrator.server.schedules import register
 
-                return {"schedule": register(local, spec, body.spec, body.file, who.name,
+                return {"schedule": register(local, spec, text, body.file, who.name,
                                              body.priority, now=scheduler.clock())}
             from orchestrator.server.schedules import check_server_secrets
 
             check_server_secrets(spec)
             key = f"api:{who.name}:{body.idempotency_key}" if body.idempotency_key else None
+            extra = {"upload": body.upload} if body.upload else {}
             rec, _ = local.orch.record(spec, key, owner=who.name, priority=body.priority,
-                                       info=queue_info(spec))
+                                       info=queue_info(spec, **extra))
             existing = bool(rec.get("existing"))
             if not existing:
                 scheduler.hold(rec["id"], spec)
@@ -151,9 +171,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
     @app.post("/v1/plan")
     def plan(body: PlanIn, who: auth.Caller = Depends(caller)):
         """Where the job would run and why: the `orch plan --json` shape."""
-        from orchestrator.spec import load_spec_text
-
-        spec = load_spec_text(body.spec, body.file or "<job>")
+        _, spec = job_file(body)
         with scheduler.session() as local:
             return local.plan_spec(spec)
 
@@ -231,6 +249,16 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
             store = local.orch.store
             return [public_schedule(s, store.schedule_events(s["id"])) for s in store.schedules()]
 
+    @app.get("/v1/schedules/{sched_id}")
+    def schedule(sched_id: str, who: auth.Caller = Depends(caller)):
+        """One schedule (an id or a unique prefix) with its recent log."""
+        from orchestrator.server.schedules import find
+
+        with scheduler.session() as local:
+            store = local.orch.store
+            s = find(store, sched_id)
+            return public_schedule(s, store.schedule_events(s["id"]))
+
     @app.post("/v1/schedules/{sched_id}/pause")
     def pause(sched_id: str, who: auth.Caller = Depends(caller)):
         """Stop a schedule's runs (its owner's token or an admin's)."""
@@ -242,17 +270,57 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
         return _pause(sched_id, who, False)
 
     def _pause(sched_id: str, who: auth.Caller, paused: bool) -> dict:
-        from orchestrator.server import cron
+        from orchestrator.server.schedules import set_paused
 
         with scheduler.session() as local:
-            store = local.orch.store
-            s = store.schedule(sched_id)
-            if not auth.may_cancel(who, s["owner"]):
-                raise Forbidden(f"{s['id']} belongs to {s['owner'] or 'the server'}: {who.name} "
-                                "may not change it", "only its owner or an admin token can")
-            s = store.pause_schedule(s["id"], paused, cron.next_slot(s["cron"], scheduler.clock()),
-                                     f"{'paused' if paused else 'resumed'} by {who.name}")
-            return public_schedule(s, store.schedule_events(s["id"]))
+            return set_paused(local.orch.store, sched_id, paused, who, scheduler.clock())
+
+    @app.delete("/v1/schedules/{sched_id}")
+    def remove_schedule(sched_id: str, who: auth.Caller = Depends(caller)):
+        """Delete a schedule and its log (its owner's token or an admin's); the jobs it ran
+        are kept. Answers what it was."""
+        from orchestrator.server.schedules import remove
+
+        with scheduler.session() as local:
+            return remove(local.orch.store, sched_id, who)
+
+    # -- workdirs sent by clients ------------------------------------------------------
+
+    @app.post("/v1/uploads", status_code=201, openapi_extra=_UPLOAD_BODY)
+    async def upload(request: Request, who: auth.Caller = Depends(caller)):
+        """A job's workdir as a tar.gz (at most upload_max_mb): unpacked, safely, into this
+        server's HOME/uploads/<sha256 of the body>, the id a job then names as `upload`.
+        The same bytes again are not unpacked again ("existing": true)."""
+        from starlette.requests import ClientDisconnect
+
+        from orchestrator.upload import Receiver
+
+        limit = settings.upload_max_mb * MiB
+        if limit == 0:
+            raise InputError("this server takes no uploads (upload_max_mb is 0)",
+                             "give the job a workdir the server sees (a shared filesystem)")
+        receiver = await run_in_threadpool(Receiver, settings.home, limit)
+        try:
+            length = request.headers.get("content-length", "")
+            if length.isdigit() and int(length) > limit:
+                raise receiver.refuse(int(length))
+            try:
+                async for chunk in request.stream():
+                    receiver.write(chunk)
+            except ClientDisconnect:
+                raise InputError("the upload was cut off before its end", "send it again") from None
+            return await run_in_threadpool(receiver.finish)
+        finally:
+            receiver.close()
+
+    @app.get("/v1/uploads/{digest}")
+    def uploaded(digest: str = Path(..., pattern=DIGEST_PATTERN), who: auth.Caller = Depends(caller)):
+        """Whether this server has the upload `digest` (so a client need not send it again)."""
+        from orchestrator.upload import uploads_root
+
+        if not (uploads_root(settings.home) / digest).is_dir():
+            raise NotFound(f"upload {digest[:16]}... is not on this server", "send it: POST /v1/uploads")
+        return {"upload": digest, "existing": True}
 
     @app.get("/v1/summary")
     def summary(who: auth.Caller = Depends(caller)):

@@ -8,9 +8,11 @@ server's environment at each run; a literal value in `secrets:` or in a credenti
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Optional
 
+from orchestrator.errors import NotFound
 from orchestrator.server import cron
 from orchestrator.store import TERMINAL, iso, public_schedule
 
@@ -65,9 +67,71 @@ def register(local, spec, text: str, file: Optional[str], owner: Optional[str],
     return public_schedule(rec, local.orch.store.schedule_events(rec["id"]))
 
 
+LIST_HINT = "`orch schedule list` shows the schedules with their ids"
+
+
+def find(store, sched_id: str) -> dict:
+    """A schedule by its id or a unique prefix of it, as jobs are found."""
+    every = store.schedules()
+    exact = [s for s in every if s["id"] == sched_id]
+    found = exact or [s for s in every if sched_id and s["id"].startswith(sched_id)]
+    if len(found) != 1:
+        raise NotFound(f"no schedule {sched_id!r}" if not found else
+                       f"{sched_id!r} matches several schedules", LIST_HINT)
+    return found[0]
+
+
+def _check_may_change(s: dict, who) -> None:
+    """`who` None: the store itself, on the server's machine (as `orch token` does)."""
+    from orchestrator.server import auth
+
+    if who is not None and not auth.may_cancel(who, s["owner"]):
+        from orchestrator.server.app import Forbidden  # only a server has callers
+
+        raise Forbidden(f"{s['id']} belongs to {s['owner'] or 'the server'}: {who.name} may not "
+                        "change it", "only its owner or an admin token (`orch token create NAME "
+                        "--admin`) can")
+
+
+def by_name(who) -> str:
+    if who is not None:
+        return who.name
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        user = f"uid {os.getuid()}"
+    return f"{user}, on the store directly"
+
+
+def set_paused(store, sched_id: str, paused: bool, who=None, now: Optional[float] = None) -> dict:
+    """Pause or resume a schedule (its owner, an admin, or the store's own user); a resumed
+    one runs from its next slot after `now`. Asking for the state it is in changes nothing
+    ("unchanged": True)."""
+    s = find(store, sched_id)
+    _check_may_change(s, who)
+    if s["paused"] == paused:
+        return {**public_schedule(s, store.schedule_events(s["id"])), "unchanged": True}
+    now = time.time() if now is None else now
+    s = store.pause_schedule(s["id"], paused, cron.next_slot(s["cron"], now),
+                             f"{'paused' if paused else 'resumed'} by {by_name(who)}")
+    return public_schedule(s, store.schedule_events(s["id"]))
+
+
+def remove(store, sched_id: str, who=None) -> dict:
+    """Delete a schedule and its log; the jobs it ran are kept. Returns what it was."""
+    s = find(store, sched_id)
+    _check_may_change(s, who)
+    gone = public_schedule(s, store.schedule_events(s["id"]))
+    store.remove_schedule(s["id"])
+    return gone
+
+
 def summary(local, settings, limit: int = 50) -> dict:
-    """Jobs with state, target, cost and verdict; the queue; the month's spend against
-    monthly_budget; the schedules. Money in settings.currency."""
+    """Jobs with state, target, cost and verdict; the queue (each job's place overall and
+    in its target's line, and what the scheduler last said it waits for); the month's
+    spend against monthly_budget; the schedules. Money in settings.currency."""
     from orchestrator import ledger
 
     rate, now = settings.currency_rate, time.time()
@@ -83,9 +147,13 @@ def summary(local, settings, limit: int = 50) -> dict:
                      "created_at": pub["created_at"], "message": pub["message"],
                      "cost": entry["cost_usd"] * rate, "verdict": verdict.get("kind"),
                      "advice": verdict.get("advice") or []})
-    queue = [{"position": i + 1, "id": r["id"], "name": r["name"], "owner": r.get("owner"),
-              "priority": r.get("priority") or 0, "created_at": iso(r["created_at"])}
-             for i, r in enumerate(store.queued())]
+    queue, line = [], {}
+    for i, r in enumerate(store.queued()):  # each target starts its own line in order
+        line[r["target"]] = line.get(r["target"], 0) + 1
+        queue.append({"position": i + 1, "id": r["id"], "name": r["name"], "owner": r.get("owner"),
+                      "priority": r.get("priority") or 0, "created_at": iso(r["created_at"]),
+                      "target": r["target"], "in_line": line[r["target"]],
+                      "waiting_for": r["message"]})
     month_recs = store.list(limit=1_000_000, since=ledger.month_start(now))
     spent = ledger.month_spend((ledger.entry(r, now) for r in month_recs), now) * rate
     return {"now": iso(now), "currency": settings.currency, "jobs": jobs, "queue": queue,

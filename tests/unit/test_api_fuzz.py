@@ -20,7 +20,7 @@ from schemathesis import GenerationMode
 
 from orchestrator.server import auth
 from orchestrator.settings import Settings
-from orchestrator.store import Store
+from tests.conftest import store_at
 
 # Deterministic: the same examples on every run, no example database carried between runs.
 FUZZ = hsettings(derandomize=True, database=None, deadline=None, max_examples=40,
@@ -36,7 +36,7 @@ class Api:
         from orchestrator.server.scheduler import Scheduler
 
         self.settings = Settings(home=home, mode="local")
-        store = Store(home / "orch.db")
+        store = store_at(home)
         self.token, digest = auth.new_token()
         store.add_token("alice", digest)
         job = store.create_job(name="done", spec={"run": "echo hi"}, kind="exploratory",
@@ -79,7 +79,9 @@ OPERATIONS = [("POST", "/v1/jobs"), ("POST", "/v1/plan"), ("GET", "/v1/jobs"),
               ("POST", "/v1/jobs/{job_id}/cancel"), ("GET", "/v1/cost"), ("GET", "/v1/schedules"),
               ("POST", "/v1/schedules/{sched_id}/pause"),
               ("POST", "/v1/schedules/{sched_id}/resume"), ("GET", "/v1/summary"),
-              ("GET", "/healthz")]
+              ("GET", "/healthz"), ("GET", "/v1/schedules/{sched_id}"),
+              ("DELETE", "/v1/schedules/{sched_id}"), ("POST", "/v1/uploads"),
+              ("GET", "/v1/uploads/{digest}")]
 
 
 STATUSES: dict[str, list[int]] = {}  # what each operation answered: the last test reads it
@@ -194,9 +196,11 @@ def test_the_fuzzer_reached_past_validation():
         pytest.skip("runs after the fuzz tests above (run the whole file)")
     got = {op: set(codes) for op, codes in STATUSES.items()}
     for op in ("GET /v1/jobs/{job_id}", "GET /v1/jobs/{job_id}/logs", "POST /v1/jobs/{job_id}/cancel",
-               "POST /v1/schedules/{sched_id}/pause", "POST /v1/schedules/{sched_id}/resume"):
+               "POST /v1/schedules/{sched_id}/pause", "POST /v1/schedules/{sched_id}/resume",
+               "GET /v1/schedules/{sched_id}", "DELETE /v1/schedules/{sched_id}"):
         assert {200, 404} <= got[op], (op, got[op])
     assert {200, 400} <= got["GET /v1/jobs"] and {200, 400} <= got["GET /v1/cost"]
+    assert 400 in got["POST /v1/uploads"] and {400, 404} <= got["GET /v1/uploads/{digest}"]
     assert {201, 400} <= got["POST /v1/jobs (job files)"]
     assert {200, 400} <= got["POST /v1/plan (job files)"]
     assert sum(map(len, STATUSES.values())) >= 300  # 40 examples for most operations

@@ -53,3 +53,12 @@ class Provider(Protocol):
 
     def cancel(self, backend_id: str) -> None:
         """Ask the backend to stop the job; a job that already ended is left as it is."""
+
+
+class HasCapacity(Protocol):
+    """A target with a fixed size (a Ray cluster), whose queue `orch serve` holds until a
+    job fits. A provider without `capacity` (the cloud) rents what each job needs."""
+
+    def capacity(self):
+        """A `providers.ray_cluster.ClusterSnapshot` of what the target holds and runs now,
+        read in seconds; raises BackendError when it cannot be read."""

@@ -22,6 +22,20 @@ class LocalProvider(RayJobsProvider):
             self.address, self.headers, self._client = state["dashboard_url"], self.ray.headers(), None
         super().prepare()
 
+    def capacity(self):
+        """What the local Ray holds and runs now; before it is started, what it will hold
+        (`local.cpus`, or every CPU, and this machine's GPUs) with nothing running."""
+        if self.running:
+            return super().capacity()
+        import os
+
+        from providers.local_offer import detect_gpus
+        from providers.ray_cluster import ClusterSnapshot
+
+        cpus = float(self.ray.cpus or os.cpu_count() or 1)
+        return ClusterSnapshot("local Ray (not started)", (), total={
+            "CPU": cpus, "GPU": float(sum(detect_gpus().values()))}, used={})
+
     @property
     def running(self) -> bool:
         return bool(self.address)

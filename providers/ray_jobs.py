@@ -76,6 +76,12 @@ class RayJobsProvider:
             raise BackendError(f"cannot read logs of {backend_id} from Ray at {self.address}: {_short(e)}",
                                self.hint) from None
 
+    def capacity(self):
+        """What the cluster holds and runs now, over its dashboard (HasCapacity)."""
+        from providers.ray_cluster import snapshot
+
+        return snapshot(self.address, self.headers)
+
     def cancel(self, backend_id: str) -> None:
         try:
             self._connect().stop_job(backend_id)

@@ -69,7 +69,9 @@ async function refresh() {
        ["kind"], ["owner"], ["cost", (v) => money(v, cur)],
        ["verdict", (v, r) => v ? v + (r.advice.length ? ": " + r.advice.join("; ") : "") : null],
        ["created_at"]]);
-  fill("queue", s.queue, [["position"], ["id"], ["name"], ["owner"], ["priority"], ["created_at"]]);
+  fill("queue", s.queue, [["position"], ["id"], ["name"], ["target"],
+       ["in_line"], ["owner"], ["priority"], ["waiting_for"],
+       ["created_at"]]);
   fill("schedules", s.schedules, [["id"], ["name"], ["cron"], ["owner"], ["next_at"], ["last_slot"]]);
 }
 $("login").addEventListener("submit", (e) => {
@@ -108,8 +110,9 @@ id="updated">-</span>, every %(refresh)d s.</span></p>
 <th>owner</th><th>cost</th><th>verdict</th><th>created (UTC)</th></tr></thead>
 <tbody id="jobs"></tbody></table><p id="jobs-none" class="dim">no jobs yet</p>
 <h2>Queue</h2>
-<table><thead><tr><th>#</th><th>id</th><th>name</th><th>owner</th><th>priority</th>
-<th>queued (UTC)</th></tr></thead><tbody id="queue"></tbody></table>
+<table><thead><tr><th>#</th><th>id</th><th>name</th><th>target</th><th>in its line</th>
+<th>owner</th><th>priority</th><th>why it waits</th><th>queued (UTC)</th></tr></thead>
+<tbody id="queue"></tbody></table>
 <p id="queue-none" class="dim">nothing waiting</p>
 <h2>Schedules</h2>
 <table><thead><tr><th>id</th><th>name</th><th>cron (UTC)</th><th>owner</th><th>next run</th>

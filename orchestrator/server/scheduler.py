@@ -7,7 +7,9 @@ job. Each tick opens its own `Orch` (SQLite connections belong to one thread) an
    idempotency key `cron:<schedule id>:<slot>`, so no slot ever runs twice;
 2. reconciles every job that is not finished with its backend (`Orch.refresh`, which
    also stops a job that reached its budget);
-3. launches the queued jobs one at a time, highest priority first, then oldest first.
+3. launches the queued jobs whose target has room for them now, one at a time, highest
+   priority first, then oldest first; the others stay queued, saying what they wait for
+   (`orchestrator.decision.queue` decides, and says why strict order per target).
 """
 
 from __future__ import annotations
@@ -186,19 +188,83 @@ class Scheduler:
     # -- 3. the queue ---------------------------------------------------------------------
 
     def launch_queue(self, local) -> list[str]:
-        """Launch queued jobs in order, one at a time; the ids launched."""
+        """Launch the queued jobs their target has room for, in order, one at a time; tell
+        the others what they wait for; fail those that could never fit. The ids launched."""
+        from orchestrator.decision.queue import plan_queue
+
         store, launched = local.orch.store, []
+        mine, elsewhere = [], []
         for rec in store.queued():
-            if self._stop.is_set():
-                break
             other = (rec["info"] or {}).get("launcher")
             if other and other != self.me and launcher_alive(other):
-                continue  # another server is launching it
-            if not store.claim(rec["id"], self.me, expect=other):
+                elsewhere.append(rec)  # another server is launching it: it holds its room
+            else:
+                mine.append(rec)
+        if not mine:
+            return launched
+        rooms = self.rooms(local, {r["target"] for r in mine}, elsewhere)
+        by_id = {r["id"]: r for r in mine}
+        for v in plan_queue([queued_job(r) for r in mine], rooms).verdicts:
+            if self._stop.is_set():
+                break
+            rec = by_id[v.id]
+            if v.action == "wait":
+                if rec["message"] != v.message:  # once per change: the history stays readable
+                    store.set_status(rec["id"], "PENDING", v.message)
+                    log.info("%s: %s", rec["id"], v.message)
+                continue
+            if not store.claim(rec["id"], self.me, expect=(rec["info"] or {}).get("launcher")):
                 continue  # cancelled, or taken by another server, meanwhile
-            if self._launch(local, store.get(rec["id"])):
+            if v.action == "never":
+                self.forget(rec["id"])
+                store.set_status(rec["id"], "FAILED", v.message)
+                log.warning("%s: %s", rec["id"], v.message)
+            elif self._launch(local, store.get(rec["id"])):
                 launched.append(rec["id"])
         return launched
+
+    def rooms(self, local, targets: set, elsewhere: list[dict]) -> dict:
+        """The room of each target that has one (a provider with `capacity`); None for the
+        rest. Held there: what the backend reports used, or what orch's unfinished jobs on
+        it ask for (launched, or being launched by another server), whichever is more."""
+        from orchestrator.decision.queue import Demand, Room
+
+        active = [r for r in local.orch.store.list(limit=1_000_000, statuses=("PENDING", "RUNNING"))
+                  if r["backend_id"]] + elsewhere
+        rooms: dict = {}
+        for target in sorted(t for t in targets if t):
+            try:
+                read = getattr(local.orch.provider(target), "capacity", None)
+            except OrchError:
+                read = None  # not available: the launch says so
+            if read is None:
+                rooms[target] = None
+                continue
+            try:
+                snap = read()
+            except OrchError as e:
+                rooms[target] = Room(Demand(), problem=f"cannot read its capacity: {e.message}")
+                continue
+            ours = {r["id"]: queued_job(r).demand for r in active if r["target"] == target}
+            for j in snap.jobs:  # orch jobs from other stores, known by their Ray metadata
+                if j.orch_id and j.orch_id not in ours:
+                    ours[j.orch_id] = Demand(j.cpus, j.gpus)
+            reserved = sum(ours.values(), Demand())
+            total = Demand(snap.total.get("CPU", 0.0), snap.total.get("GPU", 0.0))
+            used = Demand(snap.used.get("CPU", 0.0), snap.used.get("GPU", 0.0))
+            rooms[target] = Room(total, used, reserved, most=self._most(target, total))
+        return rooms
+
+    def _most(self, target: str, live):
+        """The most a target can ever hold: what it has now, or for on-prem what the
+        settings say it owns when that is more (a node may be down for a while)."""
+        from orchestrator.decision.queue import Demand
+
+        if target != "onprem":
+            return live
+        gpus = sum(inv.count for inv in self.settings.onprem if inv.gpu.strip().upper() != "CPU")
+        cpus = sum(inv.cpus or 0 for inv in self.settings.onprem)
+        return Demand(max(live.cpus, cpus), max(live.gpus, gpus))
 
     def _launch(self, local, rec: dict) -> bool:
         store, job_id = local.orch.store, rec["id"]
@@ -224,6 +290,15 @@ class Scheduler:
         log.info("%s (%s, owner %s): launched on %s", job_id, rec["name"], rec.get("owner"),
                  rec["target"])
         return True
+
+
+def queued_job(rec: dict):
+    """A job record as the queue policy sees it."""
+    from orchestrator.decision.queue import Queued, job_demand
+
+    choice = (rec["decision"] or {}).get("choice")
+    return Queued(rec["id"], rec["target"], job_demand(rec["spec"] or {}, choice),
+                  rec.get("priority") or 0, rec["created_at"])
 
 
 def queue_info(spec, **extra) -> dict:

@@ -57,7 +57,9 @@ postgres:
 PG_SUITE = tests/unit/test_store.py tests/unit/test_store_pg.py tests/unit/test_service.py \
 	tests/unit/test_serve_unit.py tests/unit/test_many_writers.py tests/unit/test_ledger.py \
 	tests/unit/test_secrets.py tests/unit/test_cli_input.py tests/unit/test_api_fuzz.py \
-	tests/integration/test_serve.py tests/integration/test_status_page.py \
+	tests/unit/test_upload.py tests/unit/test_schedule_cli.py \
+	tests/integration/test_serve.py tests/integration/test_serve_client.py \
+	tests/integration/test_serve_queue.py tests/integration/test_status_page.py \
 	tests/integration/test_crash_safety.py
 
 demo: $(STAMP)

@@ -76,3 +76,11 @@ def wait_until(what: str, check, timeout: float = 120, poll_s: float = 0.3):
             return value
         time.sleep(poll_s)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def client_home():
+    """A client's own ORCH_HOME, empty: what it shows can only come from the server."""
+    path = short_tmp("ohc")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import signal
 import socket
 import subprocess
@@ -86,14 +85,6 @@ def _serve_home(home: Path):
         yield home
     finally:
         stop_local_ray_and_remove(home)
-
-
-@pytest.fixture
-def client_home():
-    """A client's own ORCH_HOME, empty: what it shows can only come from the server."""
-    path = short_tmp("ohc")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _token(home: Path, name: str) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 
 import pytest
@@ -38,14 +37,6 @@ def served(postgres_base):
         finally:
             server.stop()
             stop_local_ray_and_remove(home)
-
-
-@pytest.fixture
-def client_home():
-    """The client's own ORCH_HOME, empty: what it shows can only come from the server."""
-    path = short_tmp("osk")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def orch_as(served, client_home, who, *args, **env):

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.server import auth
-from orchestrator.store import Store
-from tests.conftest import short_tmp
+from tests.conftest import short_tmp, store_at
 from tests.integration.conftest import stop_local_ray_and_remove, wait_until
 from tests.integration.test_serve import Server
 
@@ -35,7 +34,7 @@ scaling: {num_workers: 4, use_gpu: false}
 def home():
     home = short_tmp("ohq")
     (home / "config.toml").write_text("[local]\ncpus = 2\n")
-    store = Store(home / "orch.db")
+    store = store_at(home)
     token, digest = auth.new_token()
     store.add_token("alice", digest)
     store.close()
@@ -57,7 +56,7 @@ def _api(server: Server, method: str, path: str, body: dict | None = None) -> di
 
 
 def _history(home: Path, job_id: str) -> list[tuple]:
-    store = Store(home / "orch.db")
+    store = store_at(home)
     try:
         return [(h["status"], h["message"]) for h in store.history(job_id)]
     finally:

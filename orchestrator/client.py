@@ -338,9 +338,9 @@ class Remote:
         from orchestrator.spec import load_spec
 
         spec = load_spec(file)  # bad input: the same message and exit code as without a server
-        return self._json("POST", "/v1/jobs", {
+        return self._with_workdir(spec, "/v1/jobs", {
             "spec": Path(file).read_text(encoding="utf-8"), "file": str(Path(file).resolve()),
-            "idempotency_key": key, "priority": priority, **self._send_workdir(spec)})
+            "idempotency_key": key, "priority": priority})
 
     def plan(self, file: Path) -> dict:
         # The workdir is sent for a plan too: the fingerprint that history is matched on
@@ -348,41 +348,68 @@ class Remote:
         from orchestrator.spec import load_spec
 
         spec = load_spec(file)
-        return self._json("POST", "/v1/plan", {"spec": Path(file).read_text(encoding="utf-8"),
-                                               "file": str(Path(file).resolve()),
-                                               **self._send_workdir(spec)})
+        return self._with_workdir(spec, "/v1/plan", {"spec": Path(file).read_text(encoding="utf-8"),
+                                                     "file": str(Path(file).resolve())})
 
-    def _send_workdir(self, spec) -> dict:
-        """{"upload": digest} once the server has the job's workdir (sent unless it has the
-        same files already); {} for no workdir, for a path only the server has, or with
-        upload_max_mb 0."""
+    def _with_workdir(self, spec, path: str, body: dict) -> dict:
+        """POST `body` with the job's workdir as {"upload": digest}, sent first unless the
+        server has the same files. The server removes uploads nobody used for a while, so
+        one it had a moment ago may be gone by the POST: then it is sent again, once."""
+        from orchestrator import upload as up
+
+        where = self._workdir(spec)
+        if where is None:
+            return self._json("POST", path, body)
+        packed = up.pack(where, self.upload_max_bytes)
+        try:
+            for item in packed.left_out:
+                _note(self.on_note, f"not sent: {item}")
+            self._offer(packed, where)
+            body = {**body, "upload": packed.digest}
+            try:
+                return self._json("POST", path, body)
+            except InputError as e:
+                if e.message != up.missing(packed.digest).message:
+                    raise
+            _note(self.on_note, "the server removed its copy of the workdir meanwhile (unused "
+                  "for upload_keep_hours): sending it again")
+            self._send(packed)
+            return self._json("POST", path, body)
+        finally:
+            packed.close()
+
+    def _workdir(self, spec) -> Optional[Path]:
+        """The job's workdir on this machine, to send; None for no workdir, for a path only
+        the server has, or with upload_max_mb 0."""
         from orchestrator import upload as up
 
         if self.upload_max_bytes == 0:
-            return {}
+            return None
         where = up.local_workdir(spec)
         if where is None:
             if spec.workdir is not None:
                 _note(self.on_note, f"workdir {spec.workdir} is not on this machine: the server "
                       "runs the job from its own folder of that name")
-            return {}
-        packed = up.pack(where, self.upload_max_bytes)
+        return where
+
+    def _offer(self, packed, where) -> None:
+        """Send the packed workdir unless the server has the same files already."""
+        from orchestrator import upload as up
+
+        what = f"{packed.files} files, {up.human(packed.content)}"
         try:
-            for item in packed.left_out:
-                _note(self.on_note, f"not sent: {item}")
-            what = f"{packed.files} files, {up.human(packed.content)}"
-            try:
-                self._json("GET", f"/v1/uploads/{packed.digest}")
-                _note(self.on_note, f"workdir {where}: the server has these files already "
-                      f"({what}); nothing sent")
-            except NotFound:
-                _note(self.on_note, f"sending the workdir {where} to the server: {what} "
-                      f"({up.human(packed.size)} packed)")
-                with self._request("POST", "/v1/uploads", upload=packed) as resp:
-                    json.loads(resp.read())
-            return {"upload": packed.digest}
-        finally:
-            packed.close()
+            self._json("GET", f"/v1/uploads/{packed.digest}")
+            _note(self.on_note, f"workdir {where}: the server has these files already "
+                  f"({what}); nothing sent")
+        except NotFound:
+            _note(self.on_note, f"sending the workdir {where} to the server: {what} "
+                  f"({up.human(packed.size)} packed)")
+            self._send(packed)
+
+    def _send(self, packed) -> None:
+        packed.file.seek(0)
+        with self._request("POST", "/v1/uploads", upload=packed) as resp:
+            json.loads(resp.read())
 
     def jobs(self, limit: int = 50) -> list[dict]:
         return self._json("GET", f"/v1/jobs?limit={int(limit)}")

@@ -139,6 +139,10 @@ class Settings(BaseSettings):
                                "sends to `orch serve` with a job, and the server accepts, in MiB "
                                "(its files' total); 0: never send one, the server must see the "
                                "job's paths (a shared filesystem)")
+    upload_keep_hours: float = Field(24.0, ge=0, le=100_000, description="`orch serve` removes "
+                                     "an uploaded workdir no schedule and no unfinished job "
+                                     "needs once it is unused for this long (a resubmit of the "
+                                     "same files within it sends nothing); 0: never remove one")
 
     @field_validator("server", mode="before")
     @classmethod

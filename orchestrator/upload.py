@@ -11,7 +11,8 @@ The server trusts nothing in an archive: names must be relative and stay inside 
 links must be relative and resolve inside, only files, folders and links are allowed, and
 the number and total size of the files are capped by the archive's own headers, before
 each file is written. What it unpacks is readable by the server's user only, in
-HOME/uploads/<sha256 of the archive>.
+HOME/uploads/<sha256 of the archive>, until no job or schedule needs it and it has not been
+used for `upload_keep_hours` (`orchestrator.upload_gc` removes it then).
 """
 
 from __future__ import annotations
@@ -247,14 +248,33 @@ def uploads_root(home: Path) -> Path:
     return Path(home) / "uploads"
 
 
+def missing(digest: str) -> InputError:
+    """The error for an upload this server does not have (never had, or removed as unused):
+    a client that gets it sends the workdir again (`Remote` does, once)."""
+    return InputError(f"upload {digest[:16]}... is not on this server",
+                      "send the workdir first: POST /v1/uploads (orch submit does)")
+
+
+def touch(path: Path) -> bool:
+    """Mark an upload as used now (its mtime is its "last used" for the collector, see
+    `upload_gc`); False when it is not there (removed this instant)."""
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass  # not ours to touch (another user's folder): it is there all the same
+    return path.is_dir()
+
+
 def folder(home: Path, digest: str) -> Path:
-    """Where the upload `digest` is unpacked; InputError when this server does not have it."""
+    """Where the upload `digest` is unpacked, marked as used now; InputError when this
+    server does not have it."""
     import re
 
     path = uploads_root(home) / digest
-    if not re.match(DIGEST_PATTERN, digest) or not path.is_dir():
-        raise InputError(f"upload {digest[:16]}... is not on this server",
-                         "send the workdir first: POST /v1/uploads (orch submit does)")
+    if not re.match(DIGEST_PATTERN, digest) or not touch(path):
+        raise missing(digest)
     return path
 
 
@@ -401,13 +421,14 @@ class Receiver:
         already there (the same bytes were sent before)."""
         digest = self.sha.hexdigest()
         final = self.root / digest
-        if final.is_dir():
+        if touch(final):  # False: never here, or removed this instant (unpacked again below)
             return {"upload": digest, "existing": True}
         if self.size == 0:
             raise InputError("the upload is empty", "send a tar.gz of the workdir as the body")
         self.file.seek(0)
         unpacking = self.root / f".unpacking-{uuid.uuid4().hex}"
         unpack(self.file, unpacking, self.max_bytes)
+        os.utime(unpacking)  # unpacked now: the collector's "last used" starts here
         try:
             os.rename(unpacking, final)
         except OSError:

@@ -9,7 +9,9 @@ job. Each tick opens its own `Orch` (SQLite connections belong to one thread) an
    also stops a job that reached its budget);
 3. launches the queued jobs whose target has room for them now, one at a time, highest
    priority first, then oldest first; the others stay queued, saying what they wait for
-   (`orchestrator.decision.queue` decides, and says why strict order per target).
+   (`orchestrator.decision.queue` decides, and says why strict order per target);
+4. at most every 10 minutes, removes the uploaded workdirs no schedule and no unfinished
+   job needs and none used them for `upload_keep_hours` (`orchestrator.upload_gc`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from orchestrator.server import cron
 from orchestrator.store import TERMINAL, iso
 
 log = logging.getLogger("orch.serve")
+
+UPLOAD_GC_EVERY_S = 600.0
 
 
 def launcher_id() -> str:
@@ -80,6 +84,7 @@ class Scheduler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._uploads_checked: Optional[float] = None  # time.monotonic() of the last step 4
 
     @contextmanager
     def session(self) -> Iterator:
@@ -131,6 +136,7 @@ class Scheduler:
             self.run_cron(local, self.clock())
             self.reconcile(local)
             self.launch_queue(local)
+            self.collect_uploads(local)
 
     # -- 1. cron --------------------------------------------------------------------------
 
@@ -290,6 +296,26 @@ class Scheduler:
         log.info("%s (%s, owner %s): launched on %s", job_id, rec["name"], rec.get("owner"),
                  rec["target"])
         return True
+
+
+    # -- 4. uploads nobody needs --------------------------------------------------------
+
+    def collect_uploads(self, local, force: bool = False) -> list[str]:
+        """Remove unneeded uploads, once per UPLOAD_GC_EVERY_S (the first tick included);
+        the names removed. Real time, not the scheduler's clock: folder times are real."""
+        from orchestrator.upload_gc import collect
+
+        mono = time.monotonic()
+        if not force and self._uploads_checked is not None and \
+                mono - self._uploads_checked < UPLOAD_GC_EVERY_S:
+            return []
+        self._uploads_checked = mono  # a failing step is not retried every tick
+        try:
+            return collect(self.settings.home, local.orch.store, self.settings.upload_keep_hours,
+                           time.time())
+        except OSError as e:  # the uploads folder unreadable: the rest of the server works
+            log.warning("cannot check the uploads for removal: %s", e)
+            return []
 
 
 def queued_job(rec: dict):

@@ -16,6 +16,7 @@ import pytest
 
 from orchestrator import upload, upload_gc
 from orchestrator.errors import InputError
+from orchestrator.store import iso
 from orchestrator.upload_gc import Folder, Use, collect, decide, job_uses, schedule_uses
 from tests.conftest import store_at
 
@@ -64,10 +65,10 @@ def test_an_upload_is_removed_only_when_unreferenced_and_unused_for_keep_hours()
 def test_keep_hours_0_removes_no_upload_but_crash_leftovers_still_go():
     folders = [Folder(D("a"), 0.0), Folder(".unpacking-1", NOW - 2 * HOUR),
                Folder(".removing-2", NOW - 2 * HOUR)]
+    gone = (True, "left by a server that stopped, unchanged since 2027-01-15T06:00:00Z")
     assert _verdicts(folders, [], keep_hours=0) == {
         D("a"): (False, "upload_keep_hours is 0: uploads are kept"),
-        ".removing-2": (True, "left by a server that stopped, unchanged since 2027-01-15T06:00:00Z"),
-        ".unpacking-1": (True, "left by a server that stopped, unchanged since 2027-01-15T06:00:00Z")}
+        ".removing-2": gone, ".unpacking-1": gone}
 
 
 def test_temporary_folders_go_after_an_hour_and_other_names_are_never_touched():
@@ -153,18 +154,20 @@ def test_the_collector_removes_exactly_the_uploads_nobody_needs(tmp_path, caplog
         _job(store, "old", "SUCCEEDED", 500, now, finished_h=499, info={"upload": D("9")})
         with caplog.at_level(logging.INFO, logger="orch.serve"):
             removed = collect(home, store, 24, now)
-        assert sorted(removed) == [D("e"), D("f"), D("9")]
+        assert removed == [D("9"), D("e"), D("f")]  # in name order
         assert sorted(os.listdir(root)) == sorted([D(c) for c in "abcd8"] + ["notes"])
-        lines = [r.getMessage() for r in caplog.records]
-        assert lines[0].startswith(f"removed upload {D('e')[:16]}... (3 files, 6 bytes): last used ")
-        assert lines[0].endswith(", no job or schedule needs it") and len(lines) == 3
+        # Each logged with its size and its last use: the folder's time, or a job's if newer
+        # (e's job finished 30 hours ago, after its folder was unpacked).
+        assert [r.getMessage() for r in caplog.records] == [
+            f"removed upload {D(c)[:16]}... (3 files, 6 bytes): last used {iso(now - h * HOUR)}, "
+            "no job or schedule needs it" for c, h in (("9", 48), ("e", 30), ("f", 48))]
         # With upload_keep_hours 0 nothing more goes, however old.
         assert collect(home, store, 0, now + 1000 * HOUR) == []
         # The schedule removed and the jobs finished long ago: all of orch's go.
         store.remove_schedule(store.schedules()[0]["id"])
         for rec in store.list(limit=100, statuses=("PENDING", "RUNNING")):
             store.set_status(rec["id"], "CANCELLED")
-        assert sorted(collect(home, store, 24, time.time() + 48 * HOUR)) == [D(c) for c in "abcd8"]
+        assert collect(home, store, 24, time.time() + 48 * HOUR) == [D(c) for c in "8abcd"]
         assert os.listdir(root) == ["notes"]
     finally:
         store.close()
@@ -206,7 +209,8 @@ def test_a_folder_named_while_it_is_being_removed_is_put_back(tmp_path):
     assert upload_gc._remove(root, verdict, os.stat(path).st_mtime_ns).startswith("removed upload")
     with pytest.raises(InputError) as e:
         upload.folder(home, D("a"))
-    assert e.value.message == upload.missing(D("a")).message == f"upload {D('a')[:16]}... is not on this server"
+    assert e.value.message == upload.missing(D("a")).message
+    assert e.value.message == f"upload {D('a')[:16]}... is not on this server"
     assert os.listdir(root) == []
 
 
@@ -252,7 +256,7 @@ def server(tmp_path, monkeypatch):
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     app = create_app(settings, Scheduler(settings), run_scheduler=False)
-    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", ws="none"))
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.time() + 10

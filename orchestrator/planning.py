@@ -6,6 +6,7 @@ on-prem offer from the settings, the local one from nvidia-smi and the CPU count
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Optional, Sequence
 
@@ -55,16 +56,12 @@ def wants_cluster(spec, settings) -> bool:
                 and "onprem" in spec.placement.allow)
 
 
-def job_needs(spec) -> tuple[float, float]:
-    """(CPUs, GPUs) a job holds on a cluster: one CPU or one GPU per data-parallel worker."""
-    workers = spec.scaling.num_workers if spec.train is not None else 1
-    gpus = spec.scaling.use_gpu is True or bool(spec.resources.accelerator_choices())
-    return (0.0, float(workers)) if gpus else (float(workers), 0.0)
-
-
 def cluster_capacity(spec, settings, now: float) -> Capacity:
-    """Whether the on-prem cluster can start this job now, else about when; never raises."""
-    from orchestrator.decision.capacity import Running, estimate_start
+    """Whether the on-prem cluster can start this job now, else about when; never raises.
+    `load` lets placement ask again for each offer, with what the job would hold there
+    (decision.demand); the answer here is for the job file's own accelerators."""
+    from orchestrator.decision.capacity import ClusterLoad, Running
+    from orchestrator.decision.demand import Demand, job_demand
     from orchestrator.errors import BackendError
     from providers.onprem import OnPremProvider
 
@@ -80,11 +77,12 @@ def cluster_capacity(spec, settings, now: float) -> Capacity:
             remaining = max(0.0, j.est_hours * 3600 - (now - j.start_time))
         running.append(Running(cpus=j.cpus, gpus=j.gpus, remaining_s=remaining,
                                queued=j.status == "PENDING"))
-    need_cpus, need_gpus = job_needs(spec)
-    source = (f"{snap.address}: {snap.free('CPU'):g}/{snap.total.get('CPU', 0):g} CPUs and "
-              f"{snap.free('GPU'):g}/{snap.total.get('GPU', 0):g} GPUs free, "
-              f"{len(snap.jobs)} jobs active")
-    return estimate_start(snap.free("CPU"), snap.free("GPU"), running, need_cpus, need_gpus, source)
+    total = Demand(snap.total.get("CPU", 0.0), snap.total.get("GPU", 0.0))
+    load = ClusterLoad.of(total, Demand(snap.used.get("CPU", 0.0), snap.used.get("GPU", 0.0)),
+                          running)
+    source = (f"{snap.address}: {load.free_cpus:g}/{total.cpus:g} CPUs and "
+              f"{load.free_gpus:g}/{total.gpus:g} GPUs free, {len(snap.jobs)} jobs active")
+    return dataclasses.replace(load.start(job_demand(spec), source), load=load)
 
 
 def month_spend(settings, now: float) -> float:

@@ -215,7 +215,7 @@ class Orch:
     def launch_for(self, job_id: str, spec: JobSpec, target: str,
                    decision: Optional[dict] = None, secrets: Optional[dict] = None) -> Launch:
         """What the provider runs. `secrets` are the `secrets:` values (None: read them now)."""
-        from orchestrator.planning import job_needs
+        from orchestrator.decision.demand import job_demand
 
         endpoint = self.settings.s3_endpoint_url
         # An address, not a secret: boto3 and pyarrow in the job's own code find S3 there too.
@@ -258,10 +258,13 @@ class Orch:
             # `python` in a run: or setup: line means the interpreter orch (and its Ray) runs in.
             command = f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"\n{command}'
         entrypoint = f"bash -c {shlex.quote(command)}"
-        cpus, gpus = job_needs(spec)
+        # What the job holds on the offer it was placed on: what `orch serve`'s queue
+        # reserves for it and placement's wait estimate assumed.
+        holds = job_demand(spec, (decision or {}).get("choice"))
         est_hours = ((decision or {}).get("estimate") or {}).get("hours")
         # The cluster keeps these with the job, so any orch can estimate the queue from them.
-        metadata = {"orch_job": job_id, "name": spec.name or "job", "cpus": cpus, "gpus": gpus}
+        metadata = {"orch_job": job_id, "name": spec.name or "job", "cpus": holds.cpus,
+                    "gpus": holds.gpus}
         if est_hours is not None:
             metadata["est_hours"] = round(est_hours, 4)
         if spec.train and storage:

@@ -59,7 +59,7 @@ class ClusterJob:
     name: Optional[str]
     start_time: Optional[float]  # epoch seconds
     est_hours: Optional[float]  # what orch estimated when it placed the job
-    cpus: float  # what the job asks for in total (orch jobs: workers x CPUs per worker)
+    cpus: float  # what orch recorded the job holds (orchestrator.decision.demand); 0 for others
     gpus: float
 
 

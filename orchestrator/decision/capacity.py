@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from orchestrator.decision.demand import Demand
 from orchestrator.decision.models import Capacity
 
 
@@ -39,3 +40,28 @@ def estimate_start(free_cpus: float, free_gpus: float, jobs: Sequence[Running],
         wait = math.inf  # even an empty cluster would not hold it, or usage is unexplained
     minutes = None if math.isinf(wait) else wait / 60.0
     return Capacity(can_start_now=False, wait_minutes=minutes, source=source)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterLoad:
+    """What the cluster has free and runs now: enough to estimate when any job could
+    start, so placement asks it once per offer, with what the job would hold there."""
+
+    free_cpus: float
+    free_gpus: float
+    jobs: tuple[Running, ...] = ()
+
+    @classmethod
+    def of(cls, total: Demand, used: Demand, jobs: Sequence[Running]) -> "ClusterLoad":
+        """Held now is what the cluster reports used or what the running jobs hold by their
+        records (decision.demand), whichever is more, per resource, as `orch serve`'s queue
+        counts it: a `run:` job holds nothing in Ray's view, nor a job whose workers are
+        still starting."""
+        held = Demand(sum(j.cpus for j in jobs if not j.queued),
+                      sum(j.gpus for j in jobs if not j.queued))
+        return cls(max(0.0, total.cpus - max(used.cpus, held.cpus)),
+                   max(0.0, total.gpus - max(used.gpus, held.gpus)), tuple(jobs))
+
+    def start(self, need: Demand, source: str) -> Capacity:
+        return estimate_start(self.free_cpus, self.free_gpus, self.jobs, need.cpus, need.gpus,
+                              source)

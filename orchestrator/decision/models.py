@@ -98,6 +98,9 @@ class Capacity:
     source: str = "not checked"
     can_start_now: Optional[bool] = None  # decided by whoever read the cluster, for this job
     unreachable: Optional[str] = None  # why the cluster could not be read
+    # What the cluster has free and runs (a capacity.ClusterLoad): when set, placement
+    # estimates each on-prem offer's wait from it, with what the job would hold there.
+    load: Optional[Any] = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence, Union
 
 from orchestrator.decision.cost import HoursEstimator, fmt_money, job_cost
+from orchestrator.decision.demand import job_demand
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.models import (TARGET_ORDER, Alternative, Capacity, Classification,
                                           Decision, Offer, PastRun, share_price)
@@ -112,9 +113,14 @@ def _misfit(o: Offer, needs: Needs) -> Optional[str]:
     return None
 
 
-def _wait(o: Offer, used: float, capacity: Optional[Capacity]) -> float:
+def _wait(o: Offer, used: float, capacity: Optional[Capacity], spec) -> float:
     if o.target != "onprem" or capacity is None:
         return 0.0
+    if capacity.load is not None:
+        # What the job would hold on this offer: what its record, its Ray metadata and
+        # `orch serve`'s queue will say it holds, should it be chosen.
+        need = job_demand(spec, {"gpu": o.gpu, "count": used})
+        capacity = capacity.load.start(need, capacity.source)
     if capacity.can_start_now is not None:
         if capacity.can_start_now:
             return 0.0
@@ -178,7 +184,7 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
         full = marginal = None
         if hours is not None:
             full, marginal = job_cost(o, hours, used, startup)
-        wait = _wait(o, used, capacity)
+        wait = _wait(o, used, capacity, spec)
         b: list[tuple[str, str]] = []
         if misfit:
             b.append(("fit", misfit))
@@ -346,7 +352,8 @@ def _notes(index: OfferIndex, listed: int, capacity: Optional[Capacity], local_o
     if len(index.offers) > listed:
         notes.append(f"{len(index.offers) - listed} offers of other GPU models or counts not listed")
     checked = capacity is not None and (capacity.onprem_free is not None
-                                        or capacity.can_start_now is not None)
+                                        or capacity.can_start_now is not None
+                                        or capacity.load is not None)
     if index.has_onprem and not local_only:
         if checked:
             notes.append(f"on-prem capacity: {capacity.source}")

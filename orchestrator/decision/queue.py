@@ -10,64 +10,16 @@ to jump the line. A target without a room (the cloud) holds nothing back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Optional, Sequence
+from typing import Literal, Mapping, Optional, Sequence
+
+# What a job holds is decided once, for placement and the Ray metadata too; the queue
+# re-exports it for its callers.
+from orchestrator.decision.demand import Demand, job_demand
+
+__all__ = ["Action", "Demand", "QueuePlan", "Queued", "Room", "Verdict", "job_demand",
+           "ordinal", "plan_queue", "queue_order"]
 
 Action = Literal["launch", "wait", "never"]
-
-
-@dataclass(frozen=True, slots=True)
-class Demand:
-    """What a job holds on a Ray cluster while it runs."""
-
-    cpus: float = 0.0
-    gpus: float = 0.0
-
-    def __add__(self, other: "Demand") -> "Demand":
-        return Demand(self.cpus + other.cpus, self.gpus + other.gpus)
-
-    def within(self, room: "Demand") -> bool:
-        return self.cpus <= room.cpus + 1e-9 and self.gpus <= room.gpus + 1e-9
-
-    def describe(self) -> str:
-        parts = [f"{n:g} {unit}" for n, unit in ((self.gpus, "GPU"), (self.cpus, "CPU")) if n]
-        return " and ".join(parts) or "nothing"
-
-
-def _accelerator_count(accelerators: Any) -> float:
-    """The count of the first accelerator a job file names (`H100:8`, `{H100: 8}`, `[H100:8]`)."""
-    if not accelerators:
-        return 0.0
-    first = accelerators
-    if isinstance(accelerators, dict):
-        return float(next(iter(accelerators.values())) or 1)
-    if isinstance(accelerators, list):
-        first = accelerators[0]
-    _, _, count = str(first).partition(":")
-    try:
-        return float(count) if count else 1.0
-    except ValueError:
-        return 1.0
-
-
-def job_demand(spec: Mapping, choice: Optional[Mapping] = None) -> Demand:
-    """What a job (its stored spec, and the placement choice recorded with it) holds on a
-    Ray target. A `train:` job holds what its Ray Train workers ask for: one GPU each on
-    GPUs (and no CPU, as Ray Train does), else one CPU each. A `run:` job is one process: its
-    accelerators, else `resources.cpus` CPUs (at least one). A job file that asks for
-    more GPUs or CPUs than its workers use holds what it asked for, as it was priced."""
-    train = bool(spec.get("train"))
-    scaling = spec.get("scaling") or {}
-    resources = spec.get("resources") or {}
-    workers = float(scaling.get("num_workers") or 1) if train else 1.0
-    use_gpu = scaling.get("use_gpu", "auto")
-    chosen = float((choice or {}).get("count") or 0) if (choice or {}).get("gpu") else 0.0
-    asked = _accelerator_count(resources.get("accelerators"))
-    on_gpu = use_gpu is True or (use_gpu is not False and (chosen or asked) > 0)
-    if on_gpu:
-        return Demand(0.0, max(workers if train else 1.0, chosen or asked))
-    cpus = resources.get("cpus")
-    asked_cpus = float(str(cpus).rstrip("+")) if cpus is not None else 0.0
-    return Demand(max(workers, asked_cpus), 0.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,13 @@ from orchestrator.decision.capacity import ClusterLoad, Running
 from orchestrator.decision.cost import onprem_offer
 from orchestrator.decision.demand import Demand, job_demand
 from orchestrator.decision.models import Capacity
-from orchestrator.planning import plan_job
+from orchestrator.planning import cluster_capacity, plan_job
 from orchestrator.server.scheduler import queued_job
 from orchestrator.service import Orch
 from orchestrator.settings import OwnedGpus, Settings
 from orchestrator.spec import load_spec_text
-from providers.ray_cluster import _job
+from providers.onprem import OnPremProvider
+from providers.ray_cluster import ClusterSnapshot, _job
 
 A100 = {"target": "onprem", "gpu": "A100", "count": 1.0}
 ON_CPU = {"target": "onprem", "gpu": None, "count": 0.0}
@@ -147,3 +148,31 @@ def _agrees(tmp_path, spec, settings, d):
     assert queued_job(rec).demand == holds
     again = LOAD.start(holds, "test")
     assert (0.0 if again.can_start_now else again.wait_minutes) == d.choice.wait_minutes
+
+
+def test_what_running_jobs_hold_by_their_records_counts_when_ray_shows_less():
+    # A run: job asks Ray for nothing, so Ray shows its 8 GPUs free; orch's record says
+    # it holds them, and the estimate, like the queue, goes by the larger of the two.
+    jobs = [Running(0, 8, 600), Running(0, 4, None, queued=True)]
+    load = ClusterLoad.of(Demand(64, 8), Demand(2, 0), jobs)
+    assert (load.free_cpus, load.free_gpus) == (62, 0)
+    assert ClusterLoad.of(Demand(64, 8), Demand(2, 8), []).free_gpus == 0  # Ray's view, more
+
+
+def test_the_cluster_estimate_reads_each_jobs_holdings_from_its_ray_metadata(tmp_path,
+                                                                             monkeypatch):
+    now = 1_700_000_000.0
+    spec = load_spec_text("name: big\nrun: python t.py\nresources: {accelerators: A100:8}\n")
+    meta = Orch(Settings(home=tmp_path / "home")).launch_for(
+        "orch-old", spec, "onprem", {"choice": on("A100", 8), "estimate": {"hours": 1.0}},
+        secrets={}).metadata
+    running = _job({"submission_id": "orch-old", "status": "RUNNING",
+                    "start_time": (now - 3000) * 1000,  # 50 of its 60 minutes gone
+                    "metadata": {k: str(v) for k, v in meta.items()}})
+    snap = ClusterSnapshot("http://head:8265", (), {"CPU": 64.0, "GPU": 8.0},
+                           {"CPU": 0.0, "GPU": 0.0}, (running,), now)
+    monkeypatch.setattr(OnPremProvider, "snapshot", lambda self: snap)
+    cap = cluster_capacity(spec, Settings(home=tmp_path / "home", ray_address="http://head:8265"),
+                           now)
+    assert cap.can_start_now is False and cap.wait_minutes == pytest.approx(10.0)
+    assert "0/8 GPUs free" in cap.source

@@ -1,0 +1,77 @@
+"""What a job holds on a Ray target while it runs: the one answer that placement's wait
+estimate, the job's Ray metadata and `orch serve`'s queue all use. No I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What a job holds on a Ray cluster while it runs."""
+
+    cpus: float = 0.0
+    gpus: float = 0.0
+
+    def __add__(self, other: "Demand") -> "Demand":
+        return Demand(self.cpus + other.cpus, self.gpus + other.gpus)
+
+    def within(self, room: "Demand") -> bool:
+        return self.cpus <= room.cpus + 1e-9 and self.gpus <= room.gpus + 1e-9
+
+    def describe(self) -> str:
+        parts = [f"{n:g} {unit}" for n, unit in ((self.gpus, "GPU"), (self.cpus, "CPU")) if n]
+        return " and ".join(parts) or "nothing"
+
+
+def _field(obj: Any, key: str) -> Any:
+    """A field of a JobSpec, or of its stored JSON form (which may leave keys out)."""
+    if obj is None:
+        return None
+    return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+
+
+def _accelerator_count(accelerators: Any) -> float:
+    """The count of the first accelerator a job file names (`H100:8`, `{H100: 8}`, `[H100:8]`):
+    the one placement prices when nothing was chosen yet."""
+    if not accelerators:
+        return 0.0
+    first = accelerators
+    if isinstance(accelerators, Mapping):
+        return float(next(iter(accelerators.values())) or 1)
+    if isinstance(accelerators, (list, tuple)):
+        first = accelerators[0]
+    _, _, count = str(first).partition(":")
+    try:
+        return float(count) if count.strip() else 1.0
+    except ValueError:
+        return 1.0
+
+
+def job_demand(spec: Any, choice: Optional[Mapping] = None) -> Demand:
+    """What a job holds on a Ray target. `spec` is a JobSpec or its stored JSON form (the
+    same answer for both); `choice` the offer placement chose or is pricing (a decision's
+    `choice`: its `gpu`, None on CPUs, and its `count`), None before one is known: then
+    the job file's first accelerator stands in for it.
+
+    A `train:` job holds what its Ray Train workers ask Ray for: one GPU each on GPUs (and
+    no CPU, as Ray Train does), else one CPU each. It runs on GPUs when `scaling.use_gpu`
+    is true, or is `auto` and the offer (or, without one, the job file) has GPUs. A `run:`
+    job is one process: its accelerator count in GPUs, else `resources.cpus` CPUs (at
+    least one). A job file that asks for more GPUs or CPUs than its workers use holds what
+    it asked for, as it was priced. `use_gpu: false` holds no GPU: no worker uses one."""
+    train = _field(spec, "train") is not None
+    scaling, resources = _field(spec, "scaling"), _field(spec, "resources")
+    workers = float(_field(scaling, "num_workers") or 1) if train else 1.0
+    use_gpu = _field(scaling, "use_gpu")
+    use_gpu = "auto" if use_gpu is None else use_gpu
+    if choice and "gpu" in choice:  # the offer decides: a CPU offer has no GPUs to use
+        priced = float(choice.get("count") or 0) if choice.get("gpu") else 0.0
+    else:
+        priced = _accelerator_count(_field(resources, "accelerators"))
+    if use_gpu is True or (use_gpu is not False and priced > 0):
+        return Demand(0.0, max(workers, priced))
+    cpus = _field(resources, "cpus")
+    asked = float(str(cpus).rstrip("+")) if cpus is not None else 0.0
+    return Demand(max(workers, asked), 0.0)

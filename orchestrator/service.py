@@ -232,12 +232,18 @@ class Orch:
         run_name = resume["run_name"] if resume else job_id
         if resume:
             storage = resume["storage_path"]
+        # What the job holds on the offer it was placed on: what `orch serve`'s queue
+        # reserves for it and placement's wait estimate assumed.
+        holds = job_demand(spec, (decision or {}).get("choice"))
+        use_gpu = spec.scaling.use_gpu
+        if use_gpu == "auto" and (decision or {}).get("choice"):
+            use_gpu = holds.gpus > 0  # as placed and priced, not what the target happens to have
         if spec.train is not None:
             run = {
                 "job_id": job_id, "run_name": run_name,
                 "target": spec.train.job or spec.train.entrypoint,
                 "config": spec.train.config, "num_workers": spec.scaling.num_workers,
-                "use_gpu": spec.scaling.use_gpu, "precision": spec.precision,
+                "use_gpu": use_gpu, "precision": spec.precision,
                 "loader_workers": spec.data.loader_workers, "pin_memory": spec.data.pin_memory,
                 "storage_path": storage, "num_to_keep": spec.checkpoint.num_to_keep,
                 "max_failures": spec.checkpoint.max_failures, "placement": spec.scaling.placement,
@@ -258,9 +264,6 @@ class Orch:
             # `python` in a run: or setup: line means the interpreter orch (and its Ray) runs in.
             command = f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"\n{command}'
         entrypoint = f"bash -c {shlex.quote(command)}"
-        # What the job holds on the offer it was placed on: what `orch serve`'s queue
-        # reserves for it and placement's wait estimate assumed.
-        holds = job_demand(spec, (decision or {}).get("choice"))
         est_hours = ((decision or {}).get("estimate") or {}).get("hours")
         # The cluster keeps these with the job, so any orch can estimate the queue from them.
         metadata = {"orch_job": job_id, "name": spec.name or "job", "cpus": holds.cpus,

@@ -57,7 +57,8 @@ def job_demand(spec: Any, choice: Optional[Mapping] = None) -> Demand:
 
     A `train:` job holds what its Ray Train workers ask Ray for: one GPU each on GPUs (and
     no CPU, as Ray Train does), else one CPU each. It runs on GPUs when `scaling.use_gpu`
-    is true, or is `auto` and the offer (or, without one, the job file) has GPUs. A `run:`
+    is true, or is `auto` and the offer (or, without one, the job file) has a GPU for
+    each worker (with fewer, Ray Train's workers run on CPUs, as the runner decides). A `run:`
     job is one process: its accelerator count in GPUs, else `resources.cpus` CPUs (at
     least one). A job file that asks for more GPUs or CPUs than its workers use holds what
     it asked for, as it was priced. `use_gpu: false` holds no GPU: no worker uses one."""
@@ -70,7 +71,9 @@ def job_demand(spec: Any, choice: Optional[Mapping] = None) -> Demand:
         priced = float(choice.get("count") or 0) if choice.get("gpu") else 0.0
     else:
         priced = _accelerator_count(_field(resources, "accelerators"))
-    if use_gpu is True or (use_gpu is not False and priced > 0):
+    # `auto` uses GPUs when there is one per worker, as the runner decides on the target
+    # (and placement prices an `auto` train job on offers with a GPU per worker).
+    if use_gpu is True or (use_gpu == "auto" and priced > 0 and priced >= workers):
         return Demand(0.0, max(workers, priced))
     cpus = _field(resources, "cpus")
     asked = float(str(cpus).rstrip("+")) if cpus is not None else 0.0

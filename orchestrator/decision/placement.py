@@ -56,6 +56,7 @@ class Needs:
     region: Optional[str]
     use_spot: bool
     gpu_allowed: bool
+    gpu_workers: float = 1.0  # GPUs a job without `accelerators` needs to run on GPUs
 
     @classmethod
     def of(cls, spec) -> "Needs":
@@ -70,7 +71,8 @@ class Needs:
         return cls(choices=tuple((canonical_gpu(c.name), c.count) for c in r.accelerator_choices()),
                    cpus=quantity_min(r.cpus), memory=quantity_min(r.memory),
                    cloud=cloud.lower() if cloud else None, region=region, use_spot=r.use_spot,
-                   gpu_allowed=spec.scaling.use_gpu is not False)
+                   gpu_allowed=spec.scaling.use_gpu is not False,
+                   gpu_workers=float(spec.scaling.num_workers) if spec.train is not None else 1.0)
 
     def describe(self) -> str:
         parts = [", ".join(f"{g}:{c:g}" for g, c in self.choices) or "no accelerator"]
@@ -89,8 +91,8 @@ def _candidates(needs: Needs, index: OfferIndex) -> list[tuple[Offer, float]]:
     out: list[tuple[Offer, float]] = []
     if needs.choices:
         wanted = dict.fromkeys(needs.choices)  # a model named twice is matched once
-    elif needs.gpu_allowed:
-        wanted = dict.fromkeys((g, 1.0) for g in index.models())
+    elif needs.gpu_allowed:  # any GPU model, one per Ray Train worker
+        wanted = dict.fromkeys((g, needs.gpu_workers) for g in index.models())
     else:
         wanted = {}
     for gpu, count in wanted:

@@ -46,7 +46,9 @@ TABLE = [
     (T + "scaling: {num_workers: 4, use_gpu: true}\n", None, Demand(gpus=4)),
     # auto on the GPU placement chose (for this job or for the offer it prices)
     (T + "scaling: {num_workers: 1}\n", on("RTX4090", 1), Demand(gpus=1)),
-    (T + "scaling: {num_workers: 2}\n", A100, Demand(gpus=2)),
+    (T + "scaling: {num_workers: 2}\n", on("A100", 2), Demand(gpus=2)),
+    # auto with fewer GPUs than workers: Ray Train's workers run on CPUs (the runner's rule)
+    (T + "scaling: {num_workers: 2}\n", A100, Demand(cpus=2)),
     # asking for more than the workers use holds what was asked, as it was priced
     (T + "scaling: {num_workers: 3}\nresources: {cpus: 8}\n", ON_CPU,
      Demand(cpus=8)),
@@ -55,6 +57,8 @@ TABLE = [
     (T + "scaling: {num_workers: 2}\nresources: {accelerators: A100:4}\n",
      on("A100", 4), Demand(gpus=4)),
     (T + "scaling: {num_workers: 2}\nresources: {accelerators: A100:1}\n", A100,
+     Demand(cpus=2)),
+    (T + "scaling: {num_workers: 2, use_gpu: true}\nresources: {accelerators: A100:1}\n", A100,
      Demand(gpus=2)),
     # run: one process; its accelerators, else resources.cpus (at least one)
     ("run: echo hi\n", None, Demand(cpus=1)),

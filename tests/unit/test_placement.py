@@ -273,3 +273,20 @@ def test_an_index_is_reusable_across_jobs():
         d = decide(spec, classify(spec, FP, [], NOW, s, False, 1.0), index, capacity, s)
         picks.append(d.choice.offer)
     assert picks == [RUNPOD, RUNPOD_SPOT, ONPREM]
+
+
+def test_an_auto_gpu_train_job_is_priced_on_a_gpu_per_worker():
+    """Ray Train's workers use GPUs (`use_gpu: auto`) only with one each: a two-worker job
+    without `accelerators` is priced on two-GPU offers and on CPUs, never on one GPU,
+    where its workers would run on the CPUs of a GPU machine paid for."""
+    two = Offer("cloud", "A100", 2, 2.1, cloud="runpod", region="CA", cpus=32)
+    cpu = Offer("cloud", None, 0, 0.4, cloud="runpod", region="CA", cpus=16)
+    spec = load_spec_text("name: t\ntrain: {job: image-classification}\n"
+                          "scaling: {num_workers: 2}\nestimate: {hours: 1}\n")
+    s = Settings(clouds=["runpod"], mode="hybrid")
+    d = decide(spec, classify(spec, FP, [], NOW, s, False, 1.0), [RUNPOD, two, cpu], None, s)
+    priced = {(a.offer.gpu, a.offer.count) for a in d.alternatives}
+    assert priced == {("A100", 2), (None, 0)}, d.alternatives
+    one = load_spec_text("name: t\ntrain: {job: image-classification}\nestimate: {hours: 1}\n")
+    d1 = decide(one, classify(one, FP, [], NOW, s, False, 1.0), [RUNPOD, two, cpu], None, s)
+    assert ("A100", 1) in {(a.offer.gpu, a.offer.count) for a in d1.alternatives}

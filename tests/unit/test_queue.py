@@ -111,7 +111,10 @@ def test_an_unreadable_target_holds_its_jobs_and_says_why():
       "resources": {"cpus": "2+"}}, {"gpu": None, "count": 0}, Demand(cpus=3)),
     ({"train": {"job": "x"}, "scaling": {"num_workers": 4, "use_gpu": True}}, None, Demand(gpus=4)),
     ({"train": {"job": "x"}, "scaling": {"num_workers": 2},
-      "resources": {"accelerators": "A100:1"}}, {"gpu": "A100", "count": 1}, GPU2),
+      "resources": {"accelerators": "A100:2"}}, {"gpu": "A100", "count": 2}, GPU2),
+    # auto with one GPU for two workers: they run on CPUs, as the runner decides
+    ({"train": {"job": "x"}, "scaling": {"num_workers": 2},
+      "resources": {"accelerators": "A100:1"}}, {"gpu": "A100", "count": 1}, CPU2),
     # auto on a GPU the placement chose: Ray Train will use it
     ({"train": {"job": "x"}, "scaling": {"num_workers": 1}}, {"gpu": "RTX4090", "count": 1}, GPU1),
     ({"run": "python t.py", "resources": {"accelerators": {"H100": 8}}},

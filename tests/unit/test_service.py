@@ -26,6 +26,13 @@ def test_launch_for_a_train_job(tmp_path):
     assert launch.env["SEED"] == "3" and launch.env["ORCH_JOB_ID"] == "orch-abc"
     assert "-m jobs.runner" in launch.entrypoint and "echo hi" in launch.entrypoint
     assert launch.entrypoint.startswith("bash -c ")
+    assert run["use_gpu"] == "auto"  # no placement: the runner looks at the target itself
+    # Placed: the workers use GPUs exactly when the offer priced has one for each.
+    for choice, gpus in (({"gpu": "A100", "count": 2}, True), ({"gpu": "A100", "count": 1}, False),
+                         ({"gpu": None, "count": 0}, False)):
+        launch = orch.launch_for("orch-abc", spec, "onprem", {"choice": choice})
+        assert json.loads(launch.env["ORCH_RUN"])["use_gpu"] is gpus, choice
+        assert launch.metadata["gpus"] == (2 if gpus else 0), choice
 
 
 def test_a_job_whose_submit_died_before_launch_is_marked_failed(tmp_path):

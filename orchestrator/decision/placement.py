@@ -57,6 +57,7 @@ class Needs:
     use_spot: bool
     gpu_allowed: bool
     gpu_workers: float = 1.0  # GPUs a job without `accelerators` needs to run on GPUs
+    gpu_required: bool = False  # a train job with `use_gpu: true`: a GPU for each worker
 
     @classmethod
     def of(cls, spec) -> "Needs":
@@ -72,7 +73,8 @@ class Needs:
                    cpus=quantity_min(r.cpus), memory=quantity_min(r.memory),
                    cloud=cloud.lower() if cloud else None, region=region, use_spot=r.use_spot,
                    gpu_allowed=spec.scaling.use_gpu is not False,
-                   gpu_workers=float(spec.scaling.num_workers) if spec.train is not None else 1.0)
+                   gpu_workers=float(spec.scaling.num_workers) if spec.train is not None else 1.0,
+                   gpu_required=spec.train is not None and spec.scaling.use_gpu is True)
 
     def describe(self) -> str:
         parts = [", ".join(f"{g}:{c:g}" for g, c in self.choices) or "no accelerator"]
@@ -112,6 +114,10 @@ def _misfit(o: Offer, needs: Needs) -> Optional[str]:
         return f"{o.cpus:g} CPUs < {needs.cpus:g}"
     if needs.memory and o.memory_gb is not None and o.memory_gb < needs.memory:
         return f"{o.memory_gb:g} GiB memory < {needs.memory:g}"
+    if needs.gpu_required and o.gpu and o.count < needs.gpu_workers:
+        # Ray Train would wait forever for a GPU per worker that is not there.
+        return (f"{needs.gpu_workers:g} workers with use_gpu: true need {needs.gpu_workers:g} "
+                f"GPUs, it has {o.count:g}")
     return None
 
 

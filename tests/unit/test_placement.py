@@ -290,3 +290,18 @@ def test_an_auto_gpu_train_job_is_priced_on_a_gpu_per_worker():
     one = load_spec_text("name: t\ntrain: {job: image-classification}\nestimate: {hours: 1}\n")
     d1 = decide(one, classify(one, FP, [], NOW, s, False, 1.0), [RUNPOD, two, cpu], None, s)
     assert ("A100", 1) in {(a.offer.gpu, a.offer.count) for a in d1.alternatives}
+
+
+def test_gpu_workers_that_cannot_all_have_a_gpu_are_refused_not_left_waiting():
+    spec = load_spec_text("name: t\ntrain: {job: image-classification}\n"
+                          "scaling: {num_workers: 4, use_gpu: true}\n"
+                          "resources: {accelerators: A100:1}\nestimate: {hours: 1}\n")
+    s = Settings(clouds=["lambda", "runpod"], mode="hybrid")
+    d = decide(spec, classify(spec, FP, [], NOW, s, False, 1.0), [LAMBDA, RUNPOD], None, s)
+    assert d.choice is None and d.refusal
+    assert all(a.excluded == "4 workers with use_gpu: true need 4 GPUs, it has 1"
+               for a in d.alternatives), d.alternatives
+    owned = OwnedGpus(gpu="A100", count=4, purchase_price=40000)  # a pool with 4: it fits
+    d = decide(spec, classify(spec, FP, [], NOW, s, False, 1.0),
+               [LAMBDA, onprem_offer(owned, 0.15)], None, Settings(onprem=[owned], mode="hybrid"))
+    assert d.choice is not None and d.choice.offer.target == "onprem"

@@ -130,7 +130,8 @@ def test_busy_cluster_bursts_to_cloud_or_queues(cluster, home, tmp_path):
         clouds = dict(ORCH_CLOUDS="lambda,runpod,aws",
                       ORCH_CATALOG_DIR=str(ROOT / "examples" / "catalog"),
                       ORCH_MAX_WAIT_MINUTES="30")
-        steady = job_file(tmp_path, "nightly", allow="[onprem, cloud]")
+        # One worker: the example catalogs rent one-GPU machines (two workers need two GPUs).
+        steady = job_file(tmp_path, "nightly", workers=1, allow="[onprem, cloud]")
         proc = orch(cluster, home, "plan", str(steady), "--json", **clouds)
         assert proc.returncode == 0, proc.stderr
         plan = json.loads(proc.stdout)
@@ -138,7 +139,7 @@ def test_busy_cluster_bursts_to_cloud_or_queues(cluster, home, tmp_path):
         why = " ".join(plan["reasons"])
         assert "cloud burst" in why and "busy" in why and "30 min" in why, why
 
-        onprem_only = job_file(tmp_path, "nightly2", allow="[onprem]")
+        onprem_only = job_file(tmp_path, "nightly2", workers=1, allow="[onprem]")
         plan = json.loads(orch(cluster, home, "plan", str(onprem_only), "--json", **clouds).stdout)
         assert plan["target"] == "onprem", plan
         assert "queued on-prem" in " ".join(plan["reasons"])

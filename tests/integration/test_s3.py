@@ -67,8 +67,9 @@ def test_checkpoints_on_s3_survive_an_interruption_and_a_new_job_resumes(
     states = [k for k in saved if k.endswith("/state.pt")]
     assert states and all(k.split("/")[2].startswith("checkpoint_") for k in states), saved
     # num_to_keep is 2: Ray deletes older ones from the bucket once a newer one is kept,
-    # so a cancel between the two steps can leave one more, never all of them.
-    assert len(states) <= min(3, done_before), saved
+    # so a cancel between the two steps can leave one more. (Not compared with the epochs
+    # orch saw: the job may report one more epoch while the cancel is on its way.)
+    assert len(states) <= 3, saved
 
     second_file = _job(tmp_path, "second.yaml", moto_s3.bucket,
                        "  resume_from: latest\n")

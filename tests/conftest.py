@@ -183,3 +183,20 @@ def store_text(home: Path) -> str:
                                              "WHERE table_schema = current_schema()")]
         return "\n".join(str(row) for t in tables
                          for row in conn.execute(f'SELECT row_to_json(t)::text FROM "{t}" t'))
+
+
+def serve_settings(tmp_path: Path, monkeypatch, **settings):
+    """Settings for an in-process `orch serve` app on a fresh home (only the PostgreSQL
+    pass's ORCH_DATABASE_URL kept from the environment), and alice's token in its store."""
+    from orchestrator.server import auth
+    from orchestrator.settings import Settings
+
+    for k in list(os.environ):
+        if k.startswith("ORCH_") and k != "ORCH_DATABASE_URL":
+            monkeypatch.delenv(k)
+    s = Settings(home=tmp_path / "home", mode="local", **settings)
+    store = store_at(s.home)
+    token, digest = auth.new_token()
+    store.add_token("alice", digest)
+    store.close()
+    return s, token

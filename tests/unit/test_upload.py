@@ -217,20 +217,11 @@ def test_which_workdir_a_client_sends(tmp_path):
 def api(tmp_path, monkeypatch):
     from fastapi.testclient import TestClient
 
-    from orchestrator.server import auth
     from orchestrator.server.app import create_app
     from orchestrator.server.scheduler import Scheduler
-    from orchestrator.settings import Settings
-    from tests.conftest import store_at
+    from tests.conftest import serve_settings
 
-    for k in list(os.environ):
-        if k.startswith("ORCH_") and k != "ORCH_DATABASE_URL":
-            monkeypatch.delenv(k)
-    settings = Settings(home=tmp_path / "home", mode="local", upload_max_mb=1)
-    store = store_at(settings.home)
-    token, digest = auth.new_token()
-    store.add_token("alice", digest)
-    store.close()
+    settings, token = serve_settings(tmp_path, monkeypatch, upload_max_mb=1)
     sched = Scheduler(settings)
     with TestClient(create_app(settings, sched, run_scheduler=False)) as client:
         def call(method, path, **kw):

@@ -18,7 +18,7 @@ from orchestrator import upload, upload_gc
 from orchestrator.errors import InputError
 from orchestrator.store import iso
 from orchestrator.upload_gc import Folder, Use, collect, decide, job_uses, schedule_uses
-from tests.conftest import store_at
+from tests.conftest import serve_settings, store_at
 
 HOUR = 3600.0
 NOW = 1_800_000_000.0
@@ -240,19 +240,10 @@ def server(tmp_path, monkeypatch):
     """`orch serve`'s app on a loopback port (no scheduler thread): (url, token, settings)."""
     import uvicorn
 
-    from orchestrator.server import auth
     from orchestrator.server.app import create_app
     from orchestrator.server.scheduler import Scheduler
-    from orchestrator.settings import Settings
 
-    for k in list(os.environ):
-        if k.startswith("ORCH_") and k != "ORCH_DATABASE_URL":
-            monkeypatch.delenv(k)
-    settings = Settings(home=tmp_path / "home", mode="local", upload_max_mb=1)
-    store = store_at(settings.home)
-    token, digest = auth.new_token()
-    store.add_token("alice", digest)
-    store.close()
+    settings, token = serve_settings(tmp_path, monkeypatch, upload_max_mb=1)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     app = create_app(settings, Scheduler(settings), run_scheduler=False)

@@ -194,10 +194,8 @@ class Local:
         return self.orch.store
 
     def schedule(self, sched_id: str) -> dict:
-        from orchestrator.server.schedules import find
-
         store = self._store_with_schedules(sched_id)
-        s = find(store, sched_id)
+        s = store.schedule(sched_id)
         return public_schedule(s, store.schedule_events(s["id"]))
 
     def pause_schedule(self, sched_id: str, paused: bool = True) -> dict:

@@ -504,17 +504,23 @@ class Store:
 
     def get(self, job_id: str) -> dict:
         """A job by id, or by a unique prefix of it."""
-        row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
-            # A prefix, literally: '_' and '%' in what was typed match only themselves.
-            prefix = job_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            rows = self._db.execute("SELECT * FROM jobs WHERE id LIKE ? ESCAPE '\\' LIMIT 2",
-                                    (prefix + "%",)).fetchall()
-            if len(rows) != 1:
-                raise NotFound(f"no job {job_id!r}" if not rows else f"{job_id!r} matches several jobs",
-                               "`orch status` lists the jobs with their ids")
-            row = rows[0]
-        return self._record(row)
+        return self._record(self._one("jobs", job_id, "job",
+                                      "`orch status` lists the jobs with their ids"))
+
+    def _one(self, table: str, key: str, what: str, hint: str):
+        """The row of `table` whose id is `key`, or the one whose id starts with it;
+        NotFound for none (an empty key matches none) or several."""
+        row = self._db.execute(f"SELECT * FROM {table} WHERE id = ?", (key,)).fetchone()
+        if row is not None:
+            return row
+        # A prefix, literally: '_' and '%' in what was typed match only themselves.
+        prefix = key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self._db.execute(f"SELECT * FROM {table} WHERE id LIKE ? ESCAPE '\\' LIMIT 2",
+                                (prefix + "%",)).fetchall() if key else []
+        if len(rows) != 1:
+            raise NotFound(f"no {what} {key!r}" if not rows else f"{key!r} matches several "
+                           f"{what}s", hint)
+        return rows[0]
 
     def list(self, limit: int = 50, statuses: Optional[tuple] = None,
              since: Optional[float] = None) -> list[dict]:
@@ -631,10 +637,9 @@ class Store:
         return self.schedule(sched_id)
 
     def schedule(self, sched_id: str) -> dict:
-        row = self._db.execute("SELECT * FROM schedules WHERE id = ?", (sched_id,)).fetchone()
-        if row is None:
-            raise NotFound(f"no schedule {sched_id!r}", "GET /v1/schedules lists them")
-        return _schedule(row)
+        """A schedule by id, or by a unique prefix of it."""
+        return _schedule(self._one("schedules", sched_id, "schedule",
+                                   "`orch schedule list` shows the schedules with their ids"))
 
     def schedules(self) -> list[dict]:
         return [_schedule(r) for r in
@@ -662,7 +667,7 @@ class Store:
     def pause_schedule(self, sched_id: str, paused: bool, next_at: float, message: str) -> dict:
         """Pause or resume a schedule; a resumed one starts again from `next_at`, so the
         slots it missed while paused are not caught up."""
-        self.schedule(sched_id)  # NotFound
+        sched_id = self.schedule(sched_id)["id"]  # NotFound; a prefix resolved
         with self._write() as db:
             db.execute("UPDATE schedules SET paused = ?, next_at = ? WHERE id = ?",
                        (int(paused), next_at, sched_id))
@@ -680,7 +685,7 @@ class Store:
 
     def remove_schedule(self, sched_id: str) -> None:
         """Delete a schedule and its log in one transaction; the jobs it ran are kept."""
-        self.schedule(sched_id)  # NotFound
+        sched_id = self.schedule(sched_id)["id"]  # NotFound; a prefix resolved
         with self._write() as db:
             db.execute("DELETE FROM schedule_events WHERE schedule_id = ?", (sched_id,))
             db.execute("DELETE FROM schedules WHERE id = ?", (sched_id,))

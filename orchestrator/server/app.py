@@ -22,19 +22,12 @@ from starlette.exceptions import HTTPException
 
 from orchestrator.errors import BackendError, InputError, NotFound, OrchError, StoreError
 from orchestrator.server import auth
+from orchestrator.server.auth import Forbidden, Unauthorized
 from orchestrator.server.scheduler import Scheduler, queue_info
 from orchestrator.store import TERMINAL, public, public_schedule
 from orchestrator.upload import DIGEST_PATTERN, MiB, TooLarge
 
 MAX_SPEC = 1 << 20  # the job file limit orch applies everywhere
-
-
-class Unauthorized(OrchError):
-    exit_code = 2
-
-
-class Forbidden(OrchError):
-    exit_code = 2
 
 
 _STATUS = ((Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (TooLarge, 413), (InputError, 400),
@@ -252,11 +245,9 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
     @app.get("/v1/schedules/{sched_id}")
     def schedule(sched_id: str, who: auth.Caller = Depends(caller)):
         """One schedule (an id or a unique prefix) with its recent log."""
-        from orchestrator.server.schedules import find
-
         with scheduler.session() as local:
             store = local.orch.store
-            s = find(store, sched_id)
+            s = store.schedule(sched_id)
             return public_schedule(s, store.schedule_events(s["id"]))
 
     @app.post("/v1/schedules/{sched_id}/pause")

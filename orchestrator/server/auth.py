@@ -12,8 +12,22 @@ import secrets
 from dataclasses import dataclass
 from typing import Optional
 
+from orchestrator.errors import OrchError
+
 PREFIX = "orch_"  # tells a reader (or a secret scanner) what the string is
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}$")
+
+
+class Unauthorized(OrchError):
+    """No token, or one the store does not know (HTTP 401)."""
+
+    exit_code = 2
+
+
+class Forbidden(OrchError):
+    """Another user's job or schedule (HTTP 403)."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ import os
 import time
 from typing import Optional
 
-from orchestrator.errors import NotFound
 from orchestrator.server import cron
 from orchestrator.store import TERMINAL, iso, public_schedule
 
@@ -67,30 +66,14 @@ def register(local, spec, text: str, file: Optional[str], owner: Optional[str],
     return public_schedule(rec, local.orch.store.schedule_events(rec["id"]))
 
 
-LIST_HINT = "`orch schedule list` shows the schedules with their ids"
-
-
-def find(store, sched_id: str) -> dict:
-    """A schedule by its id or a unique prefix of it, as jobs are found."""
-    every = store.schedules()
-    exact = [s for s in every if s["id"] == sched_id]
-    found = exact or [s for s in every if sched_id and s["id"].startswith(sched_id)]
-    if len(found) != 1:
-        raise NotFound(f"no schedule {sched_id!r}" if not found else
-                       f"{sched_id!r} matches several schedules", LIST_HINT)
-    return found[0]
-
-
 def _check_may_change(s: dict, who) -> None:
     """`who` None: the store itself, on the server's machine (as `orch token` does)."""
     from orchestrator.server import auth
 
     if who is not None and not auth.may_cancel(who, s["owner"]):
-        from orchestrator.server.app import Forbidden  # only a server has callers
-
-        raise Forbidden(f"{s['id']} belongs to {s['owner'] or 'the server'}: {who.name} may not "
-                        "change it", "only its owner or an admin token (`orch token create NAME "
-                        "--admin`) can")
+        raise auth.Forbidden(f"{s['id']} belongs to {s['owner'] or 'the server'}: {who.name} "
+                             "may not change it", "only its owner or an admin token (`orch token "
+                             "create NAME --admin`) can")
 
 
 def by_name(who) -> str:
@@ -109,7 +92,7 @@ def set_paused(store, sched_id: str, paused: bool, who=None, now: Optional[float
     """Pause or resume a schedule (its owner, an admin, or the store's own user); a resumed
     one runs from its next slot after `now`. Asking for the state it is in changes nothing
     ("unchanged": True)."""
-    s = find(store, sched_id)
+    s = store.schedule(sched_id)
     _check_may_change(s, who)
     if s["paused"] == paused:
         return {**public_schedule(s, store.schedule_events(s["id"])), "unchanged": True}
@@ -121,7 +104,7 @@ def set_paused(store, sched_id: str, paused: bool, who=None, now: Optional[float
 
 def remove(store, sched_id: str, who=None) -> dict:
     """Delete a schedule and its log; the jobs it ran are kept. Returns what it was."""
-    s = find(store, sched_id)
+    s = store.schedule(sched_id)
     _check_may_change(s, who)
     gone = public_schedule(s, store.schedule_events(s["id"]))
     store.remove_schedule(s["id"])

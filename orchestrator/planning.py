@@ -61,7 +61,7 @@ def cluster_capacity(spec, settings, now: float) -> Capacity:
     `load` lets placement ask again for each offer, with what the job would hold there
     (decision.demand); the answer here is for the job file's own accelerators."""
     from orchestrator.decision.capacity import ClusterLoad, Running
-    from orchestrator.decision.demand import Demand, job_demand
+    from orchestrator.decision.demand import job_demand
     from orchestrator.errors import BackendError
     from providers.onprem import OnPremProvider
 
@@ -77,9 +77,8 @@ def cluster_capacity(spec, settings, now: float) -> Capacity:
             remaining = max(0.0, j.est_hours * 3600 - (now - j.start_time))
         running.append(Running(cpus=j.cpus, gpus=j.gpus, remaining_s=remaining,
                                queued=j.status == "PENDING"))
-    total = Demand(snap.total.get("CPU", 0.0), snap.total.get("GPU", 0.0))
-    load = ClusterLoad.of(total, Demand(snap.used.get("CPU", 0.0), snap.used.get("GPU", 0.0)),
-                          running)
+    total, used = snap.demands()
+    load = ClusterLoad.of(total, used, running)
     source = (f"{snap.address}: {load.free_cpus:g}/{total.cpus:g} CPUs and "
               f"{load.free_gpus:g}/{total.gpus:g} GPUs free, {len(snap.jobs)} jobs active")
     return dataclasses.replace(load.start(job_demand(spec), source), load=load)

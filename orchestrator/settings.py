@@ -37,6 +37,11 @@ class OwnedGpus(BaseModel):
     utilization: float = Field(0.6, gt=0, le=1, description="expected busy fraction over the lifetime")
     watts: float = Field(300.0, ge=0, description="per GPU under load, host share included")
 
+    @property
+    def cpu_pool(self) -> bool:
+        """`gpu = "CPU"`: a pool of CPU-only nodes, `count` of them."""
+        return self.gpu.strip().upper() == "CPU"
+
 
 class LocalMachine(BaseModel):
     """This workstation, when it is where a job runs."""

@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from orchestrator.store import TERMINAL, iso
-from orchestrator.upload import human, uploads_root
+from orchestrator.upload import DIGEST_PATTERN, human, uploads_root
 
 log = logging.getLogger("orch.serve")
 
 HOUR = 3600.0
 TEMP_MAX_AGE_S = HOUR  # an unpack or a removal that has not moved for this long is dead
 TEMP_PREFIXES = (".unpacking-", ".removing-")
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+_DIGEST = re.compile(DIGEST_PATTERN)
 # `uploads/<sha256>` as a path segment pair, wherever it is written (any HOME, any spelling).
 _IN_UPLOAD = re.compile(r"(?:^|[/\\])uploads[/\\]+(?:\.[/\\]+)*([0-9a-f]{64})(?![0-9a-f])")
 

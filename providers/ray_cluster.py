@@ -75,6 +75,13 @@ class ClusterSnapshot:
     def free(self, resource: str) -> float:
         return max(0.0, self.total.get(resource, 0.0) - self.used.get(resource, 0.0))
 
+    def demands(self):
+        """(total, used) CPUs and GPUs, as decision.demand counts them."""
+        from orchestrator.decision.demand import Demand
+
+        return (Demand(self.total.get("CPU", 0.0), self.total.get("GPU", 0.0)),
+                Demand(self.used.get("CPU", 0.0), self.used.get("GPU", 0.0)))
+
     @property
     def gpu_models(self) -> dict[str, float]:
         out: dict[str, float] = {}

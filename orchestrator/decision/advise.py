@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from orchestrator.decision.cost import fmt_money
-from orchestrator.decision.gpus import CPU, canonical_gpu, relative_speed
+from orchestrator.decision.gpus import canonical_gpu, relative_speed
 from orchestrator.decision.models import Offer
 from orchestrator.ledger import entry as ledger_entry
 
@@ -298,7 +298,7 @@ def advise(records: Sequence[dict], settings, offers: Sequence[Offer], now: floa
     for row in by_target.values():
         row["cost_per_month_usd"] = row["cost_usd"] / months
 
-    owned_gpus = sum(inv.count for inv in settings.onprem if inv.gpu.strip().upper() != CPU)
+    owned_gpus = sum(inv.count for inv in settings.onprem if not inv.cpu_pool)
     owned = None
     if owned_gpus:
         window_h = span * 24.0

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from orchestrator.decision.demand import Demand
+from orchestrator.decision.demand import Demand, room_left
 from orchestrator.decision.models import Capacity
 
 
@@ -53,14 +53,12 @@ class ClusterLoad:
 
     @classmethod
     def of(cls, total: Demand, used: Demand, jobs: Sequence[Running]) -> "ClusterLoad":
-        """Held now is what the cluster reports used or what the running jobs hold by their
-        records (decision.demand), whichever is more, per resource, as `orch serve`'s queue
-        counts it: a `run:` job holds nothing in Ray's view, nor a job whose workers are
-        still starting."""
+        """Free as `orch serve`'s queue counts it (demand.room_left), the running jobs'
+        records giving what they hold."""
         held = Demand(sum(j.cpus for j in jobs if not j.queued),
                       sum(j.gpus for j in jobs if not j.queued))
-        return cls(max(0.0, total.cpus - max(used.cpus, held.cpus)),
-                   max(0.0, total.gpus - max(used.gpus, held.gpus)), tuple(jobs))
+        free = room_left(total, used, held)
+        return cls(free.cpus, free.gpus, tuple(jobs))
 
     def start(self, need: Demand, source: str) -> Capacity:
         return estimate_start(self.free_cpus, self.free_gpus, self.jobs, need.cpus, need.gpus,

@@ -144,7 +144,7 @@ def onprem_offer(inv, electricity_price: float) -> Offer:
     """The offer of one on-prem inventory line (settings.OwnedGpus)."""
     am, pw = owned_hourly(inv.purchase_price, inv.lifetime_years, inv.utilization,
                           inv.watts * inv.count, electricity_price)
-    cpu_pool = inv.gpu.strip().upper() == "CPU"
+    cpu_pool = inv.cpu_pool
     return Offer(target="onprem", gpu=None if cpu_pool else canonical_gpu(inv.gpu),
                  count=0 if cpu_pool else inv.count, cpus=getattr(inv, "cpus", None),
                  price_per_hour=am + pw, amortized_per_hour=am, power_per_hour=pw)

@@ -17,12 +17,27 @@ class Demand:
     def __add__(self, other: "Demand") -> "Demand":
         return Demand(self.cpus + other.cpus, self.gpus + other.gpus)
 
+    def minus(self, other: "Demand") -> "Demand":
+        """What is left after `other`, never below nothing."""
+        return Demand(max(0.0, self.cpus - other.cpus), max(0.0, self.gpus - other.gpus))
+
+    def most(self, other: "Demand") -> "Demand":
+        """The larger of the two, per resource."""
+        return Demand(max(self.cpus, other.cpus), max(self.gpus, other.gpus))
+
     def within(self, room: "Demand") -> bool:
         return self.cpus <= room.cpus + 1e-9 and self.gpus <= room.gpus + 1e-9
 
     def describe(self) -> str:
         parts = [f"{n:g} {unit}" for n, unit in ((self.gpus, "GPU"), (self.cpus, "CPU")) if n]
         return " and ".join(parts) or "nothing"
+
+
+def room_left(total: Demand, used: Demand, held: Demand) -> Demand:
+    """What a target has left: its total less what its backend reports used or what orch's
+    records say its jobs hold, whichever is more, per resource. (A `run:` job holds
+    nothing in Ray's view, nor a job whose workers are still starting.)"""
+    return total.minus(used.most(held))
 
 
 def _field(obj: Any, key: str) -> Any:

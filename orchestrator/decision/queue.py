@@ -14,7 +14,7 @@ from typing import Literal, Mapping, Optional, Sequence
 
 # What a job holds is decided once, for placement and the Ray metadata too; the queue
 # re-exports it for its callers.
-from orchestrator.decision.demand import Demand, job_demand
+from orchestrator.decision.demand import Demand, job_demand, room_left
 
 __all__ = ["Action", "Demand", "QueuePlan", "Queued", "Room", "Verdict", "job_demand",
            "ordinal", "plan_queue", "queue_order"]
@@ -37,9 +37,7 @@ class Room:
     most: Optional[Demand] = None  # the most it can ever hold, when more than `total`
 
     def free(self, launched: Demand = Demand()) -> Demand:
-        held = Demand(max(self.used.cpus, self.reserved.cpus) + launched.cpus,
-                      max(self.used.gpus, self.reserved.gpus) + launched.gpus)
-        return Demand(max(0.0, self.total.cpus - held.cpus), max(0.0, self.total.gpus - held.gpus))
+        return room_left(self.total, self.used, self.reserved).minus(launched)
 
 
 @dataclass(frozen=True, slots=True)

@@ -256,8 +256,7 @@ class Scheduler:
                 if j.orch_id and j.orch_id not in ours:
                     ours[j.orch_id] = Demand(j.cpus, j.gpus)
             reserved = sum(ours.values(), Demand())
-            total = Demand(snap.total.get("CPU", 0.0), snap.total.get("GPU", 0.0))
-            used = Demand(snap.used.get("CPU", 0.0), snap.used.get("GPU", 0.0))
+            total, used = snap.demands()
             rooms[target] = Room(total, used, reserved, most=self._most(target, total))
         return rooms
 
@@ -268,9 +267,9 @@ class Scheduler:
 
         if target != "onprem":
             return live
-        gpus = sum(inv.count for inv in self.settings.onprem if inv.gpu.strip().upper() != "CPU")
+        gpus = sum(inv.count for inv in self.settings.onprem if not inv.cpu_pool)
         cpus = sum(inv.cpus or 0 for inv in self.settings.onprem)
-        return Demand(max(live.cpus, cpus), max(live.gpus, gpus))
+        return live.most(Demand(cpus, gpus))
 
     def _launch(self, local, rec: dict) -> bool:
         store, job_id = local.orch.store, rec["id"]
@@ -296,7 +295,6 @@ class Scheduler:
         log.info("%s (%s, owner %s): launched on %s", job_id, rec["name"], rec.get("owner"),
                  rec["target"])
         return True
-
 
     # -- 4. uploads nobody needs --------------------------------------------------------
 

@@ -115,9 +115,20 @@ class Settings(BaseSettings):
     local: LocalMachine = Field(default_factory=LocalMachine)
     steady_min_runs: int = Field(3, ge=1, description="K: runs of one fingerprint that make it steady")
     steady_window_days: float = Field(14, gt=0, description="W: the window those runs count in")
+    steady_min_gap_hours: float = Field(12, ge=0, description="runs closer together than this "
+                                        "count once towards K: a sweep's repeats are one occasion")
     short_job_hours: float = Field(2.0, gt=0, description="expected hours under which a job is short")
     max_wait_minutes: float = Field(60, ge=0, description="longest wait for on-prem before bursting")
     cloud_startup_minutes: float = Field(6, ge=0, description="billed provisioning time per launch")
+    exploratory_backfill: bool = Field(True, description="exploratory work may run on owned GPUs "
+                                       "that are idle now and stay free for its whole run; off: "
+                                       "exploratory work always rents")
+    turnaround_value_per_hour: float = Field(0.0, ge=0, description="what an hour sooner is "
+                                             "worth to you, in `currency`: exploratory options "
+                                             "rank by cost + this x (wait + run hours)")
+    budget_basis: Literal["cash", "full"] = Field(
+        "cash", description="what monthly_budget and budget.max_cost count: cash (cloud rental "
+                            "and power) or full (owned hardware's amortized purchase too)")
     backend_retries: int = Field(3, ge=1, le=10, description="attempts at each call to Ray or "
                                  "SkyPilot before orch reports the backend as failing")
     backend_backoff_s: float = Field(0.5, ge=0, le=60, description="first wait between attempts; "
@@ -125,9 +136,9 @@ class Settings(BaseSettings):
     backend_timeout_s: float = Field(60.0, gt=0, le=3600, description="longest wait for one call "
                                      "to Ray or SkyPilot (a launch: 5 times this)")
     monthly_budget: Optional[float] = Field(
-        None, gt=0, description="spend per calendar month (UTC) over all jobs, in `currency`, full "
-                                "cost incl. owned hardware: plans over it are refused and running "
-                                "jobs are stopped when it is reached")
+        None, gt=0, description="spend per calendar month (UTC) over all jobs, in `currency`, "
+                                "counted as budget_basis says (cash by default): plans over it "
+                                "are refused and running jobs are stopped when it is reached")
     candidates: list[BuyCandidate] = Field(default_factory=list,
                                            description="GPUs you might buy, for `orch advise`")
     # `orch serve`, and the CLI as its client.

@@ -220,6 +220,9 @@ class Data(Strict):
 class Schedule(Strict):
     kind: Literal["auto", "exploratory", "steady"] = "auto"
     cron: Optional[str] = None
+    deadline_hours: Optional[PositiveFloat] = Field(
+        None, description="hours after submission by which the job should be done: steady work "
+                          "waits for owned GPUs while it can still finish by then")
 
     @field_validator("cron")
     @classmethod

@@ -72,11 +72,13 @@ def render(d: dict, name: str, limit: int | None = 40) -> None:
     out.print(f"[bold]{escape(name)}[/]: [cyan]{d['kind']}[/]")
     for r in own:
         out.print(f"  - {escape(r)}")
-    t = Table(title="alternatives, cheapest per job first", title_justify="left")
+    t = Table(title="alternatives, best first: ranked by marginal cost (rent, or owned GPUs' "
+                    "power + what they displace); full cost for the record", title_justify="left")
     for col in ("", "target", "cloud", "region", "GPU", "spot", "price/h", "est. hours",
-                "est. cost", "excluded"):
+                "marginal", "full cost", "excluded"):
         t.add_column(col, no_wrap=col not in ("excluded",),
-                     justify="right" if col in ("price/h", "est. hours", "est. cost") else "left")
+                     justify="right" if col in ("price/h", "est. hours", "marginal",
+                                                "full cost") else "left")
     alts, choice = d["alternatives"], d["choice"]
     rows = list(alts[:limit])
     if choice is not None and choice not in rows:
@@ -86,12 +88,13 @@ def render(d: dict, name: str, limit: int | None = 40) -> None:
         owned = a["target"] != "cloud"
         dev = "CPU" if a["gpu"] is None else f"{a['gpu']} x{a['count']:g}" + (
             f" (of {a['offer_count']:g})" if owned and a["offer_count"] != a["count"] else "")
-        cost = money(a["est_cost"])
-        if a["marginal_cost"] is not None:
-            cost += f" ({money(a['marginal_cost'])} power)"
+        marginal = money(a["marginal_cost"])
+        if owned and a["marginal_cost"] is not None:
+            marginal += " power" + (" + displaced" if a.get("congestion_cost") else "")
+        full = money(a["est_cost"]) + ("" if a.get("full_cost_known", True) else " (power only)")
         t.add_row("[green]>[/]" if i == chosen else "", a["target"], a["cloud"] or "-",
                   a["region"] or "-", dev, "yes" if a["spot"] else "", money(a["price_per_hour"]),
-                  "-" if a["est_hours"] is None else f"{a['est_hours']:.3g}", cost,
+                  "-" if a["est_hours"] is None else f"{a['est_hours']:.3g}", marginal, full,
                   escape(a["excluded"] or ""))
     out.print(t)
     hidden = len(alts) - len(rows)
@@ -101,7 +104,10 @@ def render(d: dict, name: str, limit: int | None = 40) -> None:
     if choice is None:
         out.print(f"[red]no placement:[/] {escape(d['refusal'] or '')}")
         return
-    out.print(f"[bold green]choice:[/] {d['target']}, est. {d['estimate']['hours']:.3g} h, "
-              f"{money(d['estimate']['cost'])} per job (decided on {d['decided_by']} cost)")
+    est = d["estimate"]
+    what = ("of power" if d["target"] != "cloud" else "to rent")
+    out.print(f"[bold green]choice:[/] {d['target']}, est. {est['hours']:.3g} h, "
+              f"{money(est.get('marginal', est['cost']))} {what} decided (marginal cost); "
+              f"{money(est['cost'])} per job in full")
     for r in d["reasons"][len(own):]:
         out.print(f"  - {escape(r)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -22,24 +23,31 @@ class Running:
 
 def estimate_start(free_cpus: float, free_gpus: float, jobs: Sequence[Running],
                    need_cpus: float, need_gpus: float, source: str) -> Capacity:
-    """Start now when enough is free and nobody queues ahead; else wait until enough of
-    the running jobs end, taking the soonest-ending first. Queued jobs go first (FIFO)."""
-    ahead_cpus = sum(j.cpus for j in jobs if j.queued)
-    ahead_gpus = sum(j.gpus for j in jobs if j.queued)
-    want_cpus, want_gpus = need_cpus + ahead_cpus, need_gpus + ahead_gpus
-    if free_cpus >= want_cpus and free_gpus >= want_gpus:
+    """Start now when enough is free and nobody queues ahead; else replay the cluster:
+    running jobs end at their estimated times, queued jobs start in turn (first in,
+    first out) as soon as they fit and hold what they need for their estimated hours
+    (`remaining_s` of a queued job is its whole estimated run), and this job starts when
+    its turn comes and it fits. Unknown only when it waits on a job of unknown length,
+    or could never fit at all."""
+    queued = [j for j in jobs if j.queued]
+    if not queued and free_cpus >= need_cpus - 1e-9 and free_gpus >= need_gpus - 1e-9:
         return Capacity(can_start_now=True, wait_minutes=0.0, source=source)
-    cpus, gpus, wait = free_cpus, free_gpus, 0.0
-    for job in sorted((j for j in jobs if not j.queued),
-                      key=lambda j: math.inf if j.remaining_s is None else j.remaining_s):
-        cpus, gpus = cpus + job.cpus, gpus + job.gpus
-        wait = math.inf if job.remaining_s is None else max(wait, job.remaining_s)
-        if cpus >= want_cpus and gpus >= want_gpus:
-            break
-    else:
-        wait = math.inf  # even an empty cluster would not hold it, or usage is unexplained
-    minutes = None if math.isinf(wait) else wait / 60.0
-    return Capacity(can_start_now=False, wait_minutes=minutes, source=source)
+    inf = math.inf
+    ends = [(inf if j.remaining_s is None else j.remaining_s, i, j.cpus, j.gpus)
+            for i, j in enumerate(jobs) if not j.queued]
+    heapq.heapify(ends)
+    cpus, gpus, now, seq = free_cpus, free_gpus, 0.0, len(jobs)
+    for j in [*queued, Running(need_cpus, need_gpus, None)]:
+        while cpus < j.cpus - 1e-9 or gpus < j.gpus - 1e-9:
+            if not ends or math.isinf(ends[0][0]):  # never fits, or waits on the unknown
+                return Capacity(can_start_now=False, wait_minutes=None, source=source)
+            now, _, c, g = heapq.heappop(ends)
+            cpus, gpus = cpus + c, gpus + g
+        cpus, gpus = cpus - j.cpus, gpus - j.gpus
+        seq += 1
+        heapq.heappush(ends, (inf if j.remaining_s is None else now + j.remaining_s, seq,
+                              j.cpus, j.gpus))
+    return Capacity(can_start_now=now <= 0.0, wait_minutes=now / 60.0, source=source)
 
 
 @dataclass(frozen=True, slots=True)

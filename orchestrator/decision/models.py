@@ -32,6 +32,9 @@ class Offer:
     amortized_per_hour: float = 0.0
     power_per_hour: float = 0.0
     instance_type: Optional[str] = None
+    # Owned hardware whose purchase price orch was not told (a Ray cluster found by its
+    # address alone): what is missing and how to give it; the full cost then counts power only.
+    unpriced: Optional[str] = None
 
     @property
     def owned(self) -> bool:
@@ -90,6 +93,22 @@ class PastRun:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """Owned GPUs that steady work will claim soon: a cron schedule due, or a job queued.
+    Exploratory work backfills owned GPUs only when it would end before these start, or
+    leaves enough free for them. A job that would hold them past `in_hours +
+    slack_hours` pushes that work out: `cloud_cost` (USD) is what renting for it would
+    cost, when known, and is the job's congestion charge."""
+
+    in_hours: float  # from now; 0 for a job already queued
+    gpus: float
+    gpu: Optional[str] = None  # the model it needs; None: any owned GPU
+    what: str = ""
+    cloud_cost: Optional[float] = None
+    slack_hours: float = 0.0  # how long that work may start late and still meet its deadline
+
+
+@dataclass(frozen=True, slots=True)
 class Capacity:
     """What the on-prem cluster can take now; `None` fields mean it was not asked."""
 
@@ -101,6 +120,9 @@ class Capacity:
     # What the cluster has free and runs (a capacity.ClusterLoad): when set, placement
     # estimates each on-prem offer's wait from it, with what the job would hold there.
     load: Optional[Any] = None
+    # Owned GPUs that are idle now but promised to steady work soon (cron schedules due,
+    # queued jobs): what exploratory backfill must leave free.
+    reservations: tuple[Reservation, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,20 +131,33 @@ class Classification:
     reasons: tuple[str, ...]
     recent_successes: int = 0
     expected_hours: Optional[float] = None
+    occasions: int = 0  # of those runs, how many were separate occasions
 
 
 @dataclass(frozen=True, slots=True)
 class Alternative:
-    """One offer priced for this job; `excluded` says why it cannot be chosen."""
+    """One offer priced for this job; `excluded` says why it cannot be chosen.
+
+    Two prices: `est_cost`, the full cost for the record (owned hardware's amortized
+    purchase and power; the cloud's rent), and `marginal_cost`, what choosing it changes
+    in the team's cash and time, which decides: the rent for the cloud; for owned
+    hardware its power plus `congestion`, the price of the steady work it would push out
+    (zero while the owned GPUs stay free for the job's whole run)."""
 
     offer: Offer
     est_hours: Optional[float]
     est_cost: Optional[float]  # USD for the whole job, full cost
-    marginal_cost: Optional[float] = None  # USD, power only; owned hardware
+    marginal_cost: Optional[float] = None  # USD: rent, or power + congestion
     hours_basis: str = ""
     used: float = 0.0  # GPUs the job gets; all of a cloud offer, a share of an owned pool
     excluded: Optional[str] = None
     wait_minutes: float = 0.0
+    power_cost: Optional[float] = None  # USD, owned hardware: the job's share of power
+    congestion: float = 0.0  # USD, owned hardware: what the work it displaces would rent for
+    displaces: str = ""  # that work, in words
+    score: Optional[float] = None  # what it was ranked by: marginal cost (+ turnaround value)
+    cash_cost: Optional[float] = None  # USD the team pays: rent, or power
+    budget_cost: Optional[float] = None  # what budgets count: cash, or full (budget_basis)
 
     @property
     def price_per_hour(self) -> float:
@@ -165,7 +200,10 @@ class Decision:
             "classification": {"kind": self.classification.kind,
                                "reasons": list(self.classification.reasons)},
             "estimate": {"hours": self.est_hours, "cost": m(self.est_cost),
-                         "currency": self.currency, "cost_usd": self.est_cost},
+                         "currency": self.currency, "cost_usd": self.est_cost,
+                         "marginal": m(self.choice.marginal_cost) if self.choice else None,
+                         "cash": m(self.choice.cash_cost) if self.choice else None,
+                         "cash_usd": self.choice.cash_cost if self.choice else None},
             "decided_by": self.decided_by,
             "choice": _alt_dict(self.choice, m) if self.choice else None,
             "refusal": self.refusal,
@@ -184,6 +222,9 @@ def _alt_dict(a: Alternative, m) -> dict:
             "power_per_hour_usd": _share(a, o.power_per_hour) if o.owned else None,
             "est_hours": a.est_hours,
             "est_cost": m(a.est_cost), "marginal_cost": m(a.marginal_cost),
+            "power_cost": m(a.power_cost), "congestion_cost": m(a.congestion),
+            "displaces": a.displaces or None, "cash_cost": m(a.cash_cost), "score": m(a.score),
+            "full_cost_known": o.unpriced is None,
             "wait_minutes": a.wait_minutes, "hours_basis": a.hours_basis,
             "excluded": a.excluded}
 

@@ -58,6 +58,12 @@ def test_cluster_status_without_a_cluster(orch_home):
     ((4, 0), [Running(4, 0, None, queued=True)], (2, 0), False, None),  # a queued job goes first
     ((0, 0), [], (2, 0), False, None),                                # too big for the cluster
     ((8, 1), [Running(0, 2, 300)], (0, 2), False, 5.0),              # GPUs, not CPUs, decide
+    # A small pool with a queue longer than itself: queued plus requested GPUs exceed the
+    # pool, yet each queued job starts as others end, so the wait is known.
+    ((0, 0), [Running(0, 4, 3600), Running(0, 4, 7200, queued=True)], (0, 1), False, 180.0),
+    ((0, 0), [Running(0, 2, 600), Running(0, 2, 1200), Running(0, 2, 1800, queued=True),
+              Running(0, 2, 600, queued=True)], (0, 2), False, 30.0),
+    ((0, 0), [Running(0, 4, 3600), Running(0, 5, 600, queued=True)], (0, 1), False, None),
 ])
 def test_estimate_start(free, jobs, need, now, minutes):
     cap = estimate_start(free[0], free[1], jobs, need[0], need[1], "test")

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from orchestrator.decision import Capacity, Offer, OfferIndex, PastRun, classify, decide
+from orchestrator.decision.models import Reservation
 from orchestrator.decision.cost import local_offer, onprem_offer
 from orchestrator.planning import plan_job
 from orchestrator.settings import LocalMachine, OwnedGpus, Settings
@@ -42,7 +43,8 @@ HYBRID = dict(clouds=["lambda", "runpod"], onprem=[OWNED])
 
 
 def runs(n: int) -> list[PastRun]:
-    return [PastRun(FP, "SUCCEEDED", NOW - 3600 * (i + 1), duration_s=3600, gpu="A100")
+    """`n` successful one-hour runs, one a day: a recurring, steady job."""
+    return [PastRun(FP, "SUCCEEDED", NOW - 86400 * (i + 1), duration_s=3600, gpu="A100")
             for i in range(n)]
 
 
@@ -56,139 +58,192 @@ def plan(extra: str = "", history=(), capacity=None, offers=OFFERS, **settings):
 BUSY = Capacity(onprem_free={"A100": 0}, wait_minutes=120, source="test")
 SOON = Capacity(onprem_free={"A100": 0}, wait_minutes=30, source="test")
 FREE = Capacity(onprem_free={"A100": 4}, wait_minutes=0, source="test")
-# Owned A100s bought dearer: 60,000 USD / (3 y x 8766 h x 60 %) / 4 + 0.06 = 1.01 USD/GPU-h,
-# more than a spot hour (0.77 USD per 1-hour job with start-up) but less than on-demand (1.32).
+
+
+def due(in_hours: float, gpus: float = 4, cloud_cost=None) -> Capacity:
+    """The owned GPUs free now, with a cron schedule due on them in `in_hours`."""
+    return Capacity(onprem_free={"A100": 4}, wait_minutes=0, source="test", reservations=(
+        Reservation(in_hours, gpus, "A100", "cron schedule 'weekly'", cloud_cost),))
+
+
+# Owned A100s bought dearer: 60,000 USD / (3 y x 8766 h x 60 %) / 4 + 0.06 = 1.01 USD/GPU-h
+# in full, more than a spot hour (0.77 USD per 1-hour job with start-up); its power is 0.06.
 PRICEY = OwnedGpus(gpu="A100", count=4, purchase_price=60000, watts=400)
 PRICEY_OFFERS = [LAMBDA, RUNPOD, RUNPOD_SPOT, onprem_offer(PRICEY, 0.15)]
 H100 = Offer("cloud", "H100", 1, 2.0, cloud="c", region="r")
 A100 = Offer("cloud", "A100", 1, 1.0, cloud="c", region="r")
 FAST = "resources: {accelerators: {A100: 1, H100: 1}}\nestimate: {hours: 3, gpu: A100}\n"
 FAST_SPEEDS = {"gpu_speeds": {"A100": 1 / 3, "H100": 1.0}}
+STEADY = "schedule: {kind: steady}\n"
 
-# Per 1-hour A100 job: on-prem 0.69 USD in full (0.63 amortized + 0.06 power), runpod spot
-# 0.70 x 1.1 h = 0.77, runpod on-demand 1.20 x 1.1 = 1.32, lambda 1.30 x 1.1 = 1.43.
+# Per 1-hour A100 job: on-prem 0.69 USD in full (0.63 amortized + 0.06 power, the power
+# alone being what running it changes), runpod spot 0.70 x 1.1 h = 0.77, runpod on-demand
+# 1.20 x 1.1 = 1.32, lambda 1.30 x 1.1 = 1.43.
 # id, job yaml, history, capacity, settings, offers,
 #   expected (kind, target, offer or None), reason fragments (refusal text when no target)
 CASES = [
-    # -- exploratory: the cheapest per job among what can start within max_wait_minutes
-    ("exploratory on owned GPUs when they are free and cheaper per job",
+    # -- exploratory: rents the cheapest GPU per job, or backfills idle owned GPUs
+    ("exploratory backfills idle owned GPUs with nothing due",
      JOB + CKPT, (), FREE, {}, OFFERS,
      ("exploratory", "onprem", ONPREM),
-     ["on-prem A100x1 is cheapest per job: 0.69 USD vs runpod/CA A100x1 spot 0.77 USD",
-      "exploratory work may wait up to 60 min for owned GPUs: on-prem A100x1 can start now",
-      "0.63 USD amortized purchase + 0.06 USD power (the power alone is the marginal cost"]),
+     ["exploratory backfill: on-prem A100x1 is idle now and stays free for the job's 1 h",
+      "0.06 USD of power, the marginal cost that decided, against runpod/CA A100x1 spot at "
+      "0.77 USD to rent",
+      "full cost for the record: 0.69 USD per job = 0.63 USD amortized purchase + 0.06 USD power"]),
     ("exploratory with capacity unchecked: owned assumed free",
      JOB, (), None, {}, OFFERS,
-     ("exploratory", "onprem", ONPREM), ["on-prem A100x1 is cheapest per job: 0.69 USD vs "
-                                         "runpod/CA A100x1 1.32 USD"]),
+     ("exploratory", "onprem", ONPREM), ["exploratory backfill", "against runpod/CA A100x1 at "
+                                         "1.32 USD to rent"]),
     ("exploratory, owned busy, checkpoints: cloud spot",
      JOB + CKPT, (), BUSY, {}, OFFERS,
      ("exploratory", "cloud", RUNPOD_SPOT),
-     ["runpod/CA A100x1 spot is cheapest per job: 0.77 USD vs runpod/CA A100x1 1.32 USD; "
-      "on-prem A100x1 would cost 0.69 USD",
-      "cloud burst: on-prem busy: wait 120 min > max 60 min (exploratory work never queues",
+     ["exploratory work rents the cheapest rentable GPU per job: runpod/CA A100x1 spot at "
+      "0.77 USD to rent vs runpod/CA A100x1 1.32 USD",
+      "not on owned GPUs: on-prem busy: wait 120 min (exploratory work never waits for owned GPUs)",
       "spot: the job checkpoints"]),
     ("exploratory, owned busy, no checkpoints: on-demand",
      JOB, (), BUSY, {}, OFFERS,
      ("exploratory", "cloud", RUNPOD),
-     ["runpod/CA A100x1 is cheapest per job: 1.32 USD", "on-demand: spot would cost 0.77 USD",
+     ["runpod/CA A100x1 at 1.32 USD to rent", "on-demand: spot would cost 0.77 USD",
       "spot needs checkpoint.storage"]),
-    ("exploratory within the max wait: owned",
+    ("exploratory never waits for owned GPUs, even briefly",
      JOB + CKPT, (), SOON, {}, OFFERS,
-     ("exploratory", "onprem", ONPREM), ["on-prem A100x1 can start in about 30 min"]),
-    ("exploratory on cloud spot when it beats owned GPUs in full",
-     JOB + CKPT, (), FREE, {"onprem": [PRICEY]}, PRICEY_OFFERS,
+     ("exploratory", "cloud", RUNPOD_SPOT), ["on-prem busy: wait 30 min (exploratory work never"]),
+    ("exploratory with a cron job due on the owned GPUs before it would end: rents",
+     JOB + CKPT, (), due(0.5), {}, OFFERS,
      ("exploratory", "cloud", RUNPOD_SPOT),
-     ["runpod/CA A100x1 spot is cheapest per job: 0.77 USD vs on-prem A100x1 1.01 USD",
-      "on-prem A100x1 can start now"]),
-    ("a long one-off job, owned busy: on-demand, spot not short",
-     "resources: {accelerators: 'A100:1'}\nestimate: {hours: 30}\n" + CKPT, (), BUSY, {}, OFFERS,
-     ("exploratory", "cloud", RUNPOD), ["on-demand", "spot is for short jobs: 30 h >= 2 h"]),
+     ["not on owned GPUs: cron schedule 'weekly' is due on these GPUs in 0.5 h, before this job "
+      "would end (1 h)"]),
+    ("exploratory with a cron job due after it would end: backfills",
+     JOB + CKPT, (), due(2.0), {}, OFFERS,
+     ("exploratory", "onprem", ONPREM), ["exploratory backfill"]),
+    ("exploratory beside a due cron job that leaves room for it: backfills",
+     JOB + CKPT, (), due(0.5, gpus=2), {}, OFFERS,
+     ("exploratory", "onprem", ONPREM), ["exploratory backfill"]),
+    ("exploratory_backfill off: exploratory always rents",
+     JOB + CKPT, (), FREE, {"exploratory_backfill": False}, OFFERS,
+     ("exploratory", "cloud", RUNPOD_SPOT),
+     ["not on owned GPUs: exploratory_backfill is off: exploratory work rents"]),
+    ("nowhere to rent: exploratory uses owned GPUs within max_wait_minutes",
+     JOB + "placement: {allow: [onprem]}\n", (), SOON, {}, OFFERS,
+     ("exploratory", "onprem", ONPREM),
+     ["no rentable GPU can take it (placement.allow excludes cloud), so it runs on owned GPUs: "
+      "on-prem A100x1 can start in about 30 min, 0.06 USD of power"]),
     ("exploratory, owned busy and no cloud allowed: refused, not queued",
      JOB + "placement: {allow: [onprem]}\n", (), BUSY, {}, OFFERS,
      ("exploratory", None, None), ["nearest option, on-prem A100x1 at 0.69 USD per job",
                                    "raise max_wait_minutes to 120, or set schedule.kind: steady"]),
-    # -- steady: the same rule, and it queues for owned GPUs when nothing else is allowed
-    ("the same job after K runs: on-prem, cheapest in full",
+    ("a long one-off job, owned busy: on-demand, spot not short",
+     "resources: {accelerators: 'A100:1'}\nestimate: {hours: 30}\n" + CKPT, (), BUSY, {}, OFFERS,
+     ("exploratory", "cloud", RUNPOD), ["on-demand", "spot is for short jobs: 30 h >= 2 h"]),
+    ("no turnaround value: the idle owned A100 beats a 3x faster rented H100",
+     FAST, (), FREE, FAST_SPEEDS, [ONPREM, H100],
+     ("exploratory", "onprem", ONPREM),
+     ["0.18 USD of power, the marginal cost that decided, against c/r H100x1 at 2.20 USD"]),
+    ("a turnaround value large enough: the 3x faster rented H100 wins",
+     FAST, (), FREE, {**FAST_SPEEDS, "turnaround_value_per_hour": 5}, [ONPREM, H100],
+     ("exploratory", "cloud", H100),
+     ["on-prem A100x1 is idle but ranks behind it", "ranked by cost + 5.00 USD per hour until done: c/r H100x1 7.70 USD "
+      "vs on-prem A100x1 15.18 USD"]),
+    # -- steady: runs on owned GPUs, waits while its deadline allows, then bursts
+    ("the same job on K days: steady, on-prem at the power it costs",
      JOB + CKPT, runs(3), None, {}, OFFERS,
      ("steady", "onprem", ONPREM),
-     ["on-prem A100x1 is cheapest per job: 0.69 USD vs runpod/CA A100x1 spot 0.77 USD",
-      "steady work may wait up to 60 min for owned GPUs: on-prem A100x1 can start now"]),
+     ["steady work runs on owned GPUs: on-prem A100x1 can start now, 0.06 USD of power, the "
+      "marginal cost that decided, against runpod/CA A100x1 spot at 0.77 USD to rent"]),
     ("a cron job: on-prem",
      JOB + "schedule: {cron: '0 3 * * *'}\n", (), None, {}, OFFERS,
-     ("steady", "onprem", ONPREM), ["steady work may wait up to 60 min"]),
-    ("steady on cloud spot when it beats owned GPUs in full",
+     ("steady", "onprem", ONPREM), ["steady work runs on owned GPUs"]),
+    ("steady stays on idle owned GPUs even when rented spot is cheaper in full",
      JOB + CKPT, runs(3), FREE, {"onprem": [PRICEY]}, PRICEY_OFFERS,
-     ("steady", "cloud", RUNPOD_SPOT),
-     ["runpod/CA A100x1 spot is cheapest per job: 0.77 USD vs on-prem A100x1 1.01 USD",
-      "spot: the job checkpoints"]),
-    ("steady stays on owned GPUs dearer than spot when it cannot use spot",
-     JOB, runs(3), FREE, {"onprem": [PRICEY]}, PRICEY_OFFERS,
      ("steady", "onprem", PRICEY_OFFERS[3]),
-     ["on-prem A100x1 is cheapest per job: 1.01 USD vs runpod/CA A100x1 1.32 USD",
-      "0.95 USD amortized purchase + 0.06 USD power"]),
-    ("steady with on-prem full beyond the max wait: cloud burst",
-     JOB, runs(3), BUSY, {}, OFFERS,
-     ("steady", "cloud", RUNPOD),
-     ["runpod/CA A100x1 is cheapest per job: 1.32 USD vs lambda/us-east-1 A100x1 1.43 USD; "
-      "on-prem A100x1 would cost 0.69 USD",
-      "cloud burst: on-prem busy: wait 120 min > max 60 min"]),
-    ("steady with on-prem full but within the max wait: on-prem",
+     ["0.06 USD of power, the marginal cost that decided, against runpod/CA A100x1 spot at "
+      "0.77 USD to rent",
+      "full cost for the record: 1.01 USD per job = 0.95 USD amortized purchase + 0.06 USD power"]),
+    ("steady with on-prem busy but within the max wait: waits on-prem",
      JOB, runs(3), SOON, {}, OFFERS,
      ("steady", "onprem", ONPREM), ["on-prem A100x1 can start in about 30 min"]),
+    ("steady with on-prem busy beyond the max wait: cloud burst",
+     JOB, runs(3), BUSY, {}, OFFERS,
+     ("steady", "cloud", RUNPOD),
+     ["cloud burst: steady work waits for owned GPUs only while it can: on-prem busy: wait "
+      "120 min > the 60 min max_wait_minutes (60) allows; so it runs on the cheapest rentable "
+      "GPU per job: runpod/CA A100x1 at 1.32 USD to rent"]),
     ("a longer max wait keeps it on-prem",
      JOB, runs(3), BUSY, {"max_wait_minutes": 180}, OFFERS,
-     ("steady", "onprem", ONPREM), ["steady work may wait up to 180 min for owned GPUs: on-prem "
-                                    "A100x1 can start in about 120 min"]),
+     ("steady", "onprem", ONPREM), ["on-prem A100x1 can start in about 120 min"]),
+    ("steady with a deadline that leaves room to wait: waits on-prem",
+     JOB + "schedule: {kind: steady, deadline_hours: 8}\n", (), BUSY, {}, OFFERS,
+     ("steady", "onprem", ONPREM), ["steady work runs on owned GPUs: on-prem A100x1 can start in "
+                                    "about 120 min"]),
+    ("steady whose wait would miss its deadline: bursts",
+     JOB + "schedule: {kind: steady, deadline_hours: 2}\n", (), BUSY, {"max_wait_minutes": 600},
+     OFFERS, ("steady", "cloud", RUNPOD),
+     ["cloud burst", "wait 120 min > the 60 min its deadline (2 h, 60 min of slack) allows"]),
     ("steady, owned busy and no cloud allowed: queued on-prem",
      JOB + "placement: {allow: [onprem]}\n", runs(3), BUSY, {}, OFFERS,
      ("steady", "onprem", ONPREM), ["queued on-prem: the cluster is busy for about 120 min",
                                     "placement.allow excludes cloud"]),
+    ("steady that would push out a due cron job worth more: rents",
+     JOB + CKPT + STEADY, (), due(0.5, cloud_cost=5.0), {}, OFFERS,
+     ("steady", "cloud", RUNPOD_SPOT),
+     ["it costs less than on-prem A100x1 at 0.06 USD of power + 5.00 USD for the work it would "
+      "push out (cron schedule 'weekly')"]),
     # -- budgets, limits, modes, refusals
-    ("a budget that excludes every offer",
+    ("a budget that excludes every offer, counted in cash",
      JOB + "budget: {max_cost: 0.01}\n", (), None, {}, OFFERS,
-     ("exploratory", None, None), ["nothing fits", "raise budget.max_cost to at least 0.69 USD"]),
+     ("exploratory", None, None), ["nothing fits", "raise budget.max_cost to at least 0.06 USD"]),
+    ("max_cost in cash: owned GPUs fit where their full cost would not",
+     JOB + CKPT + "budget: {max_cost: 0.5}\n", (), FREE, {}, OFFERS,
+     ("exploratory", "onprem", ONPREM), ["0.77 USD cash > budget.max_cost 0.50 USD"]),
+    ("max_cost with budget_basis full: nothing fits",
+     JOB + CKPT + "budget: {max_cost: 0.5}\n", (), FREE, {"budget_basis": "full"}, OFFERS,
+     ("exploratory", None, None), ["raise budget.max_cost to at least 0.69 USD"]),
     ("max_hourly rules out the H100, cheaper per job: the A100",
      FAST + "budget: {max_hourly: 1.5}\n", (), None, FAST_SPEEDS, [A100, H100],
      ("exploratory", "cloud", A100),
-     ["2.00 USD/h > budget.max_hourly 1.50 USD", "c/r A100x1 is cheapest per job: 3.10 USD"]),
+     ["2.00 USD/h > budget.max_hourly 1.50 USD", "c/r A100x1 at 3.10 USD to rent"]),
     ("max_hourly rules out every cloud offer: owned GPUs within the max wait",
      JOB + "budget: {max_hourly: 1.0}\n", (), BUSY, {"max_wait_minutes": 180}, OFFERS,
      ("exploratory", "onprem", ONPREM),
-     ["runpod/CA A100x1 spot would cost 0.77 USD but spot needs checkpoint.storage",
-      "1.20 USD/h > budget.max_hourly 1.00 USD",
-      "exploratory work may wait up to 180 min for owned GPUs: on-prem A100x1 can start in about 120"]),
+     ["1.20 USD/h > budget.max_hourly 1.00 USD",
+      "no rentable GPU can take it (", "so it runs on owned GPUs: on-prem A100x1 can start in "
+      "about 120 min"]),
     ("a budget in the user's currency",
-     JOB + CKPT + "budget: {max_cost: 1000}\n", (), None, {"currency": "KRW", "currency_rate": 1400},
-     OFFERS, ("exploratory", "onprem", ONPREM),
-     ["on-prem A100x1 is cheapest per job: 971 KRW", "1,078 KRW > budget.max_cost 1,000 KRW"]),
+     JOB + CKPT + "budget: {max_cost: 1500}\n", (), BUSY, {"currency": "KRW", "currency_rate": 1400},
+     OFFERS, ("exploratory", "cloud", RUNPOD_SPOT),
+     ["runpod/CA A100x1 spot at 1,078 KRW to rent", "1,848 KRW cash > budget.max_cost 1,500 KRW"]),
     ("local-only mode keeps the job local",
      "resources: {accelerators: {A100: 1, RTX4090: 1}}\nestimate: {hours: 1}\n", (), None,
      {"mode": "local"}, OFFERS,
      ("exploratory", "local", LOCAL_GPU), ["local-only mode keeps every job on this machine"]),
+    ("local-only mode keeps a steady job local too",
+     "resources: {accelerators: {A100: 1, RTX4090: 1}}\nestimate: {hours: 1}\n" + STEADY, (),
+     None, {"mode": "local"}, OFFERS,
+     ("steady", "local", LOCAL_GPU), ["local-only mode keeps every job on this machine"]),
     ("local-only mode with a GPU this machine lacks: refusal",
      JOB, (), None, {"mode": "local"}, OFFERS,
      ("exploratory", None, None), ['set mode = "hybrid"']),
     ("a CPU job in local-only mode",
      "estimate: {hours: 1}\nscaling: {use_gpu: false}\n", (), None, {"mode": "local", "clouds": []},
      OFFERS, ("exploratory", "local", LOCAL_CPU), ["local-only mode"]),
-    ("placement.allow without cloud: cheapest allowed owned option",
+    ("placement.allow without cloud: the cheapest allowed owned option",
      JOB + "placement: {allow: [onprem, local]}\n", (), None, {}, OFFERS,
-     ("exploratory", "onprem", ONPREM), ["placement.allow excludes cloud"]),
+     ("exploratory", "onprem", ONPREM), ["no rentable GPU can take it (placement.allow excludes "
+                                         "cloud)"]),
     ("placement.allow cloud only, with no cloud GPU: refusal names the change",
      JOB + "placement: {allow: [cloud]}\n", (), None, {}, [ONPREM, LOCAL_CPU],
      ("exploratory", None, None), ["add 'onprem' to placement.allow"]),
     ("a GPU 3x faster at 2x the price wins on cost per job",
      FAST, (), None, FAST_SPEEDS, [A100, H100],
-     ("exploratory", "cloud", H100), ["c/r H100x1 is cheapest per job: 2.20 USD vs c/r A100x1 3.10 USD"]),
+     ("exploratory", "cloud", H100), ["c/r H100x1 at 2.20 USD to rent vs c/r A100x1 3.10 USD"]),
     ("resources.cloud pins the cloud",
      "resources: {accelerators: 'A100:1', cloud: lambda}\nestimate: {hours: 1}\n", (), None, {},
      OFFERS, ("exploratory", "cloud", LAMBDA),
-     ["lambda/us-east-1 A100x1 is cheapest per job: 1.43 USD", "the job asks for cloud lambda"]),
+     ["lambda/us-east-1 A100x1 at 1.43 USD to rent", "the job asks for cloud lambda"]),
     ("cpus beyond every cloud offer: owned GPUs",
      "resources: {accelerators: 'A100:1', cpus: 32+}\nestimate: {hours: 1}\n", (), None, {}, OFFERS,
-     ("exploratory", "onprem", ONPREM), ["runpod/CA A100x1 spot would cost 0.77 USD but 16 CPUs < 32",
-                                         "30 CPUs < 32"]),
+     ("exploratory", "onprem", ONPREM), ["16 CPUs < 32", "30 CPUs < 32"]),
     ("a GPU nobody offers",
      "resources: {accelerators: 'H200:8'}\n", (), None, {}, OFFERS,
      ("exploratory", None, None), ["no offer has H200:8", "offered: A100x1"]),
@@ -205,44 +260,67 @@ def test_policy(name, job, history, capacity, settings, offers, expected, fragme
         assert d.choice is None and d.refusal
     else:
         assert d.choice.offer == offer
-        assert all(a.est_cost >= d.choice.est_cost for a in d.alternatives
-                   if a.excluded is None and a.offer.target == target)
+        assert all(a.score >= d.choice.score for a in d.alternatives if a.excluded is None)
     text = " | ".join(d.reasons + tuple(a.excluded or "" for a in d.alternatives))
     for f in fragments:
         assert f in text, f"{f!r} not in {text!r}"
 
 
-def test_owned_hardware_is_never_free_marginal_cost_is_information_only():
-    # Power alone (0.06 USD/GPU-h) is far below spot's 0.77 USD per job; the full cost
-    # (1.01 USD) is above it, and the full cost decides.
+def test_owned_hardware_shows_its_full_cost_and_decides_on_power():
+    # Power (0.06 USD per job) decides against spot's 0.77 USD; the full cost (1.01 USD,
+    # above spot) is priced and shown, never hidden.
     d = plan(JOB + CKPT, runs(3), FREE, PRICEY_OFFERS, onprem=[PRICEY])
     owned = next(a for a in d.alternatives if a.offer.target == "onprem")
-    assert owned.marginal_cost == pytest.approx(0.06) and owned.est_cost == pytest.approx(1.0106, abs=1e-4)
-    assert (d.target, d.decided_by, d.to_dict()["decided_by"]) == ("cloud", "full", "full")
-    assert not any("already paid for" in r for r in d.reasons)
-    # On owned hardware the reasons show the power-only figure, as information.
-    d = plan(JOB + CKPT, runs(3), FREE)
-    assert d.target == "onprem" and d.decided_by == "full"
-    assert [r for r in d.reasons if "marginal" in r] == [
-        "owned hardware is priced in full: 0.63 USD amortized purchase + 0.06 USD power "
-        "(the power alone is the marginal cost, shown for information)"]
+    assert owned.power_cost == pytest.approx(0.06) and owned.marginal_cost == pytest.approx(0.06)
+    assert owned.est_cost == pytest.approx(1.0106, abs=1e-4) and owned.cash_cost == owned.power_cost
+    assert (d.target, d.decided_by) == ("onprem", "marginal")
+    data = d.to_dict()
+    assert data["estimate"]["cost_usd"] == pytest.approx(1.0106, abs=1e-4)
+    assert data["estimate"]["cash_usd"] == pytest.approx(0.06)
+    assert data["choice"]["power_cost"] == pytest.approx(0.06)
+    assert data["choice"]["amortized_per_hour_usd"] == pytest.approx(0.9506, abs=1e-4)
+    assert [r for r in d.reasons if r.startswith("full cost")] == [
+        "full cost for the record: 1.01 USD per job = 0.95 USD amortized purchase + 0.06 USD "
+        "power; the power decided, as it is what running the job changes in cash"]
+
+
+def test_the_congestion_charge_defaults_to_renting_what_is_pushed_out():
+    # A due cron job with no price of its own is priced as renting this job's cheapest
+    # cloud option: 0.77 USD (spot), on top of 0.06 USD of power.
+    d = plan(JOB + CKPT + STEADY, (), due(0.5))
+    owned = next(a for a in d.alternatives if a.offer.target == "onprem")
+    assert owned.congestion == pytest.approx(0.77) and owned.displaces == "cron schedule 'weekly'"
+    assert owned.marginal_cost == pytest.approx(0.83)
+    assert d.choice.offer == RUNPOD_SPOT, d.reasons
+    # Room left for the cron job: no charge, and steady work stays on its owned GPUs.
+    d = plan(JOB + CKPT + STEADY, (), due(0.5, gpus=3))
+    assert d.choice.offer == ONPREM and d.choice.congestion == 0
 
 
 def test_ties_in_cost_go_to_owned_hardware():
-    # No start-up billed: a cloud hour at exactly the owned share's price costs the same per job.
-    owned = Offer("onprem", "A100", 1, 1.0, amortized_per_hour=0.9, power_per_hour=0.1)
+    # No start-up billed: a cloud hour at exactly the owned power's price costs the same per job.
+    owned = Offer("onprem", "A100", 1, 1.0, amortized_per_hour=0.0, power_per_hour=1.0)
     twin = Offer("cloud", "A100", 1, 1.0, cloud="c", region="r")
     for offers in ([owned, twin], [twin, owned]):
         d = plan(JOB, (), FREE, offers, cloud_startup_minutes=0)
-        assert d.alternatives[0].est_cost == d.alternatives[1].est_cost == 1.0
+        assert d.alternatives[0].score == d.alternatives[1].score == 1.0
         assert d.choice.offer == owned, d.reasons
-        assert d.reasons[0] == "on-prem A100x1 is cheapest per job: 1.00 USD vs c/r A100x1 1.00 USD"
+
+
+def test_an_unpriced_cluster_is_named_once():
+    unpriced = Offer("onprem", "A100", 2, 0.09, power_per_hour=0.09,
+                     unpriced="the on-prem cluster's full cost is unknown: add [[onprem]] ...")
+    d = plan(JOB + STEADY, (), FREE, [unpriced, RUNPOD])
+    assert d.target == "onprem"
+    assert d.notes.count(unpriced.unpriced) == 1
+    assert any("counts power only" in r for r in d.reasons)
+    assert d.to_dict()["choice"]["full_cost_known"] is False
 
 
 def test_every_alternative_is_priced_and_ranked():
     d = plan(JOB + CKPT)
-    costs = [a.est_cost for a in d.alternatives]
-    assert costs == sorted(costs)
+    scores = [a.score for a in d.alternatives]
+    assert scores == sorted(scores)
     assert {a.offer for a in d.alternatives} == {LAMBDA, RUNPOD, RUNPOD_SPOT, ONPREM}
     assert any("1 offers of other GPU models" in n or "2 offers of other" in n for n in d.notes)
     data = d.to_dict()

@@ -89,9 +89,10 @@ def test_plan_json(env):
 def test_plan_table(env):
     r = invoke("plan", str(env))
     assert r.exit_code == 0, r.output
-    for text in ("tiny", "exploratory", "new job", "runpod", "RTX4090 x1", "choice:", "est. cost",
-                 "decided on full cost", "runpod/US RTX4090x1 spot is cheapest per job: 0.37 USD "
-                 "vs runpod/CA A100-80GBx1 spot 0.66 USD; no on-prem GPUs configured"):
+    for text in ("tiny", "exploratory", "new job", "runpod", "RTX4090 x1", "choice:", "full cost",
+                 "0.37 USD to rent decided (marginal cost)",
+                 "exploratory work rents the cheapest rentable GPU per job: runpod/US RTX4090x1 "
+                 "spot at 0.37 USD to rent vs runpod/CA A100-80GBx1 spot 0.66 USD"):
         assert text in r.stdout, text
 
 
@@ -101,14 +102,19 @@ def test_plan_prices_owned_gpus_in_full_and_picks_them_when_cheaper(env):
     (env.parent / "config.toml").write_text(
         '[[onprem]]\ngpu = "RTX4090"\ncount = 2\npurchase_price = 4000\nwatts = 450\n')
     d = json.loads(invoke("plan", str(env), "--json").stdout)
-    assert (d["kind"], d["target"], d["decided_by"]) == ("exploratory", "onprem", "full")
+    assert (d["kind"], d["target"], d["decided_by"]) == ("exploratory", "onprem", "marginal")
     amortized = 4000 / (3 * 8766 * 0.6) / 2
     assert d["estimate"]["cost"] == pytest.approx(amortized + 0.0675)
     assert d["choice"]["marginal_cost"] == pytest.approx(0.0675)
-    assert "on-prem RTX4090x1 is cheapest per job: 0.19 USD vs runpod/US RTX4090x1 spot 0.37 USD" \
-        in d["reasons"]
-    assert ("owned hardware is priced in full: 0.13 USD amortized purchase + 0.0675 USD power "
-            "(the power alone is the marginal cost, shown for information)") in d["reasons"]
+    assert d["estimate"]["cash"] == pytest.approx(0.0675)
+    assert ("exploratory backfill: on-prem RTX4090x1 is idle now and stays free for the job's 1 h "
+            "(nothing queued or due on it before then), so it runs there for 0.0675 USD of "
+            "power, the marginal cost that decided, against runpod/US RTX4090x1 spot at 0.37 USD "
+            "to rent") in d["reasons"]
+    assert ("full cost for the record: 0.19 USD per job = 0.13 USD amortized purchase + 0.0675 USD "
+            "power; the power decided, as it is what running the job changes in cash") in d["reasons"]
+    table = invoke("plan", str(env)).stdout
+    assert "0.0675 USD of power decided (marginal cost); 0.19 USD per job in full" in table
 
 
 def test_plan_in_the_users_currency(env, monkeypatch):

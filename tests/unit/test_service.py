@@ -63,7 +63,9 @@ def test_cancel_before_launch(tmp_path):
     assert orch.cancel(rec["id"])["status"] == "CANCELLED"
 
 
-def test_submit_uses_the_planner_and_history_makes_a_job_steady(tmp_path):
+def test_submit_uses_the_planner_and_history_makes_a_job_steady(tmp_path, monkeypatch):
+    import time
+
     from orchestrator.fingerprint import fingerprint
 
     orch = _orch(tmp_path)
@@ -72,13 +74,23 @@ def test_submit_uses_the_planner_and_history_makes_a_job_steady(tmp_path):
     first = orch.place(spec, fp, dirty)
     assert first["target"] == "local" and first["kind"] == "exploratory"
     assert any("local-only mode" in r for r in first["reasons"])
-    for _ in range(3):  # three successful runs of the same fingerprint, just now
+    def run_once():
         rec = orch.store.create_job(name="nightly", spec={}, kind="exploratory", target="local",
                                     fingerprint=fp)
         orch.store.set_status(rec["id"], "RUNNING")
         orch.store.set_status(rec["id"], "SUCCEEDED")
+
+    for _ in range(3):  # three successful runs just now: one occasion, not yet steady
+        run_once()
+    assert orch.place(spec, fp, dirty)["kind"] == "exploratory"
+    real = time.time()
+    for days_ago in (2, 1):  # the same job on two more days
+        with monkeypatch.context() as m:
+            m.setattr(time, "time", lambda d=days_ago: real - d * 86400)
+            run_once()
     again = orch.place(spec, fp, dirty)
     assert again["kind"] == "steady" and again["target"] == "local"
+    assert any("on 3 occasions" in r for r in again["reasons"])
 
 
 def test_a_job_this_machine_cannot_hold_is_refused_before_recording(tmp_path):

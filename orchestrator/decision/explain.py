@@ -1,0 +1,142 @@
+"""Placement's words: how an option is named and priced, the notes, and the refusal's advice."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+from orchestrator.decision.matching import Needs, OfferIndex
+from orchestrator.decision.models import Alternative, Capacity
+
+# Blockers that a setting or a line of the job file can lift, cheapest to suggest first.
+SOFT = ("mode", "allow", "use_spot", "spot", "wait", "hourly", "cost", "month", "backfill", "due")
+
+
+def minutes(m: float) -> str:
+    return "unknown" if math.isinf(m) else f"{m:.0f} min"
+
+
+def where(a: Alternative) -> str:
+    o = a.offer
+    return {"onprem": "on-prem", "local": "local"}.get(o.target) or f"{o.cloud}/{o.region}"
+
+
+def what(a: Alternative) -> str:
+    o = a.offer
+    dev = "CPU" if o.gpu is None else f"{o.gpu}x{a.used:g}"
+    return f"{where(a)} {dev}{' spot' if o.spot else ''}"
+
+
+def when(a: Alternative) -> str:
+    return "now" if a.wait_minutes <= 0 else f"in about {minutes(a.wait_minutes)}"
+
+
+def dispatch_words(a: Alternative, money) -> str:
+    """What choosing this option changes in cash: rent, or power plus what it displaces."""
+    if not a.offer.owned:
+        return f"{money(a.est_cost)} to rent"
+    text = f"{money(a.power_cost)} of power"
+    if a.congestion:
+        text += f" + {money(a.congestion)} for the work it would push out ({a.displaces})"
+    return text
+
+
+def full_words(a: Alternative, money) -> str:
+    """An owned option's full cost, shown for the record beside what decided."""
+    amortized = (a.est_cost or 0.0) - (a.power_cost or 0.0)
+    text = (f"full cost for the record: {money(a.est_cost)} per job = {money(amortized)} "
+            f"amortized purchase + {money(a.power_cost)} power; the power decided, as it is "
+            "what running the job changes in cash")
+    if a.offer.unpriced:
+        text += " (the purchase price is unknown, so the full cost counts power only)"
+    return text
+
+
+def why_not(ranked: Sequence[Alternative], target: str) -> str:
+    ex = [a.excluded for a in ranked if a.offer.target == target and a.excluded]
+    if not ex and not any(a.offer.target == target for a in ranked):
+        return f"no {target} offer has the job's resources"
+    return ex[0] if ex else f"{target} is not cheaper"
+
+
+def no_cloud_words(ranked: Sequence[Alternative], settings, allow: set) -> str:
+    """Why no rented GPU can take the job, in the words of its first cause."""
+    if settings.effective_mode == "local":
+        return "local-only mode"
+    if "cloud" not in allow:
+        return "placement.allow excludes cloud"
+    if not settings.clouds and not any(a.offer.target == "cloud" for a in ranked):
+        return "no cloud enabled (ORCH_CLOUDS)"
+    return why_not(ranked, "cloud")
+
+
+def notes(index: OfferIndex, listed: int, capacity: Optional[Capacity], local_only: bool,
+          alts: Sequence[Alternative]) -> tuple[str, ...]:
+    out = []
+    if len(index.offers) > listed:
+        out.append(f"{len(index.offers) - listed} offers of other GPU models or counts not listed")
+    checked = capacity is not None and (capacity.onprem_free is not None
+                                        or capacity.can_start_now is not None
+                                        or capacity.load is not None)
+    if index.has_onprem and not local_only:
+        if checked:
+            out.append(f"on-prem capacity: {capacity.source}")
+        elif capacity is None or not capacity.unreachable:
+            out.append("on-prem capacity not checked: assumed free")
+    out.extend(dict.fromkeys(a.offer.unpriced for a in alts if a.offer.unpriced))
+    return tuple(out)
+
+
+FIX = {
+    "mode": lambda a, s, m: "set mode = \"hybrid\" (ORCH_MODE=hybrid)",
+    "allow": lambda a, s, m: f"add '{a.offer.target}' to placement.allow",
+    "use_spot": lambda a, s, m: "set resources.use_spot: false",
+    "spot": lambda a, s, m: "set checkpoint.storage and keep the job short, or use on-demand",
+    "wait": lambda a, s, m: (f"raise max_wait_minutes to {a.wait_minutes:g}"
+                             if not math.isinf(a.wait_minutes) else "free on-prem GPUs"),
+    "hourly": lambda a, s, m: f"raise budget.max_hourly to at least {m(a.price_per_hour)}",
+    "cost": lambda a, s, m: f"raise budget.max_cost to at least {m(a.budget_cost)}",
+    "month": lambda a, s, m: (next(x for x in a.excluded.split("; ") if "spent this month" in x)
+                              + ": raise monthly_budget (ORCH_MONTHLY_BUDGET) or wait for next "
+                              "month; `orch cost --by month` shows this month's spend"),
+    "backfill": lambda a, s, m: "set exploratory_backfill = true",
+    "due": lambda a, s, m: "set schedule.kind: steady so the job queues for the owned GPUs",
+}
+
+
+def refusal(needs: Needs, index: OfferIndex, alts: list[Alternative], blockers: list,
+            settings, money, local_only: bool, kind: str = "exploratory") -> str:
+    """Nothing fits: say what the cheapest change would be."""
+    if not alts:
+        have = [f"{g}x{c:g}" for g, counts in index.models().items() for c in counts]
+        at = "this machine has" if local_only else "no offer has"
+        msg = f"nothing fits: {at} {needs.describe()}"
+        if needs.choices:
+            msg += f" (offered: {', '.join(have[:12]) or 'CPU only'})"
+        if local_only:
+            msg += "; set mode = \"hybrid\" and enable clouds (ORCH_CLOUDS) or on-prem GPUs"
+        elif not index.has_onprem and settings.ray_address:
+            msg += ("; the on-prem cluster at ORCH_RAY_ADDRESS reported no nodes that fit "
+                    "(`orch cluster status` shows what it has)")
+        else:
+            msg += "; change resources.accelerators or enable a cloud that has it (ORCH_CLOUDS)"
+        return msg
+    down = next((t for b in blockers for c, t in b if c == "unreachable"), None)
+    if down:  # the cluster being down is the news, whatever else would also have to change
+        rest = [(a, b) for a, b in zip(alts, blockers) if all(c != "unreachable" for c, _ in b)]
+        if not rest:
+            return down
+        return f"{down}. " + refusal(needs, index, [a for a, _ in rest], [b for _, b in rest],
+                                     settings, money, local_only, kind)
+    soft = [i for i, b in enumerate(blockers) if b and all(code in SOFT for code, _ in b)]
+    if soft:
+        best = min(soft, key=lambda i: (len(blockers[i]), alts[i].est_cost or math.inf))
+        a = alts[best]
+        fixes = "; ".join(dict.fromkeys(FIX[c](a, settings, money) for c, _ in blockers[best]))
+        if kind == "exploratory" and {c for c, _ in blockers[best]} == {"wait"}:
+            fixes += ", or set schedule.kind: steady so the job queues for the owned GPUs"
+        return (f"nothing fits. The nearest option, {what(a)} at {money(a.est_cost)} per job, "
+                f"would need: {fixes}")
+    misfits = sorted({t for b in blockers for c, t in b if c in ("fit", "speed", "unreachable")})
+    return (f"nothing fits {needs.describe()}: " + "; ".join(misfits[:4]) +
+            " - change resources or enable more clouds (ORCH_CLOUDS)")

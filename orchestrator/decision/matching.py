@@ -1,0 +1,113 @@
+"""Which offers could take a job at all: offers indexed for matching, a job's needs, misfits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from orchestrator.decision.gpus import canonical_gpu
+from orchestrator.decision.models import Offer
+
+
+class OfferIndex:
+    """Offers grouped for matching, built once and shared by many decisions: cloud
+    offers by (GPU model, count), owned pools by model, CPU-only machines apart."""
+
+    def __init__(self, offers: Iterable[Offer]):
+        self.offers = tuple(offers)
+        self.cloud: dict[tuple[str, float], list[Offer]] = {}
+        self.owned: dict[str, list[Offer]] = {}
+        self.cpu: list[Offer] = []
+        for o in self.offers:
+            if o.gpu is None:
+                self.cpu.append(o)
+            elif o.target == "cloud":
+                self.cloud.setdefault((canonical_gpu(o.gpu), o.count), []).append(o)
+            else:
+                self.owned.setdefault(canonical_gpu(o.gpu), []).append(o)
+        self.has_onprem = any(o.target == "onprem" for o in self.offers)
+
+    def models(self) -> dict[str, list[float]]:
+        """GPU model -> the counts offered."""
+        out: dict[str, set] = {}
+        for g, c in self.cloud:
+            out.setdefault(g, set()).add(c)
+        for g, os_ in self.owned.items():
+            out.setdefault(g, set()).update(o.count for o in os_)
+        return {g: sorted(c) for g, c in sorted(out.items())}
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """A job's resources in the form the matcher wants."""
+
+    choices: tuple[tuple[str, float], ...]  # canonical GPU, count
+    cpus: Optional[float]
+    memory: Optional[float]
+    cloud: Optional[str]
+    region: Optional[str]
+    use_spot: bool
+    gpu_allowed: bool
+    gpu_workers: float = 1.0  # GPUs a job without `accelerators` needs to run on GPUs
+    gpu_required: bool = False  # a train job with `use_gpu: true`: a GPU for each worker
+
+    @classmethod
+    def of(cls, spec) -> "Needs":
+        from orchestrator.spec import quantity_min
+
+        r = spec.resources
+        cloud, region = r.cloud, r.region
+        if r.infra:  # SkyPilot's 'cloud/region[/zone]'
+            parts = r.infra.split("/")
+            cloud = cloud or parts[0] or None
+            region = region or (parts[1] if len(parts) > 1 and parts[1] != "*" else None)
+        return cls(choices=tuple((canonical_gpu(c.name), c.count) for c in r.accelerator_choices()),
+                   cpus=quantity_min(r.cpus), memory=quantity_min(r.memory),
+                   cloud=cloud.lower() if cloud else None, region=region, use_spot=r.use_spot,
+                   gpu_allowed=spec.scaling.use_gpu is not False,
+                   gpu_workers=float(spec.scaling.num_workers) if spec.train is not None else 1.0,
+                   gpu_required=spec.train is not None and spec.scaling.use_gpu is True)
+
+    def describe(self) -> str:
+        parts = [", ".join(f"{g}:{c:g}" for g, c in self.choices) or "no accelerator"]
+        if self.cpus:
+            parts.append(f"{self.cpus:g}+ CPUs")
+        if self.memory:
+            parts.append(f"{self.memory:g}+ GiB")
+        if self.cloud:
+            parts.append(f"cloud {self.cloud}" + (f"/{self.region}" if self.region else ""))
+        return ", ".join(parts)
+
+
+def candidates(needs: Needs, index: OfferIndex) -> list[tuple[Offer, float]]:
+    """(offer, GPUs used) for every offer of a requested model and count. Cloud
+    instances must match the count exactly, as in SkyPilot; owned pools need enough."""
+    out: list[tuple[Offer, float]] = []
+    if needs.choices:
+        wanted = dict.fromkeys(needs.choices)  # a model named twice is matched once
+    elif needs.gpu_allowed:  # any GPU model, one per Ray Train worker
+        wanted = dict.fromkeys((g, needs.gpu_workers) for g in index.models())
+    else:
+        wanted = {}
+    for gpu, count in wanted:
+        out.extend((o, count) for o in index.cloud.get((gpu, count), ()))
+        out.extend((o, count) for o in index.owned.get(gpu, ()) if o.count >= count)
+    if not needs.choices:
+        out.extend((o, 0.0) for o in index.cpu)
+    return out
+
+
+def misfit(o: Offer, needs: Needs) -> Optional[str]:
+    if needs.cloud and (o.cloud or o.target) != needs.cloud:
+        return f"the job asks for cloud {needs.cloud}"
+    if needs.region and (o.region or "").lower() != needs.region.lower():
+        return f"the job asks for region {needs.region}"
+    if needs.cpus and o.cpus is not None and o.cpus < needs.cpus:
+        return f"{o.cpus:g} CPUs < {needs.cpus:g}"
+    if needs.memory and o.memory_gb is not None and o.memory_gb < needs.memory:
+        return f"{o.memory_gb:g} GiB memory < {needs.memory:g}"
+    if needs.gpu_required and o.gpu and o.count < needs.gpu_workers:
+        # Ray Train would wait forever for a GPU per worker that is not there.
+        return (f"{needs.gpu_workers:g} workers with use_gpu: true need {needs.gpu_workers:g} "
+                f"GPUs, it has {o.count:g}")
+    return None

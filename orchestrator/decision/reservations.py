@@ -1,0 +1,48 @@
+"""Owned GPUs promised to steady work soon: cron schedules due, as placement's reservations. No I/O."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional
+
+from orchestrator.decision.demand import job_demand
+from orchestrator.decision.models import Reservation
+
+
+def _first_accelerator(spec: Mapping) -> Optional[str]:
+    """The model of the first accelerator a stored job file names ('H100:8', {H100: 8},
+    ['H100:8', ...]); None when it names none."""
+    acc: Any = (spec.get("resources") or {}).get("accelerators")
+    if isinstance(acc, Mapping):
+        acc = next(iter(acc), None)
+    elif isinstance(acc, (list, tuple, set)):
+        acc = next(iter(sorted(acc) if isinstance(acc, set) else acc), None)
+    if not isinstance(acc, str) or not acc.strip():
+        return None
+    return acc.split(":")[0].strip() or None
+
+
+def schedule_reservations(schedules: Iterable[Mapping], now: float, horizon_h: float,
+                          default_slack_h: float) -> tuple[Reservation, ...]:
+    """A reservation for every schedule that is not paused and is due within `horizon_h`:
+    what its job holds (decision.demand), on the GPU model its job file names first, with
+    the slack its `schedule.deadline_hours` leaves after its `estimate.hours` (else
+    `default_slack_h`, what steady work may wait: max_wait_minutes). Schedules whose jobs
+    hold no GPU reserve nothing."""
+    out = []
+    for s in schedules:
+        next_at = s.get("next_at")
+        if s.get("paused") or next_at is None or not now <= next_at <= now + horizon_h * 3600:
+            continue
+        spec = s.get("spec") or {}
+        need = job_demand(spec)
+        if need.gpus <= 0:
+            continue
+        sched = spec.get("schedule") or {}
+        hours = (spec.get("estimate") or {}).get("hours")
+        deadline = sched.get("deadline_hours")
+        slack = (max(0.0, deadline - hours) if deadline is not None and hours is not None
+                 else default_slack_h)
+        out.append(Reservation(in_hours=(next_at - now) / 3600.0, gpus=need.gpus,
+                               gpu=_first_accelerator(spec),
+                               what=f"cron schedule '{s.get('name')}'", slack_hours=slack))
+    return tuple(sorted(out, key=lambda r: r.in_hours))

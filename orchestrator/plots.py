@@ -88,9 +88,10 @@ def plot_spend(rows: Iterable[Mapping], path: str | Path, currency: str = "USD",
 
 
 def plot_policies(result: Mapping, path: str | Path):
-    """The simulator's picture. Left: cumulative cost over simulated days, one line per
-    policy (the lower bound dashed). Right: total cost against p95 wait, one labelled
-    marker per policy, the lower bound as a horizontal line (it has no schedule, so no wait).
+    """The simulator's picture. Left: the team's cumulative cash over simulated days
+    (ownership + power + cloud), one line per policy (the lower bound dashed). Right: cash
+    against exploratory work's p95 wait, one labelled marker per policy, the lower bound
+    as a horizontal line (it has no schedule, so no wait).
 
     `result` is what `orch simulate --json` prints."""
     p = check_png_path(path)
@@ -100,7 +101,7 @@ def plot_policies(result: Mapping, path: str | Path):
     colors = {}
     for row in result["policies"]:
         total, ys = 0.0, [0.0]
-        for c in row.get("daily_cost", []):
+        for c in row.get("daily_cash", []):
             total += c * rate
             ys.append(total)
         bound = row["name"] == "oracle"
@@ -108,32 +109,32 @@ def plot_policies(result: Mapping, path: str | Path):
                           linestyle="--" if bound else "-", color="black" if bound else None)
         colors[row["name"]] = line.get_color()
     left.set_xlabel("simulated day")
-    left.set_ylabel(f"cumulative cost ({cur})")
-    left.set_title("cost over the trace")
+    left.set_ylabel(f"cumulative cash ({cur})")
+    left.set_title("the team's cash over the trace")
     left.legend(title="policy")
     left.grid(alpha=0.3)
-    rank = {r["name"]: i for i, r in enumerate(sorted(result["policies"], key=lambda r: r["total_cost"]))}
+    rank = {r["name"]: i for i, r in enumerate(sorted(result["policies"], key=lambda r: r["cash_total"]))}
     for row in result["policies"]:
-        cost = row["total_cost"] * rate
+        cost = row["cash_total"] * rate
         if row["name"] == "oracle":
             right.axhline(cost, color="black", linestyle="--", linewidth=1)
             right.annotate("oracle (lower bound)", (0, cost), xycoords=("axes fraction", "data"),
                            xytext=(4, 4), textcoords="offset points", fontsize=9)
             continue
-        wait = row.get("p95_wait_h") or 0.0
+        wait = row.get("exploratory_p95_wait_h") or 0.0
         right.scatter([wait], [cost], s=60, color=colors[row["name"]], zorder=3)
         # Alternate label sides by cost: policies often land close together.
         right.annotate(row["name"], (wait, cost), xytext=(6, 4 if rank[row["name"]] % 2 else -12),
                        textcoords="offset points", fontsize=9)
-    right.set_xlabel("p95 wait (hours)")
-    right.set_ylabel(f"total cost ({cur}, log scale)")
+    right.set_xlabel("exploratory p95 wait (hours)")
+    right.set_ylabel(f"cash total ({cur}, log scale)")
     right.set_yscale("log")
     from matplotlib.ticker import FuncFormatter
 
     plain = FuncFormatter(lambda v, _: f"{v:,.0f}")
     right.yaxis.set_major_formatter(plain)
     right.yaxis.set_minor_formatter(plain)
-    right.set_title("cost against wait")
+    right.set_title("cash against wait")
     right.grid(alpha=0.3)
     right.set_xlim(left=min(0.0, right.get_xlim()[0]))
     _save(fig, p)

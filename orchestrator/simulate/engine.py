@@ -1,10 +1,14 @@
 """The discrete-event simulation: jobs arrive, a policy places each, owned GPUs queue, costs add up.
 
-Time is hours after the trace's start. Every policy is accounted the same way, per job,
-with `decision.cost.job_cost`: a cloud job pays its offer's price for its run plus the
-billed start-up of each launch; an owned job pays its share of the pool's full hourly
-cost (amortized purchase + power) for the hours it runs. True run hours on a device
-are the trace's work scaled by relative GPU speed, as orch's estimator assumes.
+Time is hours after the trace's start. Every policy is accounted the same two ways:
+- the team's cash for the period: ownership of the owned GPUs (purchase x days /
+  (lifetime_years x 365.25), the same under every policy), the power of the hours they
+  run jobs, and the cloud's bills (each launch's run plus its billed start-up);
+- the old per-use chargeback, kept for comparison: an owned job pays its share of the
+  pool's full hourly cost (amortized purchase at the assumed utilization + power), which
+  makes idle owned hours free and used ones dear.
+True run hours on a device are the trace's work scaled by relative GPU speed, as orch's
+estimator assumes.
 
 Spot: a spot job is preempted at a constant rate per running hour (default 5 %),
 drawn from a generator seeded by (seed, job), so every policy that puts the same job
@@ -23,10 +27,9 @@ from typing import Callable, Optional
 
 from orchestrator.decision.capacity import Running, estimate_start
 from orchestrator.decision.cost import job_cost
-from orchestrator.decision.gpus import relative_speed
-from orchestrator.decision.models import Capacity, Offer, PastRun
+from orchestrator.decision.models import Capacity, Offer, PastRun, Reservation
 from orchestrator.decision.placement import OfferIndex
-from orchestrator.simulate.jobs import SimJob
+from orchestrator.simulate.jobs import SimJob, true_hours
 
 SPOT_PREEMPTIONS_PER_H = 0.05
 LOST_WORK_H = 0.25
@@ -50,10 +53,12 @@ class Outcome:
     start_h: Optional[float] = None
     finish_h: Optional[float] = None
     wait_h: Optional[float] = None
-    cost: float = 0.0
+    cost: float = 0.0  # per-use chargeback: full cost of owned hours, or the cloud bill
+    power: float = 0.0  # cash: power of owned hours
+    cloud: float = 0.0  # cash: the cloud bill
     missed: bool = False
     preemptions: int = 0
-    kind: str = ""
+    kind: str = ""  # the job's kind (SimJob.kind), the same under every policy
 
 
 @dataclass
@@ -102,17 +107,37 @@ class View:
         return not p.queue and p.free >= used
 
     def capacity(self, need: float) -> Optional[Capacity]:
-        """The on-prem capacity orch would read from the cluster, for a job of `need` GPUs."""
+        """The on-prem capacity orch would read from the cluster, for a job of `need` GPUs,
+        with the cron-scheduled work due on it in the next two days."""
         fits = [p for p in self.pools if p.offer.count >= need]
         if not fits:
             return None
+        due = self.reservations()
         if len(self.pools) == 1:
-            return fits[0].capacity(self.now_h, need)
+            cap = fits[0].capacity(self.now_h, need)
+            free = {self.pools[0].offer.gpu: self.pools[0].free if not self.pools[0].queue else 0.0}
+            return Capacity(onprem_free=free, wait_minutes=cap.wait_minutes, source=cap.source,
+                            can_start_now=cap.can_start_now, reservations=due)
         caps = [p.capacity(self.now_h, need) for p in fits]
         waits = [c.wait_minutes for c in caps if c.wait_minutes is not None]
         free = {p.offer.gpu: (p.free if not p.queue else 0.0) for p in self.pools}
         return Capacity(onprem_free=free, wait_minutes=min(waits) if waits else None,
-                        source="; ".join(c.source for c in caps))
+                        source="; ".join(c.source for c in caps), reservations=due)
+
+    def reservations(self, horizon_h: float = 48.0) -> tuple[Reservation, ...]:
+        """Cron-scheduled jobs due soon: a trace job of kind `steady` stands for one, and a
+        schedule's next slot is known ahead, as `orch serve` knows its schedules'."""
+        out = []
+        for sj in self.sim.scheduled:
+            at = sj.job.arrival_h
+            if at <= self.now_h:
+                continue
+            if at > self.now_h + horizon_h:
+                break
+            out.append(Reservation(in_hours=at - self.now_h, gpus=float(sj.job.gpus),
+                                   what=f"cron job {sj.job.name}", cloud_cost=sj.rent_usd,
+                                   slack_hours=sj.slack_h))
+        return tuple(out)
 
 
 Policy = Callable[[SimJob, View], Optional[Choice]]
@@ -141,10 +166,13 @@ class Simulation:
     seed: int = 1
     spot_rate: float = SPOT_PREEMPTIONS_PER_H
     index: OfferIndex = None
+    ownership_usd: float = 0.0  # owned GPUs' purchase spread over the period's days
 
     def __post_init__(self):
         if self.index is None:
             self.index = OfferIndex(self.offers)
+        self.scheduled = sorted((sj for sj in self.jobs if sj.job.kind == "steady"),
+                                key=lambda sj: sj.job.arrival_h)
 
     @property
     def span_h(self) -> float:
@@ -152,15 +180,13 @@ class Simulation:
 
     def hours(self, sj: SimJob, gpu: Optional[str], used: float) -> float:
         """True run hours of a job on `used` x `gpu`: its work scaled by relative speed."""
-        speeds = self.settings.gpu_speeds
-        ref = relative_speed(sj.job.gpu, speeds)
-        return sj.job.gpu_hours * ref / (relative_speed(gpu, speeds) * max(used, 1e-9))
+        return true_hours(sj.job, gpu, used, self.settings.gpu_speeds)
 
     def run(self, name: str, policy: Policy) -> "PolicyRun":
         pools = [Pool(o, float(o.count)) for o in self.offers if o.target == "onprem"]
         view = View(self, pools)
         startup_h = self.settings.cloud_startup_minutes / 60.0
-        out: list[Outcome] = [Outcome(sj.job.index, None) for sj in self.jobs]
+        out: list[Outcome] = [Outcome(sj.job.index, None, kind=sj.kind) for sj in self.jobs]
         heap: list = []
         seq = 0
         for sj in self.jobs:
@@ -180,7 +206,7 @@ class Simulation:
             pool.busy.append((t, t + h, choice.used))
             o = out[sj.job.index]
             o.start_h, o.finish_h, o.wait_h = t, t + h, t - sj.job.arrival_h
-            o.cost = job_cost(choice.offer, h, choice.used, 0.0)[0]
+            o.cost, o.power = job_cost(choice.offer, h, choice.used, 0.0)
             finish_at(t + h, sj, choice, pool, h)
 
         while heap:
@@ -203,7 +229,7 @@ class Simulation:
             o = out[sj.job.index]
             if choice is None:
                 continue
-            o.target, o.kind = choice.offer.target, choice.kind
+            o.target = choice.offer.target
             o.where = (f"{choice.offer.cloud}/{choice.offer.gpu}x{choice.used:g}"
                        f"{' spot' if choice.offer.spot else ''}" if choice.offer.target == "cloud"
                        else f"{choice.offer.target}/{choice.offer.gpu}x{choice.used:g}")
@@ -214,8 +240,8 @@ class Simulation:
                 run_h = h + k * (LOST_WORK_H + startup_h)
                 o.start_h, o.wait_h, o.preemptions = t, startup_h, k
                 o.finish_h = t + startup_h + run_h
-                o.cost = job_cost(choice.offer, h + k * LOST_WORK_H, choice.used,
-                                  self.settings.cloud_startup_minutes * (1 + k))[0]
+                o.cost = o.cloud = job_cost(choice.offer, h + k * LOST_WORK_H, choice.used,
+                                            self.settings.cloud_startup_minutes * (1 + k))[0]
                 finish_at(o.finish_h, sj, choice, None, run_h)
             else:
                 pool = view.pool_for(choice.offer)
@@ -253,15 +279,21 @@ class PolicyRun:
     sim: Simulation
 
     @property
-    def total_cost(self) -> float:
+    def chargeback_total(self) -> float:
         return sum(o.cost for o in self.outcomes)
 
-    def daily_cost(self, days: int) -> list[float]:
-        """USD by the day each job started (the last day takes any later ones)."""
-        out = [0.0] * days
+    @property
+    def cash_total(self) -> float:
+        return self.sim.ownership_usd + sum(o.power + o.cloud for o in self.outcomes)
+
+    def daily_cash(self, days: int) -> list[float]:
+        """USD of power and cloud by the day each job started (the last day takes any
+        later ones), plus each day's share of ownership."""
+        own = self.sim.ownership_usd / max(self.sim.trace.days, 1)
+        out = [own if d < self.sim.trace.days else 0.0 for d in range(days)]
         for o in self.outcomes:
             if o.start_h is not None:
-                out[min(days - 1, max(0, int(o.start_h // 24)))] += o.cost
+                out[min(days - 1, max(0, int(o.start_h // 24)))] += o.power + o.cloud
         return out
 
     def summary(self) -> dict:
@@ -269,20 +301,33 @@ class PolicyRun:
         waits = [o.wait_h for o in self.outcomes if o.wait_h is not None]
         misses = sum(o.missed for o in self.outcomes)
         by_target: dict[str, int] = {}
-        cost_by: dict[str, float] = {}
+        cash_by: dict[str, float] = {}
         for o in self.outcomes:
             key = o.target or "unplaced"
             by_target[key] = by_target.get(key, 0) + 1
-            cost_by[key] = cost_by.get(key, 0.0) + o.cost
+            cash_by[key] = cash_by.get(key, 0.0) + o.power + o.cloud
         return {
             "name": self.name,
-            "total_cost": round(self.total_cost, 2),
+            "ownership": round(self.sim.ownership_usd, 2),
+            "power": round(sum(o.power for o in self.outcomes), 2),
+            "cloud_spend": round(sum(o.cloud for o in self.outcomes), 2),
+            "cash_total": round(self.cash_total, 2),
+            "chargeback_total": round(self.chargeback_total, 2),
             "mean_wait_h": round(sum(waits) / len(waits), 3) if waits else None,
             "p95_wait_h": None if not waits else round(_p95(waits), 3),
+            "exploratory_p95_wait_h": self._p95_of("exploratory"),
+            "exploratory_max_wait_h": max((o.wait_h for o in self.outcomes
+                                           if o.kind == "exploratory" and o.wait_h is not None),
+                                          default=None),
+            "steady_p95_wait_h": self._p95_of("steady"),
             "deadline_misses": misses,
             "deadline_miss_rate": round(misses / n, 4) if n else 0.0,
             "onprem_utilization": round(self.busy_gpu_h / self.owned_gpu_h, 4) if self.owned_gpu_h else None,
             "jobs_by_target": dict(sorted(by_target.items())),
-            "cost_by_target": {k: round(v, 2) for k, v in sorted(cost_by.items())},
+            "cash_by_target": {k: round(v, 2) for k, v in sorted(cash_by.items())},
             "spot_preemptions": sum(o.preemptions for o in self.outcomes),
         }
+
+    def _p95_of(self, kind: str) -> Optional[float]:
+        waits = [o.wait_h for o in self.outcomes if o.kind == kind and o.wait_h is not None]
+        return None if not waits else round(_p95(waits), 3)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+import math
+from typing import Mapping, Optional, Sequence
 
 from orchestrator.decision.gpus import canonical_gpu, relative_speed
-from orchestrator.decision.models import Classification, Offer
+from orchestrator.decision.classify import classify
+from orchestrator.decision.cost import job_cost
+from orchestrator.decision.models import Classification, Offer, PastRun
 from orchestrator.simulate.trace import TraceJob
 
 SIM_STORAGE = "s3://simulated/checkpoints"
@@ -17,6 +20,16 @@ class SimJob:
     job: TraceJob
     spec: object  # orchestrator.spec.JobSpec
     candidates: tuple[tuple[Offer, float], ...]  # (offer, GPUs used): what any policy may pick
+    kind: str = "exploratory"  # what orch's classifier calls it given the trace before it
+    rent_usd: Optional[float] = None  # its cheapest cloud option per job (spot if it checkpoints)
+    slack_h: float = math.inf  # how late it may start on its own GPUs and meet its deadline
+
+
+def true_hours(job: TraceJob, gpu: Optional[str], used: float,
+               speeds: Mapping[str, float] | None) -> float:
+    """True run hours of a job on `used` x `gpu`: its work scaled by relative speed."""
+    ref = relative_speed(job.gpu, speeds)
+    return job.gpu_hours * ref / (relative_speed(gpu, speeds) * max(used, 1e-9))
 
 
 def accelerators(job: TraceJob, offers: Sequence[Offer],
@@ -61,8 +74,13 @@ def job_spec(job: TraceJob, accels: list[str]):
         data["resources"] = {"accelerators": accels}
     if job.checkpoints:
         data["checkpoint"] = {"storage": SIM_STORAGE}
+    schedule: dict = {}
     if job.kind != "auto":
-        data["schedule"] = {"kind": job.kind}
+        schedule["kind"] = job.kind
+    if job.deadline_h is not None:
+        schedule["deadline_hours"] = job.deadline_h
+    if schedule:
+        data["schedule"] = schedule
     return JobSpec.model_validate(data)
 
 
@@ -74,6 +92,7 @@ def build_jobs(trace, offers: Sequence[Offer], settings) -> list[SimJob]:
     index = OfferIndex(offers)
     out: list[SimJob] = []
     cache: dict[tuple, tuple] = {}
+    seen: dict[str, list[PastRun]] = {}
     for job in trace.jobs:
         accels = accelerators(job, offers, settings.gpu_speeds)
         spec = job_spec(job, accels)
@@ -82,5 +101,24 @@ def build_jobs(trace, offers: Sequence[Offer], settings) -> list[SimJob]:
             probe = Classification(kind="exploratory", reasons=())
             d = decide(spec, probe, index, None, settings)
             cache[key] = tuple((a.offer, a.used) for a in d.alternatives) if accels else ()
-        out.append(SimJob(job=job, spec=spec, candidates=cache[key]))
+        cands = cache[key]
+        rent = min((job_cost(o, true_hours(job, o.gpu, u, settings.gpu_speeds), u,
+                             settings.cloud_startup_minutes)[0]
+                    for o, u in cands if o.target == "cloud" and (job.checkpoints or not o.spot)),
+                   default=None)
+        slack = (math.inf if job.deadline_h is None
+                 else max(0.0, job.deadline_h - job.gpu_hours / job.gpus))
+        out.append(SimJob(job=job, spec=spec, candidates=cands, rent_usd=rent, slack_h=slack,
+                          kind=_kind(job, spec, seen, trace, settings)))
+        seen.setdefault(job.fingerprint, []).append(PastRun(
+            job.fingerprint, "SUCCEEDED", trace.start + job.arrival_h * 3600.0))
     return out
+
+
+def _kind(job: TraceJob, spec, seen: dict, trace, settings) -> str:
+    """The job's kind for reporting waits by kind, the same for every policy: orch's
+    classifier, as if every earlier arrival of its fingerprint had succeeded."""
+    now = trace.start + job.arrival_h * 3600.0
+    hours = job.gpu_hours / job.gpus
+    return classify(spec, job.fingerprint, seen.get(job.fingerprint, ()), now, settings, False,
+                    hours).kind

@@ -1,25 +1,27 @@
-"""The offline lower bound with hindsight: a linear program over owned capacity and deadlines.
+"""The offline lower bound of the team's cash with hindsight: a linear program over owned
+capacity, deadlines and waits.
 
-Variables, for every job j and every owned pool p it fits and every hour b between its
-arrival and its deadline: y[j,p,b], the GPU-hours of j's work that p does in hour b;
-and z[j], the fraction of j that goes to its cheapest cloud option. Constraints:
-each job is done once (sum_p,b y[j,p,b] / G[j,p] + z[j] = 1, G[j,p] = its GPU-hours on
-p); a pool holds at most its GPUs in any hour (sum_j y[j,p,b] <= count_p); a job uses
-at most its own GPUs in an hour (y[j,p,b] <= gpus_j x the part of hour b inside its
-window). Cost: y at the pool's full price per GPU-hour (amortized + power, exactly what
-the engine charges an owned run), z at the cheapest cloud cost per job over every
-offer the job fits (spot only for a job that checkpoints: no policy here puts an
-unsaved run on spot), one start-up, no preemption.
+Variables, for every job j and every owned pool p it fits and every hour b inside its
+window: y[j,p,b], the GPU-hours of j's work that p does in hour b; and z[j], the
+fraction of j that goes to its cheapest cloud option. Constraints: each job is done
+once (sum_p,b y[j,p,b] / G[j,p] + z[j] = 1, G[j,p] = its GPU-hours on p); a pool holds at
+most its GPUs in any hour (sum_j y[j,p,b] <= count_p); a job uses at most its own GPUs
+in an hour (y[j,p,b] <= gpus_j x the part of hour b inside its window). A job's window
+on a pool runs from its arrival to its deadline; an exploratory job's also ends by its
+arrival + the cloud's start-up + its run hours there: a schedule that makes exploratory
+work queue for owned GPUs longer than renting would take is not a cheaper way to do the
+same job. Cash: y at the pool's power per GPU-hour (ownership is the same under every
+schedule and is added after), z at the cheapest cloud cost per job over every offer the
+job fits (spot only for a job that checkpoints), one start-up, no preemption.
 
-Why it is a lower bound of every schedule that meets every deadline and keeps unsaved
-runs off spot, under the same accounting: such a schedule gives a feasible point (its
-owned runs' GPU-hours hour by hour, and z = 1 for its cloud jobs: owned runs lie inside
-the windows and never exceed the pools or their own GPUs), whose objective is its owned
-cost exactly plus, for each cloud job, no more than what that job paid (no launch of it
-costs less than its cheapest option). The program's minimum is at most that. Jobs
-without a deadline may use owned GPUs until `end_h`, the last moment any simulated
-policy still ran something; a job no cloud offer fits may also be charged its owned
-cost with no capacity, as if it ran after `end_h`, so the program stays feasible.
+Why it is a lower bound of the cash of every schedule that meets every deadline, keeps
+unsaved runs off spot and starts exploratory work within the cloud's start-up: such a
+schedule gives a feasible point (its owned runs' GPU-hours hour by hour, and z = 1 for
+its cloud jobs), whose objective is its power exactly plus, for each cloud job, no more
+than what that job paid. The program's minimum is at most that. Jobs without a deadline
+may use owned GPUs until `end_h`, the last moment any simulated policy still ran
+something; a job no cloud offer fits may also be charged its owned power with no
+capacity, as if it ran after `end_h`, so the program stays feasible.
 """
 
 from __future__ import annotations
@@ -32,23 +34,36 @@ from orchestrator.decision.cost import job_cost
 
 @dataclass
 class OracleResult:
-    total_cost: float
-    job_cost: list[float]  # USD per job, in trace order
+    power: float  # USD of owned GPUs' power
+    cloud_spend: float
+    ownership: float
+    chargeback: float  # the same schedule under the per-use accounting
+    job_cash: list[float]  # USD per job (power + cloud), in trace order
     owned_fraction: list[float]  # of each job's work done on owned GPUs
     busy_gpu_h: float  # owned GPU-hours used inside the simulated span
     owned_gpu_h: float
     status: str
 
-    def daily_cost(self, jobs, days: int) -> list[float]:
-        out = [0.0] * days
-        for sj, c in zip(jobs, self.job_cost):
+    @property
+    def cash_total(self) -> float:
+        return self.ownership + self.power + self.cloud_spend
+
+    def daily_cash(self, jobs, days: int, trace_days: int) -> list[float]:
+        own = self.ownership / max(trace_days, 1)
+        out = [own if d < trace_days else 0.0 for d in range(days)]
+        for sj, c in zip(jobs, self.job_cash):
             out[min(days - 1, max(0, int(sj.job.arrival_h // 24)))] += c
         return out
 
     def summary(self, n_jobs: int) -> dict:
         owned = float(sum(self.owned_fraction))
-        return {"name": "oracle", "total_cost": round(self.total_cost, 2), "mean_wait_h": None,
-                "p95_wait_h": None, "deadline_misses": 0, "deadline_miss_rate": 0.0,
+        return {"name": "oracle", "ownership": round(self.ownership, 2),
+                "power": round(self.power, 2), "cloud_spend": round(self.cloud_spend, 2),
+                "cash_total": round(self.cash_total, 2),
+                "chargeback_total": round(self.chargeback, 2), "mean_wait_h": None,
+                "p95_wait_h": None, "exploratory_p95_wait_h": None, "exploratory_max_wait_h": None,
+                "steady_p95_wait_h": None,
+                "deadline_misses": 0, "deadline_miss_rate": 0.0,
                 "onprem_utilization": (round(self.busy_gpu_h / self.owned_gpu_h, 4)
                                        if self.owned_gpu_h else None),
                 "jobs_by_target": {"onprem": round(owned, 2), "cloud": round(n_jobs - owned, 2)},
@@ -64,6 +79,7 @@ def lower_bound(sim, end_h: float) -> OracleResult:
     pools = [o for o in sim.offers if o.target == "onprem"]
     pool_ix = {p: i for i, p in enumerate(pools)}
     startup = sim.settings.cloud_startup_minutes
+    full_of: list[float] = []  # per variable: USD per unit under the per-use chargeback
     n_b = max([1, math.ceil(end_h)] + [math.ceil(sj.job.due_h) for sj in sim.jobs
                                           if math.isfinite(sj.job.due_h)])
     cost, lo, hi = [], [], []
@@ -81,15 +97,17 @@ def lower_bound(sim, end_h: float) -> OracleResult:
             if o.target != "onprem":
                 continue
             h = sim.hours(sj, o.gpu, u)
-            c = job_cost(o, h, u, 0.0)[0]
+            full, c = job_cost(o, h, u, 0.0)
             owned_costs.append(c)
             g = h * u
-            for b in range(int(a), min(n_b, math.ceil(end))):
-                overlap = min(b + 1.0, end) - max(float(b), a)
+            stop = min(end, a + startup / 60.0 + h) if sj.kind == "exploratory" else end
+            for b in range(int(a), min(n_b, math.ceil(stop))):
+                overlap = min(b + 1.0, stop) - max(float(b), a)
                 if overlap <= 1e-9:
                     continue
                 v = len(cost)
                 cost.append(c / g)
+                full_of.append(full / g)
                 lo.append(0.0)
                 hi.append(u * overlap)
                 eq_r.append(j), eq_c.append(v), eq_v.append(1.0 / g)
@@ -101,6 +119,7 @@ def lower_bound(sim, end_h: float) -> OracleResult:
             cloud = 0.0  # nothing fits this job anywhere: every policy leaves it unplaced
         v = len(cost)
         cost.append(cloud)
+        full_of.append(cloud)
         lo.append(0.0)
         hi.append(None)
         eq_r.append(j), eq_c.append(v), eq_v.append(1.0)
@@ -114,13 +133,18 @@ def lower_bound(sim, end_h: float) -> OracleResult:
     if res.status != 0:
         raise RuntimeError(f"the lower-bound program did not solve: {res.message}")
     per_job, owned = [0.0] * n_j, [0.0] * n_j
-    busy = 0.0
-    for (j, unit, b, frac), x in zip(per_var, res.x.tolist()):
+    busy = power = cloud_spend = chargeback = 0.0
+    for (j, unit, b, frac), full, x in zip(per_var, full_of, res.x.tolist()):
         per_job[j] += unit * x
+        chargeback += full * x
         if b >= 0:
             owned[j] += frac * x
+            power += unit * x
             if b < sim.span_h:
                 busy += x
+        else:
+            cloud_spend += unit * x
     owned_gpu_h = sum(p.count for p in pools) * sim.span_h
-    return OracleResult(total_cost=float(res.fun), job_cost=per_job, owned_fraction=owned,
+    return OracleResult(power=power, cloud_spend=cloud_spend, ownership=sim.ownership_usd,
+                        chargeback=chargeback, job_cash=per_job, owned_fraction=owned,
                         busy_gpu_h=busy, owned_gpu_h=owned_gpu_h, status=res.message)

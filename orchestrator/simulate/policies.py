@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from orchestrator.decision.classify import classify
-from orchestrator.decision.cost import HoursEstimator
+from orchestrator.decision.cost import HoursEstimator, job_cost
 from orchestrator.decision.gpus import relative_speed
 from orchestrator.decision.models import Offer
 from orchestrator.decision.placement import decide
@@ -87,6 +87,27 @@ def on_demand(sj: SimJob, view: View) -> Optional[Choice]:
     return _cloud(sj, view, clouds=HYPERSCALERS, spot=False)
 
 
+def _cheapest_per_job(sj: SimJob, view: View) -> Optional[Choice]:
+    """The cloud option with the lowest cost for the whole job (spot for a job that
+    checkpoints), start-up included."""
+    startup = view.settings.cloud_startup_minutes
+    best = min(((job_cost(o, view.sim.hours(sj, o.gpu, u), u, startup)[0], o.cloud or "",
+                 o.region or "", o.instance_type or "", i)
+                for i, (o, u) in enumerate(sj.candidates)
+                if o.target == "cloud" and (sj.job.checkpoints or not o.spot)), default=None)
+    return None if best is None else Choice(*sj.candidates[best[-1]])
+
+
+def by_kind_strict(sj: SimJob, view: View) -> Optional[Choice]:
+    """The product's rule with no judgement: exploratory work always rents the cheapest
+    GPU per job; steady work always queues for the owned GPUs."""
+    if sj.kind == "steady":
+        owned = owned_only(sj, view)
+        if owned is not None:
+            return owned
+    return _cheapest_per_job(sj, view) or owned_only(sj, view)
+
+
 BASELINES = {"cloud-cheapest": cloud_cheapest, "owned-first": owned_first,
-             "owned-only": owned_only, "on-demand": on_demand}
+             "owned-only": owned_only, "by-kind-strict": by_kind_strict, "on-demand": on_demand}
 POLICIES = {"orch": orch, **BASELINES}

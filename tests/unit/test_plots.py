@@ -46,10 +46,13 @@ def test_spend_plot_draws_cumulative_spend_per_target(tmp_path):
 
 def test_policy_plot_has_a_line_and_a_marker_per_policy(tmp_path):
     result = {"currency": "USD", "currency_rate": 1.0, "policies": [
-        {"name": "orch", "total_cost": 30.0, "p95_wait_h": 0.1, "daily_cost": [10, 20]},
-        {"name": "owned-only", "total_cost": 25.0, "p95_wait_h": 2.0, "daily_cost": [5, 20]},
-        {"name": "on-demand", "total_cost": 90.0, "p95_wait_h": 0.1, "daily_cost": [40, 50]},
-        {"name": "oracle", "total_cost": 24.0, "p95_wait_h": None, "daily_cost": [4, 20]}]}
+        {"name": "orch", "cash_total": 30.0, "exploratory_p95_wait_h": 0.1, "daily_cash": [10, 20]},
+        {"name": "owned-only", "cash_total": 25.0, "exploratory_p95_wait_h": 2.0,
+         "daily_cash": [5, 20]},
+        {"name": "on-demand", "cash_total": 90.0, "exploratory_p95_wait_h": 0.1,
+         "daily_cash": [40, 50]},
+        {"name": "oracle", "cash_total": 24.0, "exploratory_p95_wait_h": None,
+         "daily_cash": [4, 20]}]}
     fig = plot_policies(result, tmp_path / "sim.png")
     opens_as_png(tmp_path / "sim.png")
     left, right = fig.axes

@@ -159,23 +159,26 @@ def test_a_job_accepts_faster_gpus_and_the_next_larger_cloud_instance(settings):
 
 # --- the engine, by hand ---------------------------------------------------------------
 
-SMALL = HEADER + ("0,j0,f0,2,A100,2,,false,auto\n"
-                  "0.5,j1,f1,1,A100,1,,false,auto\n"
+SMALL = HEADER + ("0,j0,f0,2,A100,2,,false,steady\n"
+                  "0.5,j1,f1,1,A100,1,,false,steady\n"
                   "0.5,j2,f2,3,A100,1,2,false,auto\n")
+# Two owned A100s whose purchase amortizes to exactly 1 USD/h: 1.09 USD/h with power
+# (300 W x 0.15 USD/kWh = 0.045 USD per GPU-hour).
+SMALL_INV = OwnedGpus(gpu="A100", count=2, purchase_price=3 * 8766 * 0.6, watts=300)
+SMALL_OWNERSHIP = 3 * 8766 * 0.6 * 1 / (3 * 365.25)  # one day of a three-year life
 
 
-def small_sim(settings):
-    # Two owned A100s whose purchase amortizes to exactly 1 USD/h: 1.09 USD/h with power.
-    inv = OwnedGpus(gpu="A100", count=2, purchase_price=3 * 8766 * 0.6, watts=300)
+def small_sim(settings, text: str = SMALL):
+    inv = SMALL_INV
     offers = [cloud("A100", 1, 1.29, "lambda"), cloud("A100", 2, 2.58, "lambda"),
               cloud("H100", 1, 2.49, "lambda"), cloud("H100", 1, 1.75, "runpod", True),
               onprem_offer(inv, settings.electricity_price)]
     sc = Scenario(owned=(inv,), clouds=("lambda", "runpod"), catalog_dir=None,
                   offers=tuple(offers), source="test")
     ps = policy_settings(settings, sc)
-    trace = parse_trace(SMALL, "small.csv")
+    trace = parse_trace(text, "small.csv")
     return Simulation(trace=trace, jobs=build_jobs(trace, sc.offers, ps), offers=sc.offers,
-                      settings=ps, seed=1)
+                      settings=ps, seed=1, ownership_usd=SMALL_OWNERSHIP)
 
 
 def test_owned_only_queues_fifo_and_pays_its_share_of_the_pool(settings):
@@ -187,8 +190,13 @@ def test_owned_only_queues_fifo_and_pays_its_share_of_the_pool(settings):
     assert (o1.wait_h, o1.finish_h, o1.cost) == (0.5, 2.0, pytest.approx(0.545))
     assert (o2.wait_h, o2.finish_h, o2.cost, o2.missed) == (0.5, 4.0, pytest.approx(1.635), True)
     s = run.summary()
-    assert s["total_cost"] == pytest.approx(3.27)
+    assert s["chargeback_total"] == pytest.approx(3.27)
+    # The team's cash: a day of ownership, whoever runs what, and 6 GPU-hours of power.
+    assert (s["ownership"], s["power"], s["cloud_spend"]) == (
+        pytest.approx(SMALL_OWNERSHIP, abs=0.01), pytest.approx(0.27), 0.0)
+    assert s["cash_total"] == pytest.approx(SMALL_OWNERSHIP + 0.27, abs=0.01)
     assert (s["deadline_misses"], s["p95_wait_h"]) == (1, 0.5)
+    assert (s["steady_p95_wait_h"], s["exploratory_p95_wait_h"]) == (0.5, 0.5)
     assert s["mean_wait_h"] == pytest.approx(1 / 3, abs=1e-3)
     assert s["onprem_utilization"] == pytest.approx(6 / 48)  # 6 GPU-hours of 2 GPUs x 24 h
 
@@ -199,19 +207,46 @@ def test_cloud_cheapest_pays_price_per_hour_plus_startup(settings):
     assert [o.where for o in run.outcomes] == ["lambda/A100x2", "lambda/A100x1", "lambda/A100x1"]
     assert [o.cost for o in run.outcomes] == pytest.approx([2.58 * 1.1, 1.29 * 1.1, 1.29 * 3.1])
     assert [o.wait_h for o in run.outcomes] == [0.1, 0.1, 0.1]
+    s = run.summary()
+    assert s["cloud_spend"] == pytest.approx(2.58 * 1.1 + 1.29 * 4.2, abs=0.01)
+    assert s["cash_total"] == pytest.approx(SMALL_OWNERSHIP + s["cloud_spend"], abs=0.01)
+
+
+def test_by_kind_strict_queues_steady_work_and_rents_exploratory_per_job(settings):
+    run = small_sim(settings).run("by-kind-strict", P.by_kind_strict)
+    # j0, j1 are steady (kind column): the owned pool, in turn. j2 is exploratory: the
+    # cheapest cloud option per job, lambda's H100 (3 h x 312/989 on it, + start-up) at
+    # 2.49 USD/h beating 3.1 h of its A100 at 1.29.
+    assert [o.where for o in run.outcomes] == ["onprem/A100x2", "onprem/A100x1", "lambda/H100x1"]
+    assert run.outcomes[2].cost == pytest.approx(2.49 * (3 * 312 / 989 + 0.1))
 
 
 def test_lower_bound_by_hand(settings):
     sim = small_sim(settings)
     res = lower_bound(sim, end_h=24.0)
-    # j0, j1 on owned (no deadline); j2 gets 2 of its 3 GPU-hours on owned before its
-    # deadline (one GPU from 0.5 to 2.5), the last third at its cheapest cloud price:
-    # lambda H100 on-demand, 3 h x (312/989) + 0.1 h start-up at 2.49 USD/h.
+    # j0, j1 on owned (no deadline) at their power; j2 gets 2 of its 3 GPU-hours on owned
+    # before its deadline (one GPU from 0.5 to 2.5), the last third at its cheapest cloud
+    # price: lambda H100 on-demand, 3 h x (312/989) + 0.1 h start-up at 2.49 USD/h.
     j2_cloud = 2.49 * (3 * 312 / 989 + 0.1)
-    assert res.total_cost == pytest.approx(1.09 + 0.545 + 2 / 3 * 1.635 + j2_cloud / 3, rel=1e-6)
+    assert res.power == pytest.approx(0.045 * (2 + 1 + 2), rel=1e-6)
+    assert res.cloud_spend == pytest.approx(j2_cloud / 3, rel=1e-6)
+    assert res.cash_total == pytest.approx(SMALL_OWNERSHIP + 0.045 * 5 + j2_cloud / 3, rel=1e-6)
     assert res.owned_fraction == pytest.approx([1, 1, 2 / 3])
     # owned-only is cheaper only by missing j2's deadline: the bound covers on-time schedules.
-    assert sim.run("owned-only", P.owned_only).total_cost < res.total_cost
+    assert sim.run("owned-only", P.owned_only).cash_total < res.cash_total
+
+
+def test_lower_bound_starts_exploratory_work_within_the_start_up(settings):
+    # j0 (steady, due in 10 h) needs both GPUs until then. An exploratory j1 cannot wait for
+    # them (its window on them ends at 0.1 h start-up + 1 h): it rents. A steady j1 due
+    # in 24 h runs on them after j0, at its power.
+    jobs = "0,j0,f0,20,A100,2,10,false,steady\n0,j1,f1,1,A100,1,24,false,{kind}\n"
+    rent = 2.49 * (312 / 989 + 0.1)  # lambda H100, 3x an A100, for 1 A100-hour + start-up
+    exploratory = lower_bound(small_sim(settings, HEADER + jobs.format(kind="exploratory")), 24.0)
+    steady = lower_bound(small_sim(settings, HEADER + jobs.format(kind="steady")), 24.0)
+    assert exploratory.owned_fraction == pytest.approx([1, 0]) and steady.owned_fraction == pytest.approx([1, 1])
+    assert exploratory.cloud_spend == pytest.approx(rent) and steady.cloud_spend == pytest.approx(0)
+    assert exploratory.power == pytest.approx(0.9) and steady.power == pytest.approx(0.945)
 
 
 def test_spot_preemptions_are_drawn_per_job_and_seed():
@@ -234,27 +269,49 @@ def small_result():
 
 def test_small_trace_ordering_that_holds(small_result):
     r = small_result
-    assert all(p["deadline_misses"] == 0 for p in r.values())  # so the bound covers them all
-    oracle = r["oracle"]["total_cost"]
-    assert all(oracle <= p["total_cost"] + 1e-6 for p in r.values())
-    orch = r["orch"]["total_cost"]
-    assert oracle <= orch < r["cloud-cheapest"]["total_cost"] < r["on-demand"]["total_cost"]
+    assert all(p["deadline_misses"] == 0 for p in r.values())
+    # The bound covers every schedule that starts exploratory work within the start-up.
+    prompt = [p for p in r.values() if p["name"] != "oracle"
+              and (p["exploratory_max_wait_h"] or 0) <= 0.1 + 1e-9]
+    assert {p["name"] for p in prompt} >= {"orch", "cloud-cheapest", "by-kind-strict", "on-demand"}
+    oracle = r["oracle"]["cash_total"]
+    assert all(oracle <= p["cash_total"] + 1e-6 for p in prompt)
+    orch = r["orch"]["cash_total"]
+    assert oracle <= orch < r["cloud-cheapest"]["cash_total"] < r["on-demand"]["cash_total"]
     assert r["orch"]["jobs_by_target"]["onprem"] > 0 and r["owned-only"]["jobs_by_target"] == {"onprem": 72}
+    # Every policy owns the same GPUs for the same days.
+    assert len({p["ownership"] for p in r.values()}) == 1
 
 
-def test_small_trace_orch_beats_the_owned_baselines(small_result):
-    # Owned GPUs priced in full, for exploratory work too, when they are free soon enough.
+def test_small_trace_orch_beats_the_comparable_baselines(small_result):
     r = small_result
-    assert r["orch"]["total_cost"] < min(r["owned-first"]["total_cost"], r["owned-only"]["total_cost"])
+    assert r["orch"]["cash_total"] < min(r["owned-first"]["cash_total"],
+                                         r["by-kind-strict"]["cash_total"])
+    # owned-only spends less cash only by making exploratory work queue for the owned GPUs.
+    assert r["owned-only"]["exploratory_p95_wait_h"] > 0.1 >= r["orch"]["exploratory_p95_wait_h"]
+
+
+def _row(name, cash, misses=0, wait=0.1):
+    return {"name": name, "cash_total": cash, "deadline_misses": misses,
+            "deadline_miss_rate": misses / 100, "exploratory_p95_wait_h": wait}
 
 
 def test_checks_state_the_goals():
-    rows = [{"name": "orch", "total_cost": 110.0, "deadline_miss_rate": 0.02},
-            {"name": "owned-only", "total_cost": 105.0}, {"name": "on-demand", "total_cost": 300.0},
-            {"name": "oracle", "total_cost": 100.0}]
-    c = checks(rows)
-    assert (c["orch_over_oracle"], c["ratio_met"], c["cheaper_than_every_baseline"]) == (1.1, True, False)
-    assert (c["baselines_not_beaten"], c["miss_met"]) == (["owned-only"], False)
+    rows = [_row("orch", 103.0, misses=2), _row("owned-only", 99.0, wait=3.0),
+            _row("by-kind-strict", 102.0), _row("late", 90.0, misses=3),
+            _row("on-demand", 300.0), {**_row("oracle", 100.0), "exploratory_p95_wait_h": None}]
+    c = checks(rows, 0.1)
+    assert (c["orch_over_oracle"], c["ratio_met"]) == (1.03, True)
+    assert c["comparable_baselines"] == ["by-kind-strict", "on-demand"]
+    assert set(c["not_comparable"]) == {"owned-only", "late"}
+    assert "exploratory p95 wait 3.00 h > the cloud's start-up 0.10 h" in c["not_comparable"]["owned-only"]
+    assert (c["cheaper_than_every_baseline"], c["baselines_not_beaten"]) == (False, ["by-kind-strict"])
+    assert (c["miss_met"], c["wait_met"]) == (False, True)
+    rows[0]["cash_total"] = 101.0
+    c = checks(rows, 0.1)
+    assert c["cheaper_than_every_baseline"] and c["ratio_met"]
+    rows[0]["cash_total"] = 104.0
+    assert not checks(rows, 0.1)["ratio_met"]
 
 
 # --- the command line ------------------------------------------------------------------
@@ -268,11 +325,16 @@ def test_cli_generate_then_simulate_json(orch_home):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     names = [p["name"] for p in data["policies"]]
-    assert names == ["orch", "cloud-cheapest", "owned-first", "owned-only", "on-demand", "oracle"]
+    assert names == ["orch", "cloud-cheapest", "owned-first", "owned-only", "by-kind-strict",
+                     "on-demand", "oracle"]
     for p in data["policies"]:
-        assert {"name", "total_cost", "mean_wait_h", "p95_wait_h", "deadline_misses",
-                "onprem_utilization", "jobs_by_target", "daily_cost"} <= set(p)
-    assert set(data["checks"]) >= {"orch_over_oracle", "cheaper_than_every_baseline", "orch_miss_rate"}
+        assert {"name", "ownership", "power", "cloud_spend", "cash_total", "chargeback_total",
+                "mean_wait_h", "p95_wait_h", "exploratory_p95_wait_h", "steady_p95_wait_h",
+                "deadline_misses", "onprem_utilization", "jobs_by_target", "daily_cash"} <= set(p)
+        assert p["cash_total"] == pytest.approx(p["ownership"] + p["power"] + p["cloud_spend"],
+                                                abs=0.02)
+    assert set(data["checks"]) >= {"orch_over_oracle", "cheaper_than_every_baseline",
+                                   "orch_miss_rate", "comparable_baselines", "wait_met"}
     assert "default owned GPUs" in data["scenario"]
 
 

@@ -43,8 +43,9 @@ def advise(
     if days <= 0:
         _bad("--days", f"{days:g}", "give the days of history to read, e.g. --days 90")
     offers, problem = _offers(settings)
-    advice = compute(_records(settings), settings, offers, time.time(), days=days,
-                     what_if=what_if, catalog_problem=problem)
+    records = _records(settings)
+    advice = compute(records, settings, offers, time.time(), days=days,
+                     what_if=what_if, catalog_problem=problem, local_gpus=_local_gpus(records))
     if json_out:
         print_json({**advice.to_dict(), "settings_file": str(config_path())})
     else:
@@ -103,6 +104,15 @@ def _records(settings) -> list[dict]:
         store.close()
 
 
+def _local_gpus(records: list[dict]) -> int:
+    """This workstation's GPUs, asked of nvidia-smi only when a job ever ran here."""
+    if not any(r.get("target") == "local" for r in records):
+        return 0
+    from providers.local_offer import detect_gpus
+
+    return sum(detect_gpus().values())
+
+
 def _offers(settings) -> tuple[list, Optional[str]]:
     """Cloud offers from the price catalogs, and why there are none when there are none."""
     if not settings.clouds:
@@ -120,6 +130,29 @@ def _months(months: Optional[float], verdict: str) -> str:
     if verdict == "unknown":
         return "-"
     return "never" if months is None else f"{months:,.1f} mo"
+
+
+def _render_owned(u, money) -> None:
+    """Each owned pool: measured busy time and the real cost per used GPU-hour it implies."""
+    pct = lambda f: "-" if f is None else f"{f:.1%}"  # noqa: E731
+    title = (f"what owned GPUs really cost per used hour, over {u.window_basis}" if u.history
+             else "what owned GPUs cost per used hour (no job history: the settings' figure)")
+    t = Table(title=title, title_justify="left")
+    for col in ("pool", "busy GPU-hours", "busy", "assumed busy", "ownership", "power",
+                "real/used hour", "assumed/used hour"):
+        t.add_column(col, justify="left" if col == "pool" else "right")
+    for p in u.pools:
+        unit = "" if p.unit == "GPU" else " (machine-hours)"
+        busy = "-" if not u.history else f"{p.busy_gpu_hours:,.1f} of {p.capacity_gpu_hours:,.0f}"
+        t.add_row(escape(p.pool) + unit, busy, pct(p.utilization), f"{p.assumed_utilization:.0%}",
+                  money(p.ownership_usd), money(p.power_usd), money(p.real_per_gpu_hour_usd),
+                  money(p.assumed_per_gpu_hour_usd))
+    out.print(t)
+    for p in u.pools:
+        window = f" ({p.window_basis})" if p.window_basis != u.window_basis else ""
+        out.print(f"  {escape(p.pool)}: {escape(p.verdict)}{escape(window)}")
+    for n in u.notes:
+        out.print(f"  [dim]{escape(n)}[/]")
 
 
 def render(a, settings_file: str) -> None:
@@ -143,10 +176,8 @@ def render(a, settings_file: str) -> None:
                       f"{r['ref_gpu_hours']:,.1f}", money(r["cost_usd"]),
                       money(r["steady_cost_usd"]), money(r["cost_per_month_usd"]))
         out.print(t)
-    if a.owned:
-        o = a.owned
-        out.print(f"owned GPUs on-prem: {o['gpus']} busy {o['utilization']:.0%} of the time "
-                  f"({o['busy_gpu_hours']:,.1f} of {o['gpus'] * o['window_hours']:,.0f} GPU-hours)")
+    if a.owned_use and a.owned_use.pools:
+        _render_owned(a.owned_use, money)
     if a.candidates:
         t = Table(title=f"GPUs you might buy, against renting "
                         f"{a.steady_ref_hours_per_month:,.1f} H100-hours of steady work a month",

@@ -9,6 +9,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 from orchestrator.decision.cost import fmt_money
 from orchestrator.decision.gpus import canonical_gpu, relative_speed
 from orchestrator.decision.models import Offer
+from orchestrator.decision.utilization import OwnedUse, owned_use
 from orchestrator.ledger import entry as ledger_entry
 
 DAYS_PER_MONTH = 30.44
@@ -106,6 +107,8 @@ class Advice:
     what_if: dict
     assumptions: list[str]
     missing: list[str]
+    # Each owned pool's measured use and real cost per used GPU-hour, against the assumed.
+    owned_use: Optional[OwnedUse] = None
 
     def to_dict(self) -> dict:
         """The `orch advise --json` shape: money in USD (`*_usd`), `currency_rate` converts."""
@@ -238,11 +241,12 @@ def _candidate(cand, settings, offers, ref_per_month: float, elec: float, cap: f
 def advise(records: Sequence[dict], settings, offers: Sequence[Offer], now: float, *,
            days: float = 90.0, what_if: Optional[WhatIf] = None,
            cost_entry: Callable[[dict, float], dict] = ledger_entry,
-           catalog_problem: Optional[str] = None) -> Advice:
+           catalog_problem: Optional[str] = None, local_gpus: int = 0) -> Advice:
     """Buy-vs-rent advice from the job history (`Store.list()` records), the settings
     (candidates, owned GPUs, electricity price, speeds) and the cloud offers.
     `cost_entry(rec, now)` prices a job (`orchestrator.ledger.entry`, what `orch cost`
-    shows); `catalog_problem` says why `offers` is empty, when the caller knows."""
+    shows); `catalog_problem` says why `offers` is empty, when the caller knows;
+    `local_gpus`: the GPUs this workstation has, for what its use really costs."""
     what_if = what_if or WhatIf()
     speeds = settings.gpu_speeds
     first = min((r["created_at"] for r in records if r.get("created_at") is not None), default=None)
@@ -255,13 +259,17 @@ def advise(records: Sequence[dict], settings, offers: Sequence[Offer], now: floa
     onprem_busy = 0.0
     running = unpriced = 0
     unknown_speed: set[str] = set()
+    entries = []  # every job that may have held hardware, running ones too: owned GPUs' use
     for rec in records:
-        if rec.get("status") in ("PENDING", "RUNNING"):
-            running += rec.get("status") == "RUNNING"
+        if rec.get("status") == "PENDING":
             continue
         # What the job cost, as `orch cost` counts it; its work is the time it held the
         # hardware (billed start-up is cost, not work).
         entry = cost_entry(rec, now)
+        entries.append(entry)
+        if rec.get("status") == "RUNNING":
+            running += 1
+            continue
         began, ended = entry.get("started_at"), entry.get("finished_at")
         if ended is None or ended < start:
             continue
@@ -305,6 +313,13 @@ def advise(records: Sequence[dict], settings, offers: Sequence[Offer], now: floa
         owned = {"gpus": owned_gpus, "busy_gpu_hours": onprem_busy, "window_hours": window_h,
                  "utilization": onprem_busy / (owned_gpus * window_h)}
 
+    elec = settings.electricity_price if what_if.electricity_price is None else what_if.electricity_price
+    use = owned_use(entries, settings.onprem, settings.local, start=start, end=now,
+                    basis=(f"the {span:.1f} days since the first recorded job" if span < days
+                           else f"the last {days:g} days (--days)"),
+                    electricity_price=elec, local_gpus=local_gpus,
+                    currency=settings.currency, rate=settings.currency_rate)
+
     paid, paid_basis = None, ""
     for key, label in (("steady", "steady cloud work"), ("any", "cloud work")):
         if cloud[key].ref_gpu_hours > 0:
@@ -313,7 +328,6 @@ def advise(records: Sequence[dict], settings, offers: Sequence[Offer], now: floa
 
     measured = work["steady"].ref_gpu_hours / months
     ref_per_month = measured if what_if.steady_hours is None else what_if.steady_hours
-    elec = settings.electricity_price if what_if.electricity_price is None else what_if.electricity_price
     cap = 1.0 if what_if.utilization_cap is None else what_if.utilization_cap
     candidates = [_candidate(c, settings, offers, ref_per_month, elec, cap, what_if, paid, paid_basis)
                   for c in settings.candidates]
@@ -347,6 +361,11 @@ def advise(records: Sequence[dict], settings, offers: Sequence[Offer], now: floa
         "a job's cost is what `orch cost` counts: cloud, its billed launches, recoveries and "
         "start-ups; owned hardware, amortized purchase + power for the hours it held it",
     ]
+    if use.pools and use.history:
+        assumptions.append(
+            "owned GPUs' real cost per used GPU-hour: (purchase x window / lifetime + power of the "
+            "busy hours) / the GPU-hours jobs held them, running jobs up to now; the assumed "
+            "figure spreads the purchase over the lifetime at the `utilization` setting")
     if unknown_speed:
         assumptions.append(f"jobs on {', '.join(sorted(unknown_speed))} have no speed figure and "
                            f"are left out of the H100-hours (add them to gpu_speeds)")
@@ -373,4 +392,4 @@ def advise(records: Sequence[dict], settings, offers: Sequence[Offer], now: floa
                   measured_steady_ref_hours_per_month=measured, paid_per_ref_hour_usd=paid,
                   paid_basis=paid_basis, owned=owned, electricity_price=elec,
                   utilization_cap=cap, candidates=candidates, what_if=what_if.overridden(),
-                  assumptions=assumptions, missing=missing)
+                  assumptions=assumptions, missing=missing, owned_use=use)

@@ -1,4 +1,5 @@
-"""Buy-vs-rent advice: break-even on hand-checked numbers, utilization, what-ifs, the CLI."""
+"""Buy-vs-rent advice: break-even on hand-checked numbers, utilization, what-ifs, what owned
+GPUs really cost per used hour, the CLI."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import pytest
 
 from orchestrator.decision.advise import DAYS_PER_MONTH, WhatIf, advise
 from orchestrator.decision.models import Offer
-from orchestrator.settings import Settings
+from orchestrator.decision.utilization import owned_use
+from orchestrator.settings import LocalMachine, OwnedGpus, Settings
 from orchestrator.store import Store
-from tests.conftest import run_orch, store_at
+from tests.conftest import run_json, run_orch, store_at
 
 DAY = 86400.0
 NOW = 1_800_000_000.0
@@ -300,3 +302,179 @@ def test_cli_without_store_or_candidates_and_bad_flags(orch_home):
     assert proc.returncode == 2 and "--utilization-cap 1.5" in proc.stderr
     proc = run_orch(orch_home, "advise", "--price", "H100=3", timeout=120)
     assert proc.returncode == 2 and "not a candidate" in proc.stderr
+
+
+# -- what owned GPUs really cost per used hour -----------------------------------------
+
+H = 3600.0
+T0 = NOW - 240 * H  # a 10-day window: 240 h
+LIFE_H = 3 * 8766.0  # three years of hours
+# 2 x A100 bought for exactly 3 years of hours: ownership is 1 USD per pool-hour
+A100S = OwnedGpus(gpu="A100", count=2, purchase_price=LIFE_H, utilization=0.5, watts=250)
+RTX = OwnedGpus(gpu="RTX4090", count=4, purchase_price=12000)  # 3 years, 60%, 300 W
+WORKSTATION = LocalMachine(purchase_price=2500, utilization=0.3, watts=150)
+
+
+def job(target, gpu, count, start_h, end_h=None) -> dict:
+    """A ledger entry: hours from T0; end None while it runs."""
+    return {"target": target, "gpu": gpu, "gpu_count": count, "started_at": T0 + start_h * H,
+            "finished_at": None if end_h is None else T0 + end_h * H}
+
+
+CLOUD_ONLY = [job("cloud", "H100", 1, 0, 5)]
+
+# (case, onprem lines, jobs, window start, local GPUs detected, expected per pool)
+USE_CASES = [
+    # Idle: 12000 x 240 / 26298 = 109.51 USD of ownership bought no work; assumed
+    # 12000 / (26298 x 0.6 x 4) = 0.190 + 0.3 kW x 0.25 = 0.265 USD per GPU-hour
+    ("idle pool", [RTX], CLOUD_ONLY, T0, 0,
+     {"onprem RTX4090 x4": dict(jobs=0, busy_gpu_hours=0.0, capacity_gpu_hours=960.0,
+                                utilization=0.0, ownership_usd=12000 * 240 / LIFE_H, power_usd=0.0,
+                                real_per_gpu_hour_usd=None,
+                                assumed_per_gpu_hour_usd=12000 / (LIFE_H * 0.6 * 4) + 0.075)}),
+    # 50% busy as assumed: 2 GPUs x 120 h = 240 of 480 GPU-hours; ownership 240 USD, power
+    # 0.25 kW x 240 h x 0.25 = 15 USD; (240 + 15) / 240 = 1.0625, the assumed 1 + 0.0625
+    ("pool 50% busy", [A100S], [job("onprem", "A100", 2, 0, 120)], T0, 0,
+     {"onprem A100 x2": dict(jobs=1, busy_gpu_hours=240.0, capacity_gpu_hours=480.0,
+                             utilization=0.5, ownership_usd=240.0, power_usd=15.0,
+                             real_per_gpu_hour_usd=1.0625, assumed_per_gpu_hour_usd=1.0625)}),
+    # Window 120 h of a longer history: the job before it is out; the long one counts its
+    # last 40 h (80 GPU-hours); one still running since hour 200 counts 40 h on 1 GPU.
+    # 120 of 240 GPU-hours; ownership 120, power 0.25 x 120 x 0.25 = 7.5 USD.
+    ("window shorter than the history", [A100S],
+     [job("onprem", "A100", 2, -100, -10), job("onprem", "A100", 2, -40, 160),
+      job("onprem", "A100", 1, 200), job("onprem", "H100", 8, 130, 140)], T0 + 120 * H, 0,
+     {"onprem A100 x2": dict(jobs=2, busy_gpu_hours=120.0, capacity_gpu_hours=240.0,
+                             utilization=0.5, ownership_usd=120.0, power_usd=7.5,
+                             real_per_gpu_hour_usd=127.5 / 120)}),
+    # This workstation (1 GPU): 24 h of 240 busy = 10%; ownership 2500 x 240 / 26298 =
+    # 22.82, power 0.15 kW x 24 h x 0.25 = 0.90 USD; (22.82 + 0.90) / 24 = 0.988 USD a
+    # used hour against 2500 / (26298 x 0.3) + 0.0375 = 0.354 assumed
+    ("local workstation", [], CLOUD_ONLY + [job("local", "RTX4090", 1, 0, 24)], T0, 1,
+     {"local": dict(jobs=1, gpus=1, unit="GPU", busy_gpu_hours=24.0, capacity_gpu_hours=240.0,
+                    utilization=0.1, ownership_usd=2500 * 240 / LIFE_H, power_usd=0.9,
+                    real_per_gpu_hour_usd=(2500 * 240 / LIFE_H + 0.9) / 24,
+                    assumed_per_gpu_hour_usd=2500 / (LIFE_H * 0.3) + 0.0375)}),
+    # A workstation without GPUs is busy while any job runs: 0-20 h and 10-30 h overlap,
+    # so 30 machine-hours, not 40
+    ("local without GPUs", [], [job("local", None, 0, 0, 20), job("local", None, 0, 10, 30)], T0, 0,
+     {"local": dict(jobs=2, gpus=1, unit="machine", busy_gpu_hours=30.0, utilization=0.125)}),
+]
+
+
+@pytest.mark.parametrize("case,lines,jobs,start,local_gpus,want", USE_CASES,
+                         ids=[c[0] for c in USE_CASES])
+def test_owned_use_measures_each_pool(case, lines, jobs, start, local_gpus, want):
+    u = owned_use(jobs, lines, WORKSTATION, start=start, end=NOW, basis="the test window",
+                  electricity_price=0.25, local_gpus=local_gpus)
+    assert u.history
+    pools = {p.pool: p for p in u.pools}
+    assert set(pools) == set(want)
+    for name, fields in want.items():
+        for k, v in fields.items():
+            got = getattr(pools[name], k)
+            assert got == (pytest.approx(v) if isinstance(v, float) else v), (name, k)
+
+
+def test_owned_use_says_when_real_and_assumed_differ():
+    # idle: what the ownership bought, in the user's currency
+    [p] = owned_use(CLOUD_ONLY, [RTX], WORKSTATION, start=T0, end=NOW, basis="w",
+                    electricity_price=0.25, currency="KRW", rate=1000).pools
+    assert p.verdict.startswith("no job ran on these GPUs in the 10.0 days: their 109,514 KRW")
+    # 48 of 960 GPU-hours: 5% busy; (109.51 + 0.3 x 48 x 0.25) / 48 = 2.36 USD, not 0.265
+    [p] = owned_use([job("onprem", "RTX4090", 4, 0, 12)], [RTX], WORKSTATION, start=T0, end=NOW,
+                    basis="w", electricity_price=0.25).pools
+    assert p.utilization == pytest.approx(0.05)
+    assert p.verdict == ("measured 5% busy against the 60% assumed: each used GPU-hour really "
+                         "costs 2.36 USD, not 0.27 USD; more steady work on these GPUs, or "
+                         "fewer GPUs, would lower it")
+    # busier than assumed: 95% of the A100s against 50%; plans price them too high
+    [p] = owned_use([job("onprem", "A100", 2, 0, 228)], [A100S], WORKSTATION, start=T0, end=NOW,
+                    basis="w", electricity_price=0.25).pools
+    assert p.utilization == pytest.approx(0.95)
+    assert p.real_per_gpu_hour_usd < p.assumed_per_gpu_hour_usd
+    assert "set utilization = 0.95 in [[onprem]] gpu = \"A100\"" in p.verdict
+    # near the assumed: no advice
+    [p] = owned_use([job("onprem", "A100", 2, 0, 120)], [A100S], WORKSTATION, start=T0, end=NOW,
+                    basis="w", electricity_price=0.25).pools
+    assert "near the 50% assumed" in p.verdict
+
+
+def test_owned_use_without_history_lifetime_cap_and_notes():
+    # No job at all: nothing measured, the assumed figure only; no local pool
+    u = owned_use([], [A100S], WORKSTATION, start=T0, end=NOW, basis="w", electricity_price=0.25)
+    [p] = u.pools
+    assert not u.history and p.utilization is None and p.real_per_gpu_hour_usd is None
+    assert p.assumed_per_gpu_hour_usd == pytest.approx(1.0625)
+    assert p.verdict.startswith("no job history to measure: each used GPU-hour costs 1.06 USD")
+    # A 5-day lifetime caps the 10-day window: 120 h; the job's 2 x 120 h all lie in it
+    short = OwnedGpus(gpu="A100", count=2, purchase_price=1000, lifetime_years=120 / 8766)
+    [p] = owned_use([job("onprem", "A100", 2, 100, 240)], [short], WORKSTATION, start=T0, end=NOW,
+                    basis="w", electricity_price=0.25).pools
+    assert p.window_days == pytest.approx(5.0) and "capped at its" in p.window_basis
+    assert p.ownership_usd == pytest.approx(1000.0) and p.utilization == pytest.approx(1.0)
+    # Two lines of one model share its jobs by GPU count; a model no line lists is a note;
+    # so are CPU pools and CPU jobs on a GPU workstation, whose GPU count comes from history
+    lines = [RTX, OwnedGpus(gpu="RTX4090", count=12, purchase_price=1),
+             OwnedGpus(gpu="CPU", count=3, purchase_price=1)]
+    jobs = [job("onprem", "RTX4090", 8, 0, 10), job("onprem", "L4", 1, 0, 1),
+            job("local", "RTX4090", 2, 0, 1), job("local", None, 0, 0, 1)]
+    u = owned_use(jobs, lines, WORKSTATION, start=T0, end=NOW, basis="w", electricity_price=0.25)
+    busy = {p.pool: p.busy_gpu_hours for p in u.pools}
+    assert busy == {"onprem RTX4090 x4": pytest.approx(20.0),
+                    "onprem RTX4090 x12": pytest.approx(60.0), "local": pytest.approx(2.0)}
+    assert [p.gpus for p in u.pools if p.target == "local"] == [2]
+    text = " | ".join(u.notes)
+    for part in ("split between them", "L4", "CPU-only jobs", "most a local job used", "CPU pools"):
+        assert part in text
+
+
+def test_advise_carries_owned_use_over_its_window():
+    a = advise(history(), settings(), OFFERS, NOW)
+    [p] = a.owned_use.pools
+    # the same 160 of 2922.24 GPU-hours as `owned`; ownership 12000 x 730.56 / 26298
+    assert p.utilization == pytest.approx(a.owned["utilization"])
+    assert a.owned_use.window_basis == "the 30.4 days since the first recorded job"
+    assert p.real_per_gpu_hour_usd == pytest.approx((12000 * 730.56 / LIFE_H + 0.3 * 160 * 0.25) / 160)
+    assert "2,159 KRW, not 265 KRW" in p.verdict
+    d = a.to_dict()["owned_use"]
+    assert d["pools"][0]["real_per_gpu_hour_usd"] == pytest.approx(p.real_per_gpu_hour_usd)
+    a = advise(history(), settings(), OFFERS, NOW, days=10)
+    assert a.owned_use.window_basis == "the last 10 days (--days)"
+
+
+def test_cli_owned_use_from_a_filled_store(orch_home):
+    import time
+
+    now = time.time()
+    # 10 days of history: on-prem 2 x RTX4090 for 48 h (96 of 960 GPU-hours), this
+    # workstation 1 GPU for 10 h, and a cloud job, the first recorded, 10 days ago
+    recs = [record("exploratory", "cloud", "H100", 1, 1, end=now - 10 * DAY + H, ledger_usd=3.0),
+            record("steady", "onprem", "RTX4090", 2, 48, end=now - 2 * DAY, price_krw=500.0),
+            record("exploratory", "local", "RTX4090", 1, 10, end=now - DAY, price_krw=100.0)]
+    store = store_at(orch_home)
+    fill(store, recs)
+    store.close()
+    (orch_home / "config.toml").write_text(CONFIG)
+    env = {"ORCH_CURRENCY": "KRW", "ORCH_CURRENCY_RATE": "1000"}
+    d = run_json(orch_home, "advise", timeout=120, **env)
+    u = d["owned_use"]
+    assert u["history"] and u["window_days"] == pytest.approx(10.0, rel=1e-3)
+    assert u["window_basis"] == "the 10.0 days since the first recorded job"
+    pools = {p["pool"]: p for p in u["pools"]}
+    onprem = pools["onprem RTX4090 x4"]
+    assert onprem["busy_gpu_hours"] == pytest.approx(96.0, rel=1e-3)
+    assert onprem["utilization"] == pytest.approx(0.1, rel=1e-3)
+    own = 12000 * 240 / LIFE_H
+    assert onprem["ownership_usd"] == pytest.approx(own, rel=1e-3)
+    assert onprem["real_per_gpu_hour_usd"] == pytest.approx((own + 0.3 * 96 * 0.25) / 96, rel=1e-3)
+    assert onprem["assumed_per_gpu_hour_usd"] == pytest.approx(12000 / (LIFE_H * 0.6 * 4) + 0.075)
+    # this workstation's GPUs are what nvidia-smi finds here, at least the one the job used
+    local = pools["local"]
+    assert local["busy_gpu_hours"] == pytest.approx(10.0, rel=1e-3) and local["gpus"] >= 1
+    assert local["utilization"] == pytest.approx(10 / (local["gpus"] * 240), rel=1e-3)
+    proc = run_orch(orch_home, "advise", timeout=120, **env)
+    assert proc.returncode == 0, proc.stderr
+    assert "what owned GPUs really cost per used hour" in proc.stdout
+    assert "measured 10% busy against the 60% assumed" in proc.stdout
+    assert "KRW, not 265 KRW" in proc.stdout

@@ -4,7 +4,9 @@ Pure: a job record (as the store returns it) in, one ledger entry out. A cloud j
 what its launches were billed, every recovery and start-up included (the launch ledger of
 `orchestrator.decision.ledger`); owned hardware (local, on-prem) costs its amortized
 purchase plus power, for the share of its GPUs the job held and the hours it held them.
-Nothing owned is ever free.
+Nothing owned is ever free. Beside that full cost, each entry says what the team paid out
+(`cash_usd`): the rental for a cloud job, only the power for owned hardware, whose purchase
+is already paid. Budgets count one or the other (settings.budget_basis).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import Iterable, Optional
 
 GROUPS = ("name", "target", "kind", "month", "day")
 CSV_FIELDS = ("id", "name", "status", "kind", "target", "where", "gpu", "gpu_count", "started",
-              "finished", "hours", "gpu_hours", "cost_usd", "amortized_usd", "power_usd",
+              "finished", "hours", "gpu_hours", "cost_usd", "cash_usd", "amortized_usd", "power_usd",
               "estimate_usd", "recoveries", "alternative", "alternative_usd", "saved_usd")
+BASES = ("cash", "full")  # what a budget counts: settings.budget_basis
 
 
 def _rate(decision: dict) -> float:
@@ -72,7 +75,12 @@ def best_alternative(decision: dict) -> Optional[dict]:
 
 
 def entry(rec: dict, now: Optional[float] = None) -> dict:
-    """The ledger entry of one job; for a running job, what it has cost so far."""
+    """The ledger entry of one job; for a running job, what it has cost so far.
+
+    `cost_usd` is the full cost; `cash_usd` what was paid out for it: a cloud job's bill,
+    an owned job's power. A job planned before orch split an owned price into amortized
+    purchase and power has no power figure, so its cash is its full cost: an overstatement
+    (the budget is reached sooner), never a job shown as cheaper than it was."""
     now = time.time() if now is None else now
     decision = rec.get("decision") or {}
     choice = decision.get("choice") or {}
@@ -98,6 +106,7 @@ def entry(rec: dict, now: Optional[float] = None) -> dict:
         if choice.get("amortized_per_hour_usd") is not None:
             amortized = choice["amortized_per_hour_usd"] * hours
             power = choice["power_per_hour_usd"] * hours
+    cash = cost if target == "cloud" or power is None else power
     est = (decision.get("estimate") or {})
     out = {
         "id": rec.get("id"), "name": rec.get("name"), "status": rec.get("status"),
@@ -106,7 +115,7 @@ def entry(rec: dict, now: Optional[float] = None) -> dict:
         "gpu_count": count, "started_at": start, "finished_at": end,
         "created_at": rec.get("created_at"), "running": end is None and start is not None,
         "hours": round(hours, 6), "gpu_hours": round(hours * (count or 0), 6),
-        "cost_usd": round(cost, 6),
+        "cost_usd": round(cost, 6), "cash_usd": round(cash, 6),
         "amortized_usd": None if amortized is None else round(amortized, 6),
         "power_usd": None if power is None else round(power, 6),
         "estimate_usd": est.get("cost_usd"), "recoveries": recoveries,
@@ -125,6 +134,36 @@ def entry(rec: dict, now: Optional[float] = None) -> dict:
         out["alternative"] = {"where": _where(alt), "device": _device(alt),
                               "cost_usd": round(alt_usd, 6), "excluded": alt.get("excluded")}
     return out
+
+
+def cash(e: dict) -> float:
+    """An entry's cash, also for an entry saved before entries had `cash_usd`."""
+    if e.get("cash_usd") is not None:
+        return e["cash_usd"]
+    if e.get("target") != "cloud" and e.get("power_usd") is not None:
+        return e["power_usd"]
+    return e["cost_usd"]
+
+
+def _check(basis: str) -> None:
+    if basis not in BASES:
+        raise ValueError(f"budget basis {basis!r}: not one of {', '.join(BASES)}")
+
+
+def spend(e: dict, basis: str = "cash") -> float:
+    """What an entry counts against a budget: its cash, or its full cost."""
+    _check(basis)
+    return cash(e) if basis == "cash" else e["cost_usd"]
+
+
+def hourly(choice: dict, basis: str = "cash") -> Optional[float]:
+    """USD per hour a plan's choice counts against a budget on `basis` (None unpriced): an
+    owned choice's power alone for cash, when the plan recorded it; else its full price."""
+    _check(basis)
+    if basis == "cash" and choice.get("target") != "cloud" \
+            and choice.get("power_per_hour_usd") is not None:
+        return choice["power_per_hour_usd"]
+    return choice.get("price_per_hour_usd")
 
 
 def _startup_h(choice: dict) -> float:
@@ -147,19 +186,20 @@ def group(entries: Iterable[dict], by: str) -> list[dict]:
     rows: dict[str, dict] = {}
     for e in entries:
         k = period_key(e, by)
-        r = rows.setdefault(k, {by: k, "jobs": 0, "hours": 0.0, "gpu_hours": 0.0,
-                                "cost_usd": 0.0, "alternative_usd": 0.0, "recoveries": 0})
+        r = rows.setdefault(k, {by: k, "jobs": 0, "hours": 0.0, "gpu_hours": 0.0, "cost_usd": 0.0,
+                                "cash_usd": 0.0, "alternative_usd": 0.0, "recoveries": 0})
         r["jobs"] += 1
         r["hours"] += e["hours"]
         r["gpu_hours"] += e["gpu_hours"]
         r["cost_usd"] += e["cost_usd"]
+        r["cash_usd"] += cash(e)
         r["recoveries"] += e["recoveries"]
         alt = e["alternative"]["cost_usd"] if e["alternative"] else e["cost_usd"]
         r["alternative_usd"] += alt
     out = list(rows.values())
     for r in out:
         r["saved_usd"] = r["alternative_usd"] - r["cost_usd"]
-        for k in ("hours", "gpu_hours", "cost_usd", "alternative_usd", "saved_usd"):
+        for k in ("hours", "gpu_hours", "cost_usd", "cash_usd", "alternative_usd", "saved_usd"):
             r[k] = round(r[k], 6)
     if by in ("month", "day"):
         return sorted(out, key=lambda r: r[by])
@@ -174,10 +214,12 @@ def month_start(now: float) -> float:
     return float(calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)))
 
 
-def month_spend(entries: Iterable[dict], now: float) -> float:
-    """USD spent in `now`'s calendar month (UTC): jobs that ended in it, and running jobs."""
+def month_spend(entries: Iterable[dict], now: float, basis: str = "cash") -> float:
+    """USD spent in `now`'s calendar month (UTC), in cash or full cost (`basis`, as
+    settings.budget_basis): jobs that ended in it, and running jobs."""
+    _check(basis)
     since = month_start(now)
-    return sum(e["cost_usd"] for e in entries
+    return sum(spend(e, basis) for e in entries
                if e["running"] or (e["finished_at"] or 0.0) >= since)
 
 
@@ -199,6 +241,7 @@ def to_csv(entries: Iterable[dict], rate: float = 1.0) -> str:
         alt = e["alternative"] or {}
         w.writerow({
             **{k: e.get(k) for k in CSV_FIELDS if k in e},
+            "cash_usd": cash(e),
             "started": _iso(e["started_at"]), "finished": _iso(e["finished_at"]),
             "alternative": f"{alt['where']} {alt['device']}" if alt else "",
             "alternative_usd": alt.get("cost_usd", ""),

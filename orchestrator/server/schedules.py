@@ -138,8 +138,9 @@ def summary(local, settings, limit: int = 50) -> dict:
                       "target": r["target"], "in_line": line[r["target"]],
                       "waiting_for": r["message"]})
     month_recs = store.list(limit=1_000_000, since=ledger.month_start(now))
-    spent = ledger.month_spend((ledger.entry(r, now) for r in month_recs), now) * rate
+    basis = settings.budget_basis  # the month counted as the monthly budget counts it
+    spent = ledger.month_spend((ledger.entry(r, now) for r in month_recs), now, basis) * rate
     return {"now": iso(now), "currency": settings.currency, "jobs": jobs, "queue": queue,
             "month": {"month": time.strftime("%Y-%m", time.gmtime(now)), "spent": spent,
-                      "budget": settings.monthly_budget},
+                      "budget": settings.monthly_budget, "basis": basis},
             "schedules": [public_schedule(s) for s in store.schedules()]}

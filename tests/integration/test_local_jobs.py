@@ -97,11 +97,13 @@ def test_cancel_running_job_leaves_no_workers(ray_home, tmp_path):
 
 
 def test_a_job_stops_at_its_budget_after_a_checkpoint(ray_home, tmp_path):
-    # This machine priced at about 1 USD a second: a 20 USD budget lasts 20 s from submission.
+    # This machine's power priced at about 1 USD a second (150 W at 24,000 USD/kWh): a 20 USD
+    # budget lasts 20 s from submission, since budgets count cash, and owned hardware's cash
+    # is its power.
     job = write_job(tmp_path, "name: budgeted\ntrain:\n  job: image-classification\n"
                               "  config: {epochs: 200}\nscaling: {num_workers: 2}\n"
                               "estimate: {hours: 0.002}\nbudget: {max_cost: 20}\n")
-    proc = run_orch(ray_home, "submit", str(job), "--json", ORCH_LOCAL__PURCHASE_PRICE="28400000")
+    proc = run_orch(ray_home, "submit", str(job), "--json", ORCH_ELECTRICITY_PRICE="24000")
     rec = json.loads(proc.stdout)
     assert rec["status"] == "CANCELLED", (rec["status"], rec["message"], proc.stderr[-3000:])
     m = rec["metrics"]

@@ -61,6 +61,78 @@ def test_an_older_record_is_priced_from_the_price_it_showed_in_its_currency():
     assert e["cost_usd"] == pytest.approx(0.5 * 7270 / 3600)
 
 
+def cloud_record(**kw) -> dict:
+    """A cloud job billed 3 USD over its launches."""
+    choice = {"target": "cloud", "cloud": "runpod", "region": "CA", "gpu": "H100", "count": 1,
+              "price_per_hour": 2.0, "price_per_hour_usd": 2.0, "amortized_per_hour_usd": None,
+              "power_per_hour_usd": None, "est_hours": 1.0, "est_cost": 2.2}
+    rec = {"id": "orch-c", "name": "burst", "status": "SUCCEEDED", "kind": "exploratory",
+           "target": "cloud", "created_at": T0, "started_at": T0, "finished_at": T0 + 5400,
+           "metrics": {}, "info": {"ledger": {"cost_usd": 3.0, "billed_hours": 1.5}},
+           "decision": {"choice": choice, "alternatives": [choice],
+                        "estimate": {"hours": 1.0, "cost": 2.2, "cost_usd": 2.2}}}
+    rec.update(kw)
+    return rec
+
+
+def _old_owned() -> dict:
+    rec = owned_record()  # planned before orch split owned prices into amortized and power
+    for k in ("amortized_per_hour_usd", "power_per_hour_usd"):
+        rec["decision"]["choice"].pop(k)
+    return rec
+
+
+@pytest.mark.parametrize("rec, cost, cash", [
+    (cloud_record(), 3.0, 3.0),  # the bill, both ways
+    (owned_record(), 1.0, 0.2),  # 2 h: 0.8 amortized + 0.2 power; the purchase is paid
+    (owned_record(target="onprem"), 1.0, 0.2),
+    (_old_owned(), 1.0, 1.0),  # no power figure: cash is the full cost, never less
+    (owned_record(status="RUNNING", finished_at=None, info={"backend_start": T0}), 0.25, 0.05),
+], ids=["cloud", "local", "onprem", "old-owned-record", "running"])
+def test_cash_is_the_cloud_bill_or_owned_hardwares_power(rec, cost, cash):
+    e = ledger.entry(rec, now=T0 + 1800)
+    assert (e["cost_usd"], e["cash_usd"]) == (pytest.approx(cost), pytest.approx(cash))
+    assert ledger.spend(e, "full") == pytest.approx(cost)
+    assert ledger.spend(e, "cash") == pytest.approx(cash)
+
+
+def test_an_entry_saved_before_cash_existed_reads_its_cash_from_its_power():
+    saved = ledger.entry(owned_record())
+    saved.pop("cash_usd")
+    assert ledger.cash(saved) == pytest.approx(0.2)
+    cloud = ledger.entry(cloud_record())
+    cloud.pop("cash_usd")
+    assert ledger.cash(cloud) == pytest.approx(3.0)
+    assert ledger.group([saved, cloud], "target")[0]["cash_usd"] == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("basis, spent", [("cash", 3.0 + 0.2 + 0.1), ("full", 3.0 + 1.0 + 0.5)])
+def test_the_months_spend_on_each_basis(basis, spent):
+    now = T0 + 10_000
+    entries = [ledger.entry(cloud_record(), now), ledger.entry(owned_record(), now),
+               ledger.entry(owned_record(id="orch-2", status="RUNNING", finished_at=None,
+                                         info={"backend_start": now - 3600}), now),
+               ledger.entry(cloud_record(id="orch-old", started_at=T0 - 90 * 86400,
+                                         finished_at=T0 - 90 * 86400 + 5400), now)]
+    assert ledger.month_spend(entries, now, basis) == pytest.approx(spent)
+
+
+def test_a_budget_basis_orch_does_not_know_is_an_error():
+    with pytest.raises(ValueError, match="budget basis 'net'"):
+        ledger.month_spend([], T0, "net")
+
+
+@pytest.mark.parametrize("choice, basis, rate", [
+    ({"target": "local", "price_per_hour_usd": 0.5, "power_per_hour_usd": 0.1}, "cash", 0.1),
+    ({"target": "local", "price_per_hour_usd": 0.5, "power_per_hour_usd": 0.1}, "full", 0.5),
+    ({"target": "local", "price_per_hour_usd": 0.5}, "cash", 0.5),  # an older plan
+    ({"target": "cloud", "price_per_hour_usd": 2.0, "power_per_hour_usd": None}, "cash", 2.0),
+    ({"target": "cloud"}, "cash", None),
+])
+def test_the_hourly_rate_a_running_job_counts_against_its_budget(choice, basis, rate):
+    assert ledger.hourly(choice, basis) == (None if rate is None else pytest.approx(rate))
+
+
 def test_a_running_job_costs_what_it_has_used_so_far():
     rec = owned_record(status="RUNNING", finished_at=None, info={"backend_start": T0})
     e = ledger.entry(rec, now=T0 + 1800)
@@ -81,11 +153,14 @@ def test_group_month_spend_and_csv():
     assert by_kind["exploratory"]["cost_usd"] == pytest.approx(0.5)
     months = ledger.group([a, b, c], "month")
     assert [m["month"] for m in months] == sorted(m["month"] for m in months) and len(months) == 2
+    assert by_kind["steady"]["cash_usd"] == pytest.approx(0.2 + 0.1)  # power alone
     # This month: a (ended in it) and b (running); c ended three months ago.
-    assert ledger.month_spend([a, b, c], now) == pytest.approx(1.5)
+    assert ledger.month_spend([a, b, c], now, "full") == pytest.approx(1.5)
+    assert ledger.month_spend([a, b, c], now) == pytest.approx(0.3)  # cash by default
     rows = list(csv.DictReader(io.StringIO(ledger.to_csv([a, b]))))
     assert [r["id"] for r in rows] == ["orch-1", "orch-2"]
     assert float(rows[0]["cost_usd"]) == pytest.approx(1.0)
+    assert float(rows[0]["cash_usd"]) == pytest.approx(0.2)
     assert float(rows[0]["saved_usd"]) == pytest.approx(0.6)
 
 
@@ -98,10 +173,14 @@ STEP = "name: t\nrun: python train.py\nresources: {accelerators: RTX4090}\nestim
 
 def test_a_plan_over_the_jobs_budget_is_refused():
     spec = load_spec_text(STEP + "budget: {max_cost: 1}\n")
-    d = plan_job(spec, Settings(mode="hybrid", clouds=["runpod"]), fingerprint="f",
-                 offers=[CLOUD, LOCAL], now=T0, spent_this_month=0.0)
-    assert d.target is None
+    full = Settings(mode="hybrid", clouds=["runpod"], budget_basis="full")
+    d = plan_job(spec, full, fingerprint="f", offers=[CLOUD, LOCAL], now=T0, spent_this_month=0.0)
+    assert d.target is None  # 4.04 rented, 4.48 owned in full
     assert "budget.max_cost" in d.refusal and "raise budget.max_cost to at least" in d.refusal
+    # In cash the workstation costs its power, 0.68: within the budget.
+    cash = Settings(mode="hybrid", clouds=["runpod"])
+    d = plan_job(spec, cash, fingerprint="f", offers=[CLOUD, LOCAL], now=T0, spent_this_month=0.0)
+    assert d.target == "local"
 
 
 def test_a_plan_over_the_monthly_budget_is_refused_and_says_how_much_is_spent():
@@ -115,7 +194,7 @@ def test_a_plan_over_the_monthly_budget_is_refused_and_says_how_much_is_spent():
     assert "raise monthly_budget" in over.refusal
 
 
-def test_the_months_spend_comes_from_the_store(tmp_path):
+def test_the_months_spend_comes_from_the_store_on_the_budgets_basis(tmp_path):
     s = Settings(home=tmp_path, monthly_budget=10)
     assert month_spend(s, T0) == 0.0  # no store yet, and none is created
     assert not (tmp_path / "orch.db").exists()
@@ -127,7 +206,9 @@ def test_the_months_spend_comes_from_the_store(tmp_path):
     store.set_status(job["id"], "SUCCEEDED")  # finished now: this month
     import time
 
-    assert month_spend(s, time.time()) == pytest.approx(1.0)
+    assert month_spend(s, time.time()) == pytest.approx(0.2)  # cash: the power
+    full = Settings(home=tmp_path, monthly_budget=10, budget_basis="full")
+    assert month_spend(full, time.time()) == pytest.approx(1.0)
 
 
 def test_the_runner_stops_when_the_spend_reaches_the_limit():
@@ -171,6 +252,7 @@ def test_orch_cost_groups_writes_csv_and_refuses_bad_flags(tmp_path):
     d = json.loads(proc.stdout)
     assert [(g["name"], g["jobs"]) for g in d["groups"]] == [("a", 2), ("b", 1)]
     assert d["groups"][0]["cost_usd"] == pytest.approx(2.0)
+    assert d["groups"][0]["cash_usd"] == pytest.approx(0.4)  # the power of 2 x 2 h
     assert d["total"]["cost_usd"] == pytest.approx(3.0)
     assert d["total"]["alternative_usd"] == pytest.approx(4.8)
     assert len((tmp_path / "c.csv").read_text().splitlines()) == 4

@@ -221,8 +221,10 @@ def parse_since(text: Optional[str]) -> Optional[float]:
 
 def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=None) -> dict:
     """What jobs really cost, grouped `by`, against their best alternatives: the
-    `orch cost --json` shape. Money in settings.currency, with the USD figures beside."""
+    `orch cost --json` shape. Money in settings.currency, with the USD figures beside; full
+    cost and cash side by side, the month's spend on the monthly budget's basis."""
     from orchestrator import ledger
+    from orchestrator.decision.cluster_offers import ran_unpriced
 
     if by not in ledger.GROUPS:
         raise InputError(f"--by {by!r}: not a grouping", f"use one of: {', '.join(ledger.GROUPS)}")
@@ -241,22 +243,29 @@ def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=
             except OrchError:
                 pass  # priced as last known
             saved = (rec["info"] or {}).get("cost")
-            entries.append(saved if saved and rec["status"] in TERMINAL else ledger.entry(rec, now))
+            e = saved if saved and rec["status"] in TERMINAL else ledger.entry(rec, now)
+            entries.append({**e, "cash_usd": ledger.cash(e)})  # also one saved without it
+            # Owned hardware priced at power only (a cluster with no [[onprem]] inventory).
+            entries[-1]["full_cost_known"] = not ran_unpriced(rec)
     if start is not None:
         entries = [e for e in entries if (e["finished_at"] or now) >= start]
     groups = ledger.group(entries, by)
     total = ledger.group(entries, "kind")
     total_usd = sum(g["cost_usd"] for g in total)
+    cash_usd = sum(g["cash_usd"] for g in total)
     alt_usd = sum(g["alternative_usd"] for g in total)
     month = None
     if settings.monthly_budget:
-        month = {"spent": ledger.month_spend(entries, now) * rate, "budget": settings.monthly_budget,
+        basis = settings.budget_basis
+        month = {"spent": ledger.month_spend(entries, now, basis) * rate,
+                 "budget": settings.monthly_budget, "basis": basis,
                  "month": time.strftime("%Y-%m", time.gmtime(now))}
     conv = lambda r: {**r, **{k[:-4]: r[k] * rate for k in list(r)  # noqa: E731
                               if k.endswith("_usd") and isinstance(r[k], (int, float))}}
     return {"currency": settings.currency, "rate": rate, "by": by, "since": since,
             "groups": [conv(g) for g in groups],
             "total": {"jobs": len(entries), "cost": total_usd * rate, "cost_usd": total_usd,
+                      "cash": cash_usd * rate, "cash_usd": cash_usd,
                       "alternative": alt_usd * rate, "alternative_usd": alt_usd,
                       "saved": (alt_usd - total_usd) * rate},
             "month": month, "jobs": entries}

@@ -1,7 +1,8 @@
 """The I/O around one placement decision: gather offers and history, classify, decide.
 
 No Ray and no SkyPilot API server: cloud prices come from catalog files on disk, the
-on-prem offer from the settings, the local one from nvidia-smi and the CPU count.
+on-prem offers from the settings (or, with no inventory there, from the cluster's nodes over
+its dashboard's HTTP API), the local one from nvidia-smi and the CPU count.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
 from orchestrator.decision.placement import decide
 
 
-def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None) -> list[Offer]:
+def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None,
+                  cluster=None) -> list[Offer]:
     """Every offer worth pricing. Catalogs are read only when the job may go to a cloud,
-    so a local-only plan never needs them."""
+    so a local-only plan never needs them. On-prem offers are the [[onprem]] inventory's;
+    without one, the cluster's own nodes at power only (`cluster`: the read this plan made,
+    see providers.onprem.read_cluster; None reads it here)."""
     from providers.local_offer import local_offers
 
     offers: list[Offer] = []
@@ -27,6 +31,13 @@ def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None) -> li
 
         offers.extend(cloud_offers(settings.clouds, settings.catalog_dir))
     offers.extend(onprem_offer(inv, settings.electricity_price) for inv in settings.onprem)
+    if not settings.onprem and wants_cluster(spec, settings):
+        from orchestrator.decision.cluster_offers import cluster_offers
+        from orchestrator.errors import BackendError
+
+        cluster = _read_cluster(settings) if cluster is None else cluster
+        if not isinstance(cluster, BackendError):  # unreachable: capacity says so
+            offers.extend(cluster_offers(cluster.nodes, settings.electricity_price))
     offers.extend(local_offers(settings) if local is None else local)
     return offers
 
@@ -39,16 +50,21 @@ def plan_job(spec, settings, *, fingerprint: str, history: Sequence[PastRun] = (
     `spent_this_month=None` reads the month's spend from the store when a monthly budget is set."""
     history = [h if isinstance(h, PastRun) else PastRun.from_record(h) for h in history]
     est = HoursEstimator(spec, fingerprint, history, settings.default_job_hours, settings.gpu_speeds)
-    kind = classify(spec, fingerprint, history, time.time() if now is None else now, settings,
-                    code_dirty, est.reference.hours)
+    now = time.time() if now is None else now
+    kind = classify(spec, fingerprint, history, now, settings, code_dirty, est.reference.hours)
+    # One read of the cluster per plan: its nodes (offers, the inventory check) and its load.
+    cluster = (_read_cluster(settings) if wants_cluster(spec, settings)
+               and (offers is None or capacity is None) else None)
     if offers is None:
-        offers = gather_offers(spec, settings)
-    if capacity is None and wants_cluster(spec, settings):
-        capacity = cluster_capacity(spec, settings, time.time() if now is None else now)
+        offers = gather_offers(spec, settings, cluster=cluster)
+    if capacity is None and cluster is not None:
+        capacity = cluster_capacity(spec, settings, now, cluster)
+        capacity = dataclasses.replace(capacity, reservations=schedule_holds(settings, now,
+                                                                             spec.name))
     if spent_this_month is None:
-        spent_this_month = month_spend(settings, time.time() if now is None else now)
+        spent_this_month = month_spend(settings, now)
     return decide(spec, kind, offers, capacity, settings, estimator=est,
-                  spent_this_month=spent_this_month)
+                  spent_this_month=spent_this_month, notes=cluster_notes(settings, cluster, offers))
 
 
 def wants_cluster(spec, settings) -> bool:
@@ -56,24 +72,44 @@ def wants_cluster(spec, settings) -> bool:
                 and "onprem" in spec.placement.allow)
 
 
-def cluster_capacity(spec, settings, now: float) -> Capacity:
+def _read_cluster(settings):
+    from providers.onprem import read_cluster
+
+    return read_cluster(settings.ray_address, settings.ray_token_file)
+
+
+def cluster_notes(settings, cluster, offers: Sequence[Offer]) -> list[str]:
+    """What a plan should say about the cluster it read: that the offers made from its nodes
+    are priced at power only (once), and that the inventory disagrees with it."""
+    from orchestrator.decision.cluster_offers import inventory_mismatch
+    from orchestrator.errors import BackendError
+
+    notes = list(dict.fromkeys(o.unpriced for o in offers if o.unpriced))
+    if settings.onprem and cluster is not None and not isinstance(cluster, BackendError):
+        mismatch = inventory_mismatch(settings.onprem, cluster.nodes, cluster.address)
+        notes += [mismatch] if mismatch else []
+    return notes
+
+
+def cluster_capacity(spec, settings, now: float, cluster=None) -> Capacity:
     """Whether the on-prem cluster can start this job now, else about when; never raises.
     `load` lets placement ask again for each offer, with what the job would hold there
-    (decision.demand); the answer here is for the job file's own accelerators."""
+    (decision.demand); the answer here is for the job file's own accelerators. `cluster`:
+    the read this plan made (providers.onprem.read_cluster); None reads it here."""
     from orchestrator.decision.capacity import ClusterLoad, Running
     from orchestrator.decision.demand import job_demand
     from orchestrator.errors import BackendError
-    from providers.onprem import OnPremProvider
 
-    try:
-        snap = OnPremProvider(settings.ray_address, settings.ray_token_file).snapshot()
-    except BackendError as e:
-        return Capacity(unreachable=f"on-prem cluster unreachable: {e.message}",
+    snap = _read_cluster(settings) if cluster is None else cluster
+    if isinstance(snap, BackendError):
+        return Capacity(unreachable=f"on-prem cluster unreachable: {snap.message}",
                         source=settings.ray_address)
     running = []
     for j in snap.jobs:
         remaining = None
-        if j.est_hours is not None and j.start_time is not None:
+        if j.est_hours is not None and j.status == "PENDING":
+            remaining = j.est_hours * 3600  # its whole run, once it starts
+        elif j.est_hours is not None and j.start_time is not None:
             remaining = max(0.0, j.est_hours * 3600 - (now - j.start_time))
         running.append(Running(cpus=j.cpus, gpus=j.gpus, remaining_s=remaining,
                                queued=j.status == "PENDING"))
@@ -84,9 +120,28 @@ def cluster_capacity(spec, settings, now: float) -> Capacity:
     return dataclasses.replace(load.start(job_demand(spec), source), load=load)
 
 
+def schedule_holds(settings, now: float, name: Optional[str] = None,
+                   horizon_h: float = 24.0) -> tuple:
+    """The cron schedules (`orch serve`'s, in the store) due in the next `horizon_h`, as the
+    owned GPUs they will claim; none before the store exists. A job's own schedule (same
+    name) is left out: its next slot follows this run."""
+    from orchestrator.decision.reservations import schedule_reservations
+    from orchestrator.store import open_store, store_exists
+
+    if not store_exists(settings):
+        return ()
+    store = open_store(settings)
+    try:
+        schedules = [s for s in store.schedules() if s.get("name") != name]
+    finally:
+        store.close()
+    return schedule_reservations(schedules, now, horizon_h, settings.max_wait_minutes / 60.0)
+
+
 def month_spend(settings, now: float) -> float:
-    """USD spent this calendar month over every job (running ones so far); 0 without a
-    monthly budget, which is the only thing that needs it, or before the store exists."""
+    """USD spent this calendar month over every job (running ones so far), counted as the
+    monthly budget counts it (settings.budget_basis: cash by default); 0 without a monthly
+    budget, which is the only thing that needs it, or before the store exists."""
     from orchestrator.store import open_store, store_exists
 
     if not settings.monthly_budget or not store_exists(settings):
@@ -98,7 +153,7 @@ def month_spend(settings, now: float) -> float:
         recs = store.list(limit=1_000_000, since=ledger.month_start(now))
     finally:
         store.close()
-    return ledger.month_spend((ledger.entry(r, now) for r in recs), now)
+    return ledger.month_spend((ledger.entry(r, now) for r in recs), now, settings.budget_basis)
 
 
 def history_for(fingerprint: str, settings) -> list[PastRun]:

@@ -254,8 +254,13 @@ class Orch:
             if budget:
                 run["budget"] = budget
             env["ORCH_RUN"] = json.dumps(run)
-            python = sys.executable if target == "local" else "python3"
-            command = f"{shlex.quote(python)} -m jobs.runner"
+            if target == "onprem":  # the cluster Ray's own Python, not the node's first python3
+                from providers.ray_python import runner_command
+
+                command = runner_command("jobs.runner")
+            else:
+                python = sys.executable if target == "local" else "python3"
+                command = f"{shlex.quote(python)} -m jobs.runner"
         else:
             command = spec.run
         if spec.setup:
@@ -350,10 +355,12 @@ class Orch:
 
     def budget_limit(self, spec_budget: dict, job_id: Optional[str] = None) -> Optional[tuple]:
         """(USD, what) the job may still spend: its budget.max_cost, or what is left of
-        the monthly budget after every other job this month, whichever is smaller."""
+        the monthly budget after every other job this month, whichever is smaller; both
+        counted as settings.budget_basis says (cash by default)."""
         from orchestrator.decision.cost import fmt_money
 
         rate, cur = self.settings.currency_rate, self.settings.currency
+        spent = "spent in cash" if self.settings.budget_basis == "cash" else "spent (full cost)"
         limits = []
         if spec_budget.get("max_cost"):
             limits.append((spec_budget["max_cost"] / rate,
@@ -363,7 +370,7 @@ class Orch:
             others = self._month_spend(exclude=job_id)
             limits.append((max(0.0, monthly - others),
                            f"monthly_budget {fmt_money(monthly, cur, rate)} "
-                           f"({fmt_money(others, cur, rate)} spent by other jobs)"))
+                           f"({fmt_money(others, cur, rate)} {spent} by other jobs)"))
         return min(limits) if limits else None
 
     def _month_spend(self, exclude: Optional[str] = None) -> float:
@@ -373,18 +380,23 @@ class Orch:
             return 0.0
         now = time.time()
         recs = self.store.list(limit=1_000_000, since=ledger.month_start(now))
-        return ledger.month_spend((ledger.entry(r, now) for r in recs if r["id"] != exclude), now)
+        return ledger.month_spend((ledger.entry(r, now) for r in recs if r["id"] != exclude), now,
+                                  self.settings.budget_basis)
 
     def run_budget(self, spec: JobSpec, decision: Optional[dict], job_id: str) -> Optional[dict]:
-        """What the runner needs to stop itself at its budget, after a checkpoint."""
+        """What the runner needs to stop itself at its budget, after a checkpoint: its
+        price per hour on the budget's basis (owned hardware's power alone for cash)."""
+        from orchestrator import ledger
+
         choice = (decision or {}).get("choice") or {}
         limit = self.budget_limit(spec.budget.model_dump(), job_id)
-        if limit is None or choice.get("price_per_hour_usd") is None:
+        price = ledger.hourly(choice, self.settings.budget_basis)
+        if limit is None or price is None:
             return None
-        startup = (self.settings.cloud_startup_minutes / 60.0 * choice["price_per_hour_usd"]
+        startup = (self.settings.cloud_startup_minutes / 60.0 * price
                    if choice.get("target") == "cloud" else 0.0)
         budget = {"limit_usd": round(limit[0], 6), "what": limit[1], "spent_usd": round(startup, 6),
-                  "price_per_hour_usd": choice["price_per_hour_usd"]}
+                  "price_per_hour_usd": price}
         if choice.get("target") != "cloud":
             # Owned hardware is held from submission on, as the ledger counts it; a cloud
             # VM bills from its start-up, which `spent_usd` covers, so its clock starts there.
@@ -401,10 +413,11 @@ class Orch:
         limit = self.budget_limit((rec["spec"] or {}).get("budget") or {}, rec["id"])
         if limit is None or rec["cancel_requested"]:
             return rec
-        spent = ledger.entry(rec)["cost_usd"]
+        basis = self.settings.budget_basis
+        spent = ledger.spend(ledger.entry(rec), basis)
         grace = 0.0
         if (rec["spec"] or {}).get("train"):
-            price = ((rec["decision"] or {}).get("choice") or {}).get("price_per_hour_usd") or 0.0
+            price = ledger.hourly((rec["decision"] or {}).get("choice") or {}, basis) or 0.0
             grace = max(0.10 * limit[0], price * 5 / 60)
         if spent < limit[0] + grace:
             return rec

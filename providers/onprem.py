@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import jobs
 from orchestrator.errors import BackendError
@@ -53,3 +53,16 @@ class OnPremProvider(RayJobsProvider):
 
     def snapshot(self) -> ClusterSnapshot:
         return snapshot(self.address, self.headers)
+
+
+def read_cluster(address: str,
+                 token_file: Optional[Path] = None) -> Union[ClusterSnapshot, BackendError]:
+    """The cluster as it is now, or why it could not be read; never raises, so a plan can
+    go on without it (placement says the cluster is unreachable)."""
+    try:
+        return OnPremProvider(address, token_file).snapshot()
+    except BackendError as e:
+        return e
+    except (KeyError, TypeError, AttributeError, ValueError) as e:  # a dashboard of another shape
+        return BackendError(f"Ray at {address} answered in a shape orch does not know "
+                            f"({type(e).__name__}: {e})", HINT)

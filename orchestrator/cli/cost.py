@@ -21,7 +21,8 @@ def cost(
     jobs: bool = typer.Option(False, "--jobs", help="list each job's line too"),
 ) -> None:
     """What each job cost where it ran (cloud launches and recoveries, owned hardware's
-    amortized purchase and power), and what the best option it passed over would have."""
+    amortized purchase and power), what was paid out for it (cloud rental, owned hardware's
+    power), and what the best option it passed over would have cost."""
     from orchestrator import ledger
     from orchestrator.client import connect
     from orchestrator.decision.cost import fmt_money
@@ -34,6 +35,7 @@ def cost(
     money = lambda usd: fmt_money(usd, cur, rate)  # noqa: E731
     entries, groups, month = report["jobs"], report["groups"], report["month"]
     total_usd, alt_usd = report["total"]["cost_usd"], report["total"]["alternative_usd"]
+    cash_usd = report["total"].get("cash_usd")  # None from an older `orch serve`
     if csv_file is not None:
         csv_file.write_text(ledger.to_csv(entries))
     if plot is not None:
@@ -47,20 +49,34 @@ def cost(
         out.print("no jobs to price yet" + (f" since {since}" if since else "") +
                   ": `orch submit examples/quickstart.yaml` runs one")
         return
-    out.print(table([by.upper(), "JOBS", "HOURS", "GPU-HOURS", "COST", "BEST ALTERNATIVE", "SAVED"],
+    cash = lambda r: money(r["cash_usd"]) if r.get("cash_usd") is not None else "-"  # noqa: E731
+    out.print(table([by.upper(), "JOBS", "HOURS", "GPU-HOURS", "COST", "CASH", "BEST ALTERNATIVE",
+                     "SAVED"],
                     [(g[by], g["jobs"], f"{g['hours']:.2f}", f"{g['gpu_hours']:.2f}",
-                      money(g["cost_usd"]), money(g["alternative_usd"]), money(g["saved_usd"]))
-                     for g in groups]))
-    out.print(f"total: {money(total_usd)} for {len(entries)} jobs; their best alternatives would "
-              f"have cost {money(alt_usd)}")
+                      money(g["cost_usd"]), cash(g), money(g["alternative_usd"]),
+                      money(g["saved_usd"])) for g in groups]))
+    paid = "" if cash_usd is None else f" ({money(cash_usd)} in cash: cloud rental and power)"
+    out.print(f"total: {money(total_usd)} for {len(entries)} jobs at full cost{paid}; their best "
+              f"alternatives would have cost {money(alt_usd)}")
+    unpriced = sum(e.get("full_cost_known") is False for e in entries)
+    if unpriced:
+        from rich.markup import escape
+
+        line = (f"{unpriced} job{'s' if unpriced > 1 else ''} ran on-prem where the full cost is "
+                "unknown (no [[onprem]] inventory): counted at power only; add [[onprem]] gpu, "
+                "count, purchase_price and watts to the settings to price them in full")
+        out.print(f"[dim]{escape(line)}[/]")
     if month:
         share = month["spent"] / month["budget"]
-        out.print(f"{month['month']}: {money(month['spent'] / rate)} of the monthly budget "
-                  f"{money(month['budget'] / rate)} ({share:.0%})")
+        basis = month.get("basis", "full")  # an older `orch serve` counted the full cost
+        what = ("in cash (cloud rental and power)" if basis == "cash"
+                else "at full cost (owned hardware's purchase included)")
+        out.print(f"{month['month']}: {money(month['spent'] / rate)} spent {what} of the monthly "
+                  f"budget {money(month['budget'] / rate)} ({share:.0%}; budget_basis = {basis})")
     if jobs:
-        out.print(table(["ID", "NAME", "STATUS", "WHERE", "HOURS", "COST", "ALTERNATIVE"],
+        out.print(table(["ID", "NAME", "STATUS", "WHERE", "HOURS", "COST", "CASH", "ALTERNATIVE"],
                         [(e["id"], e["name"], e["status"], e["where"], f"{e['hours']:.3f}",
-                          money(e["cost_usd"]),
+                          money(e["cost_usd"]), cash(e),
                           f"{e['alternative']['where']} {money(e['alternative']['cost_usd'])}"
                           if e["alternative"] else "-") for e in entries]))
     for path, what in ((csv_file, "one line per job"), (plot, "spend over time by target")):

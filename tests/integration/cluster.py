@@ -30,6 +30,14 @@ def _tree(pids: set[int]) -> set[int]:
     return out
 
 
+def path_without_venv() -> str:
+    """PATH without this venv's bin: `ray start` runs by its absolute path, as a team that
+    never activates the venv on its nodes starts it, so `python3` there has no ray. Jobs
+    must still run under the Python of the cluster's Ray."""
+    venv_bin = str(Path(sys.executable).parent)
+    return ":".join(p for p in os.environ.get("PATH", "").split(":") if p and p != venv_bin)
+
+
 class TwoNodeCluster:
     def __init__(self, root: Path, head_cpus: int = 2, node_cpus: int = 1):
         self.root = root
@@ -46,13 +54,13 @@ class TwoNodeCluster:
         self.log = root / "ray-start.log"
 
     def env(self) -> dict:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "ORCH_"))}
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RAY_", "ORCH_")) and k != "VIRTUAL_ENV"}
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.token_file),
                    RAY_USAGE_STATS_ENABLED="0",
                    # Notice a lost node in about 3 s instead of the default 15+.
                    RAY_health_check_period_ms="1000", RAY_health_check_failure_threshold="3",
-                   # Like the systemd units: the cluster's Python first on the PATH.
-                   PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+                   PATH=path_without_venv())
         return env
 
     def _ours(self) -> set[int]:

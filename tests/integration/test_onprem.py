@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
@@ -39,6 +40,13 @@ def cluster():
 @pytest.fixture
 def home(cluster, orch_home):
     (orch_home / "config.toml").write_text(INVENTORY)
+    return orch_home
+
+
+@pytest.fixture
+def bare_home(cluster, orch_home):
+    """Settings with no [[onprem]] inventory: the cluster is known by its address alone."""
+    (orch_home / "config.toml").write_text("")
     return orch_home
 
 
@@ -94,6 +102,34 @@ def test_cluster_status(cluster, home):
     assert data["cost_per_hour"]["full"] > data["cost_per_hour"]["power"] > 0
     text = orch(cluster, home, "cluster", "status").stdout
     assert "2 nodes alive" in text and "USD/h" in text
+
+
+def test_without_an_inventory_the_cluster_itself_runs_steady_work(cluster, bare_home, tmp_path):
+    # The premise: the nodes' python3 has no ray (`ray start` ran by its absolute path).
+    bare = subprocess.run(["python3", "-c", "import ray"], env=cluster.env(), capture_output=True)
+    assert bare.returncode != 0, "python3 on the cluster's PATH has ray: the test proves nothing"
+    job = job_file(tmp_path, "bare", epochs=2)
+    proc = orch(cluster, bare_home, "plan", str(job), "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["target"] == "onprem", plan["reasons"]
+    assert (plan["choice"]["gpu"], plan["choice"]["amortized_per_hour_usd"]) == (None, 0)
+    assert plan["choice"]["power_per_hour_usd"] > 0
+    unpriced = [n for n in plan["notes"] if "full cost is unknown" in n]
+    assert len(unpriced) == 1, plan["notes"]
+    assert "200 W per node" in unpriced[0]
+    assert "purchase_price" in unpriced[0] and "watts" in unpriced[0]
+    text = orch(cluster, bare_home, "plan", str(job)).stdout
+    assert text.count("full cost is unknown") == 1 and "purchase_price" in text, text
+
+    proc = orch(cluster, bare_home, "submit", str(job), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout)
+    assert rec["status"] == "SUCCEEDED" and rec["target"] == "onprem", rec["message"]
+    assert rec["metrics"]["epoch"] == 2
+    cost = orch(cluster, bare_home, "cost")
+    assert cost.returncode == 0, cost.stderr
+    assert cost.stdout.count("full cost is unknown") == 1, cost.stdout
 
 
 def test_steady_job_runs_on_two_nodes(cluster, home, tmp_path):

@@ -181,3 +181,28 @@ def test_plan_imports_neither_ray_nor_torch(tmp_path):
                          timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_plan_of_a_steady_retrain_uses_idle_owned_gpus_at_their_power(env, monkeypatch):
+    # The README's example: four A100s bought for 40,000 USD, idle; a nightly retrain of
+    # 4 h. A rented H100 on spot (2.38 USD) beats their full cost (2.78 USD), but what
+    # running it there changes is 0.24 USD of power, and that decides.
+    (env.parent / "config.toml").write_text(
+        '[[onprem]]\ngpu = "A100"\ncount = 4\npurchase_price = 40000\nwatts = 400\n')
+    monkeypatch.setenv("ORCH_CATALOG_DIR", str(ROOT / "examples" / "catalog"))
+    monkeypatch.setenv("ORCH_CLOUDS", "lambda,runpod,aws")
+    job = str(ROOT / "examples" / "nightly.yaml")
+    d = json.loads(invoke("plan", job, "--json").stdout)
+    assert (d["kind"], d["target"]) == ("steady", "onprem")
+    assert d["estimate"]["cash"] == pytest.approx(0.24) and d["estimate"]["cost"] == pytest.approx(2.78, abs=0.01)
+    spot = next(a for a in d["alternatives"] if a["target"] == "cloud")
+    assert spot["spot"] and spot["est_cost"] == pytest.approx(2.38, abs=0.01)
+    assert spot["est_cost"] < d["estimate"]["cost"]
+    text = invoke("plan", job).stdout
+    for line in ("0.24 USD of power decided (marginal cost); 2.78 USD per job in full",
+                 "steady work runs on owned GPUs: on-prem A100x1 can start now, 0.24 USD of "
+                 "power, the marginal cost that decided, against runpod/US H100x1 spot at "
+                 "2.38 USD to rent",
+                 "full cost for the record: 2.78 USD per job = 2.54 USD amortized purchase + "
+                 "0.24 USD power"):
+        assert line in " ".join(text.split()), line

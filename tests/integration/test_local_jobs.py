@@ -184,11 +184,14 @@ def test_local_status_reports_the_instance(ray_home):
 
 def test_exploratory_job_without_cloud_credentials_runs_locally(ray_home, tmp_path):
     # One worker: priced on one-GPU cloud offers (two workers would need two GPUs each).
+    # No backfill: the idle workstation would otherwise take the exploratory job at its
+    # power before any cloud is tried; here it must rent, find no credentials, and fall back.
     job = write_job(tmp_path, "name: explore-cpu\ntrain:\n  job: image-classification\n"
                               "  config: {epochs: 1}\nscaling: {num_workers: 1}\n")
     proc = run_orch(ray_home, "submit", str(job), "--detach", ORCH_MODE="hybrid",
                     ORCH_CLOUDS="lambda,runpod,aws", HOME=str(tmp_path),
-                    ORCH_CATALOG_DIR=str(ROOT / "examples" / "catalog"))
+                    ORCH_CATALOG_DIR=str(ROOT / "examples" / "catalog"),
+                    ORCH_EXPLORATORY_BACKFILL="false")
     assert proc.returncode == 0, proc.stderr
     assert "no cloud is enabled" in proc.stderr and "sky check" in proc.stderr
     assert "Instead: local" in proc.stderr and "Traceback" not in proc.stderr

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -228,12 +229,22 @@ def test_without_a_python_that_has_ray_and_torch_the_job_fails_at_once_saying_so
         (bin_dir / tool).symlink_to(shutil.which(tool))
     (bin_dir / "python3").write_text("#!/bin/sh\nexit 1\n")
     (bin_dir / "python3").chmod(0o755)
-    proc = subprocess.run([shutil.which("bash"), "-c", runner_command()],
-                          env={**_bare_env(), "PATH": str(bin_dir)}, capture_output=True,
-                          text=True, timeout=30)
-    assert proc.returncode == NO_PYTHON_EXIT
-    assert "no Python with ray and torch" in proc.stderr and "Traceback" not in proc.stderr
-    result = [e for e in events.parse(proc.stdout) if e["event"] == "result"]
+    # Detached (setsid --fork): the test process above may have Ray loaded (an earlier test
+    # imported it), and the script would rightly find that Python; a job's shell has Ray's
+    # supervisor above it, this one nothing.
+    script, out, err, rc = (tmp_path / n for n in ("run.sh", "out", "err", "rc"))
+    script.write_text(runner_command())
+    bash = shutil.which("bash")
+    subprocess.run([shutil.which("setsid"), "-f", bash, "-c",
+                    f"{bash} {script} >{out} 2>{err}; echo $? >{rc}.tmp; {shutil.which('mv')} {rc}.tmp {rc}"],
+                   env={**_bare_env(), "PATH": str(bin_dir)}, timeout=30, check=True)
+    deadline = time.monotonic() + 30
+    while not rc.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stdout, stderr = out.read_text(), err.read_text()
+    assert int(rc.read_text()) == NO_PYTHON_EXIT, stderr
+    assert "no Python with ray and torch" in stderr and "Traceback" not in stderr
+    result = [e for e in events.parse(stdout) if e["event"] == "result"]
     assert result and result[0]["ok"] is False
     assert f"tried: {bin_dir / 'python3'}" in result[0]["error"]
     assert "install torch into the Python environment that runs ray start" in result[0]["error"]

@@ -18,6 +18,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, Vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from orchestrator.errors import InputError
+from orchestrator.inputs import NotRegularFile, read_regular, storage_problem
 
 DEFAULT_CONFIG = "~/.config/orch/config.toml"
 MAX_BYTES = 1 << 20  # a settings file is a few KiB
@@ -229,6 +230,15 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, v: Any) -> Any:
         return None if isinstance(v, str) and not v.strip() else v
 
+    @field_validator("cloud_storage", "onprem_checkpoint_storage")
+    @classmethod
+    def _storage(cls, v: Optional[str], info) -> Optional[str]:
+        # The rule checkpoint.storage follows; a cloud VM's own disk is gone with the VM.
+        problem = None if v is None else storage_problem(v, local=info.field_name != "cloud_storage")
+        if problem:
+            raise ValueError(problem)
+        return v
+
     @field_validator("home")
     @classmethod
     def _home(cls, v: Path) -> Path:
@@ -290,12 +300,17 @@ def config_path(environ: Optional[dict] = None) -> Path:
 
 
 def _read_toml(path: Path) -> tuple[dict, str]:
-    """The file's settings and its text (to find a key's line); ({}, "") when it is absent."""
+    """The file's settings and its text (to find a key's line); ({}, "") when it is absent
+    or is /dev/null (the usual way to say "no settings file")."""
+    if str(path) == os.devnull:
+        return {}, ""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)  # bounded: ORCH_CONFIG may name a huge file or a device
+        raw = read_regular(path, MAX_BYTES + 1)  # bounded: ORCH_CONFIG may name a huge file
     except FileNotFoundError:
         return {}, ""
+    except NotRegularFile as e:  # a FIFO would block orch, a device may never end
+        raise InputError(f"{path}: is {e}, not a settings file", "point ORCH_CONFIG at orch's "
+                         "TOML settings file (see infra/onprem/orch.toml.example)") from None
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot read the settings file: {e}") from None
     if len(raw) > MAX_BYTES:

@@ -7,6 +7,7 @@ import difflib
 import math
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -18,13 +19,18 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PositiveFlo
                       model_validator)
 
 from orchestrator.errors import SpecError
+from orchestrator.inputs import NotRegularFile, read_regular, storage_problem
 
 TARGETS = ("local", "onprem", "cloud")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ACCEL_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_.+-]*)\s*(?::\s*([0-9]*\.?[0-9]+))?\s*$")
 _ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _QUANTITY_RE = re.compile(r"^\d+(\.\d+)?\+?$")
-_CRON_FIELD_RE = re.compile(r"^[\d*/,\-A-Za-z?]+$")
+_CRON_FIELD_RE = re.compile(r"^[\d*/,\-A-Za-z?#]+$")
+_CRON_FIELDS = (("minute", "0-59"), ("hour", "0-23"), ("day", "1-31"),
+                ("month", "1-12 or jan-dec"), ("weekday", "0-7 or sun-sat"))
+_CRON_HELP = "write five fields, minute hour day month weekday, e.g. '0 3 * * *' (UTC)"
+_RESUME_RE = re.compile(r"^(latest|orch-[A-Za-z0-9]*)$")
 # Limits that keep a hostile or broken job file from eating memory or the stack: a real
 # job file is a few KiB, a few levels deep, with a few hundred values.
 MAX_BYTES = 1 << 20
@@ -231,9 +237,33 @@ class Schedule(Strict):
             return v
         fields = v.split()
         if len(fields) != 5 or not all(_CRON_FIELD_RE.match(f) for f in fields):
-            raise ValueError(f"{v!r} is not a cron schedule: write five fields, "
-                             "minute hour day month weekday, e.g. '0 3 * * *'")
+            raise ValueError(f"{_short(v)} is not a cron schedule: {_CRON_HELP}")
+        cron_problem = _cron_problem(fields)
+        if cron_problem:
+            raise ValueError(f"{_short(v)}: {cron_problem}")
         return v
+
+
+def _cron_problem(fields: list[str]) -> Optional[str]:
+    """Why croniter (what `orch serve` runs schedules with) cannot use these five fields,
+    or None. A schedule that parses but has no date to fire on (Feb 31) is refused too."""
+    from croniter import croniter  # small, and loaded only for a job file with a cron
+
+    # croniter's own errors do not say which field; try each alone to name it.
+    for i, (name, allowed) in enumerate(_CRON_FIELDS):
+        probe = " ".join(f if j == i else "*" for j, f in enumerate(fields))
+        try:
+            croniter.expand(probe)
+        except (ValueError, KeyError, IndexError, TypeError, OverflowError):
+            return f"the {name} field {_short(fields[i])} is not valid ({allowed}); {_CRON_HELP}"
+    expr = " ".join(fields)
+    try:
+        croniter(expr, time.time()).get_next(float)
+    except (ValueError, KeyError, IndexError, TypeError, OverflowError):
+        # CroniterBadDateError (a ValueError): no matching date in croniter's search window.
+        return ("this schedule never fires (no such date, e.g. February 30 or 31); "
+                "day and month must meet on a real date, e.g. '0 3 28 2 *'")
+    return None
 
 
 class Budget(Strict):
@@ -261,6 +291,24 @@ class Checkpoint(Strict):
     resume_from: Optional[str] = Field(
         None, description="continue an earlier job's run from its latest checkpoint: a job id "
                           "(or unique prefix), or 'latest' for the newest job of this name")
+
+    @field_validator("storage")
+    @classmethod
+    def _check_storage(cls, v: Optional[str]) -> Optional[str]:
+        problem = None if v is None else storage_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("resume_from")
+    @classmethod
+    def _check_resume_from(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not _RESUME_RE.match(v):
+            close = difflib.get_close_matches(v, ["latest"], n=1)
+            raise ValueError(f"{_short(v)} is neither 'latest' nor a job id: write latest, or "
+                             "a job id (or its unique prefix) from `orch status`, e.g. orch-1a2b3c4d"
+                             + (" (did you mean 'latest'?)" if close else ""))
+        return v
 
 
 class Estimate(Strict):
@@ -572,9 +620,29 @@ def load_spec_text(text: str, file: str = "<job>") -> JobSpec:
         key = ".".join(str(p) for p in loc) or None
         raise SpecError(file, src.line_of(loc), key, problem, hint) from None
     spec._source = src
+    _check_together(spec, src)
     if spec.name is None and file != "<job>":
         spec.name = _default_name(file)
     return spec
+
+
+def _check_together(spec: JobSpec, src: SourceMap) -> None:
+    """Checks across keys, or of mapping keys, located at the key they are about."""
+    def refuse(path: tuple, problem: str, hint: Optional[str] = None) -> SpecError:
+        return SpecError(src.file, src.line_of(path), ".".join(map(str, path)), problem, hint)
+
+    if spec.checkpoint.resume_from and spec.train is None:
+        raise refuse(("checkpoint", "resume_from"), "only a train: job keeps checkpoints to "
+                     "resume from", "remove checkpoint.resume_from, or run the job through train:")
+    # What SkyPilot's Task.set_file_mounts refuses only at launch, after orch recorded the job.
+    for dest, source in spec.file_mounts.items():
+        if "://" in dest:
+            raise refuse(("file_mounts", dest), "a destination is a path on the VM, not a "
+                         "bucket", "write it as {/path/on/vm: s3://bucket/path}")
+        for what, path in (("destination", dest), ("source", source)):
+            if isinstance(path, str) and path.endswith("/"):
+                raise refuse(("file_mounts", dest), f"the {what} {_short(path)} ends with '/', "
+                             "which SkyPilot refuses", "remove the trailing '/'")
 
 
 def _default_name(file: str) -> str:
@@ -585,14 +653,15 @@ def _default_name(file: str) -> str:
 def load_spec(path: str | Path) -> JobSpec:
     p = Path(path)
     try:
-        with open(p, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)  # bounded: the path may be huge, or /dev/zero
+        raw = read_regular(p, MAX_BYTES + 1)  # bounded: the path may be huge
     except FileNotFoundError:
         raise SpecError(str(path), None, None, "no such file",
                         "check the path; examples/quickstart.yaml is a working job file") from None
-    except IsADirectoryError:
-        raise SpecError(str(path), None, None, "is a directory, not a job file") from None
-    except (OSError, ValueError) as e:
+    except NotRegularFile as e:
+        raise SpecError(str(path), None, None, f"is {e}, not a job file", "give the path of "
+                        "a YAML job file (to submit a command's output, save it to a file "
+                        "first)") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
         raise SpecError(str(path), None, None, f"cannot read the file: {e}") from None
     if len(raw) > MAX_BYTES:
         raise _too_big(str(path), p.stat().st_size if p.is_file() else None)

@@ -142,6 +142,10 @@ class LocalRay:
         ]
         env = dict(os.environ, **ray_env(self.token_file))
         env.pop("RAY_ADDRESS", None)
+        # `ray start` swaps a loopback --node-ip-address for the machine's routable address
+        # (services.resolve_ip_for_localhost) unless multi-node is off, as on macOS: then
+        # this Ray, and every process it starts, stays on 127.0.0.1 and no node can join.
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
         log = self.dir / "ray-start.log"
         with open(log, "w") as out:
             proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,

@@ -1,0 +1,94 @@
+"""The local Ray orch starts listens on loopback only (docs/security.md, "Ray's local ports")."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import psutil
+import pytest
+
+from providers.local_ray import processes_matching
+from tests.conftest import run_json, run_orch
+from tests.integration.conftest import wait_until
+
+pytestmark = pytest.mark.integration
+
+# Sockets that docs/security.md lists as not on loopback, with the reason: (process
+# name or cmdline fragment, reason). Empty: every socket is on loopback.
+NOT_LOOPBACK: dict[str, str] = {}
+
+
+def _ray_pids(state: dict) -> dict[int, str]:
+    """This instance's processes, found as `orch local down` finds them (an argument naming
+    its temp dir or ending in its GCS port, as the Ray Client server's does), and their
+    children."""
+    found = {}
+    for p in processes_matching(state["temp_dir"], f":{state['ports']['gcs']}"):
+        for q in [p, *p.children(recursive=True)]:
+            try:
+                found[q.pid] = " ".join(q.cmdline())[:200]
+            except psutil.Error:
+                pass
+    return found
+
+
+def _bound_sockets(pids: dict[int, str]) -> list[tuple[str, str, int, str]]:
+    """(kind, ip, port, process) of every listening TCP and bound UDP socket of `pids`."""
+    out = []
+    for c in psutil.net_connections(kind="inet"):
+        if c.pid not in pids or not c.laddr:
+            continue
+        tcp = c.type == socket.SOCK_STREAM
+        if (tcp and c.status == psutil.CONN_LISTEN) or (not tcp and not c.raddr):
+            out.append(("tcp" if tcp else "udp", c.laddr.ip, c.laddr.port, pids[c.pid]))
+    return out
+
+
+def _loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip)
+    mapped = getattr(addr, "ipv4_mapped", None)  # ::ffff:127.0.0.1, Ray's gRPC servers
+    return (mapped or addr).is_loopback
+
+
+def test_every_port_of_the_local_ray_is_on_loopback(ray_home, tmp_path):
+    state = json.loads((ray_home / "local" / "ray.json").read_text())
+    # A job running: its supervisor and workers have servers of their own.
+    job = tmp_path / "sleep.yaml"
+    job.write_text("name: ports\nrun: python -c 'import time; time.sleep(20)'\n")
+    proc = run_orch(ray_home, "submit", "--detach", str(job))
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    try:
+        wait_until("the job to run", lambda: run_json(ray_home, "status", job_id)["status"]
+                   == "RUNNING", timeout=120)
+        time.sleep(2)  # its processes' servers start as it does
+        pids = _ray_pids(state)
+        sockets = _bound_sockets(pids)
+    finally:
+        run_orch(ray_home, "cancel", job_id)
+    assert len(pids) > 3 and sockets, (pids, sockets)
+    assert any(s[3].startswith("ray::JobSupervisor") for s in sockets), sockets  # a worker's
+    bound = {port for kind, ip, port, _ in sockets if _loopback(ip)}
+    for name in ("gcs", "dashboard", "client", "agent_http", "agent_grpc", "runtime_env", "metrics"):
+        assert state["ports"][name] in bound, f"the {name} port is not on loopback: {sockets}"
+    open_ = [s for s in sockets if not _loopback(s[1])
+             and not any(part in s[3] for part in NOT_LOOPBACK)]
+    assert not open_, "listening beyond loopback:\n" + "\n".join(map(str, open_))
+
+
+def test_the_dashboard_refuses_a_request_without_the_token(ray_home):
+    """What protects the loopback ports from the machine's other users (docs/security.md)."""
+    state = json.loads((ray_home / "local" / "ray.json").read_text())
+    token = (ray_home / "local" / "auth_token").read_text().strip()
+    url = state["dashboard_url"] + "/api/jobs/"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=10)
+    assert refused.value.code in (401, 403), refused.value.code
+    with urllib.request.urlopen(urllib.request.Request(
+            url, headers={"Authorization": f"Bearer {token}"}), timeout=10) as ok:
+        assert ok.status == 200

@@ -1,6 +1,6 @@
 """What the CLI talks to: `Local` runs orch in this process, `Remote` asks an `orch serve`.
 
-Both implement one small interface and return the `--json` shapes (`store.public` records,
+Both implement one small interface and return the `--json` shapes (`records.JobRecord`s,
 the plan and cost reports), so every command renders the same output either way.
 `connect()` picks `Remote` when ORCH_SERVER is set. No SDK is imported here.
 """
@@ -34,7 +34,8 @@ class Client(Protocol):
         """The newest jobs, each checked with its backend first."""
 
     def job(self, job_id: str) -> dict:
-        """One job with its history; "warning" when its backend did not answer."""
+        """One job with its history; its "warning" says why it may be stale (None when
+        its backend answered)."""
 
     def logs(self, job_id: str) -> str:
         """The job's log so far, secrets redacted."""
@@ -102,8 +103,8 @@ class Local:
             store.close()
 
     def submit(self, file: Path, key: Optional[str] = None, priority: int = 0) -> dict:
+        from orchestrator.records import SubmittedJob
         from orchestrator.spec import load_spec
-        from orchestrator.store import public
 
         spec = load_spec(file)
         if spec.schedule.cron:  # schedules are kept and run by `orch serve` only
@@ -111,7 +112,7 @@ class Local:
                   "alone, this job runs once, now. Submit it with ORCH_SERVER set to register "
                   "its schedule with a server")
         rec = self.orch.submit(spec, idempotency_key=key)
-        return {**public(rec), "existing": bool(rec.get("existing"))}
+        return SubmittedJob.from_row(rec, existing=bool(rec.get("existing"))).to_json()
 
     def plan(self, file: Path) -> dict:
         from orchestrator.spec import load_spec
@@ -120,7 +121,11 @@ class Local:
 
     def plan_spec(self, spec) -> dict:
         from orchestrator import fingerprint as fp_mod, planning
+        from orchestrator.checks import check_runnable
 
+        # What a submit would refuse before recording, a plan refuses too.
+        check_runnable(spec)
+        self.orch.resume_point(spec)
         fp, dirty = fp_mod.fingerprint(spec)
         history = planning.history_for(fp, self.settings)
         decision = planning.plan_job(spec, self.settings, fingerprint=fp, history=history,
@@ -128,20 +133,19 @@ class Local:
         return {**decision.to_dict(), "fingerprint": fp}
 
     def jobs(self, limit: int = 50) -> list[dict]:
-        from orchestrator.store import public
+        from orchestrator.records import JobRecord
 
-        return [public(r) for r in self.orch.list(limit)]
+        return [JobRecord.from_row(r).to_json() for r in self.orch.list(limit)]
 
     def job(self, job_id: str) -> dict:
-        from orchestrator.store import public
+        from orchestrator.records import JobDetail
 
         rec, warning = self.orch.get(job_id), None
         try:
             rec = self.orch.refresh(rec)
         except BackendError as e:  # show what is known, and why it may be stale
             warning = f"last known state: {e.message}" + (f"\n  -> {e.hint}" if e.hint else "")
-        pub = public(rec, self.orch.store.history(rec["id"]))
-        return {**pub, "warning": warning} if warning else pub
+        return JobDetail.from_history(rec, self.orch.store.history(rec["id"]), warning).to_json()
 
     def logs(self, job_id: str) -> str:
         return self.orch.logs(self.orch.refresh(self.orch.get(job_id)))
@@ -168,12 +172,12 @@ class Local:
             time.sleep(poll_s)
 
     def cancel(self, job_id: str) -> dict:
-        from orchestrator.store import public
+        from orchestrator.records import CancelledJob
 
         rec = self.orch.get(job_id)
         if rec["status"] in TERMINAL:
-            return {**public(rec), "already_ended": True}
-        return public(self.orch.cancel(rec["id"]))
+            return CancelledJob.from_row(rec, already_ended=True).to_json()
+        return CancelledJob.from_row(self.orch.cancel(rec["id"])).to_json()
 
     def cost(self, by: str = "target", since: Optional[str] = None) -> dict:
         return cost_report(self.settings, by, since, self.orch)

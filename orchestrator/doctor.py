@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Optional
 from urllib.parse import quote
 
 from orchestrator.errors import NotFound, OrchError, StoreError
+from orchestrator.redact import KEY_FILE
 from orchestrator.settings import Settings
 
 STORE = "orch.db"
@@ -204,12 +205,13 @@ def _loose(p: Path) -> Optional[str]:
 
 
 def modes_check(home: Path) -> Check:
-    """The store, its WAL and the job logs readable by their owner only; the home 0700."""
+    """The store, its WAL, the secret key and the job logs readable by their owner only;
+    the home 0700."""
     if not home.exists():
         return Check("file modes", True, f"{home}: not created yet")
     dirs = [p for p in (home, home / "logs") if _loose(p)]
     files = [p for p in (home / STORE, home / f"{STORE}-wal", home / f"{STORE}-shm",
-                         *_job_logs(home)) if p.exists()]
+                         home / KEY_FILE, *_job_logs(home)) if p.exists()]
     loose_files = [p for p in files if _loose(p)]
     if not dirs and not loose_files:
         return Check("file modes", True, f"{home} (0700) and its {len(files)} store and log "

@@ -1,19 +1,29 @@
 """Secrets in a job: passed to it, never stored or shown. Which values are secret, and redaction.
 
 A value is secret when the job file lists it under `secrets:`, or when its `envs:` name
-looks like a credential (KEY, TOKEN, PASSWORD, SECRET, ...). orch keeps only a salted
-digest of each secret value, so a log read later (after the submitting process is gone)
-can still be redacted token by token.
+looks like a credential (KEY, TOKEN, PASSWORD, SECRET, ...). orch keeps only a digest of
+each secret value, so a log read later (after the submitting process is gone) can still
+be redacted token by token. The digest is HMAC-SHA256 under the store's secret key (a
+0600 file in ORCH_HOME, `store_key`), so a copy of the store alone cannot test guesses
+of a short token against it. Records from before the key carry salted SHA-256 digests;
+those are still recognized.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import os
 import re
 import secrets as _random  # the standard library
-from typing import Iterable, Mapping
+from pathlib import Path
+from typing import Iterable, Mapping, Optional
+
+from orchestrator.errors import StoreError
 
 REDACTED = "<redacted>"
+KEY_FILE = "secret_key"
+KEY_BYTES = 32
 _SECRET_NAME = re.compile(r"KEY|TOKEN|PASSWORD|PASSWD|PASSPHRASE|SECRET|CREDENTIAL|PRIVATE|"
                           r"AUTH|SESSION|COOKIE|SIGNATURE|API_?PASS|DSN", re.I)
 _MIN_LEN = 4  # shorter values ("1", "true") would redact half the log
@@ -45,22 +55,81 @@ def new_salt() -> str:
     return _random.token_hex(8)
 
 
-def digest(value: str, salt: str) -> str:
+def store_key(home: Path, create: bool = True) -> Optional[bytes]:
+    """The store's secret key, HOME/secret_key (0600), made on first use; None when there
+    is none and `create` is False.
+
+    The key is a file on the machine running orch, whichever store it uses. With a
+    PostgreSQL store shared by a team, the digests of a job are made under the key of the
+    machine that recorded it (for jobs sent to `orch serve`, the server's): another machine
+    reading that job's log directly from the database redacts only the values it holds
+    itself, not by digest. Losing the file loses log redaction by digest for the jobs
+    recorded under it, nothing else."""
+    path = Path(home) / KEY_FILE
+    if path.exists():
+        return _read_key(path)
+    if not create:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{_random.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o600)  # whatever the umask
+            f.write(_random.token_bytes(KEY_BYTES))
+            f.flush()
+            os.fsync(f.fileno())
+        try:  # whole or not at all, and never over a key another orch made meanwhile
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        except OSError:  # a filesystem without hard links
+            if not path.exists():
+                os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return _read_key(path)
+
+
+def _read_key(path: Path) -> bytes:
+    key = path.read_bytes()
+    if len(key) != KEY_BYTES:
+        raise StoreError(f"{path}: not an orch secret key ({len(key)} bytes, not {KEY_BYTES})",
+                         f"move it away; orch makes a new one (logs of jobs recorded under "
+                         f"the old one are then redacted only of values orch holds)")
+    return key
+
+
+def digest(value: str, salt: str, key: bytes) -> str:
+    """HMAC-SHA256 of a secret value under the store's key, salted per job."""
+    return hmac.new(key, f"{salt}:{value}".encode(), hashlib.sha256).hexdigest()
+
+
+def legacy_digest(value: str, salt: str) -> str:
+    """The salted SHA-256 that orch kept before the store had a key."""
     return hashlib.sha256(f"{salt}:{value}".encode()).hexdigest()
 
 
-def digests(values: Iterable[str], salt: str) -> list[str]:
-    return sorted({digest(v, salt) for v in values if len(v) >= _MIN_LEN})
+def digests(values: Iterable[str], salt: str, key: bytes) -> list[str]:
+    return sorted({digest(v, salt, key) for v in values if len(v) >= _MIN_LEN})
 
 
 def redact_text(text: str, values: Iterable[str] = (), salt: str = "",
-                known: Iterable[str] = ()) -> str:
+                known: Iterable[str] = (), key: Optional[bytes] = None,
+                legacy: Iterable[str] = ()) -> str:
     """`text` with every secret replaced: the `values` orch holds now, and any word whose
-    salted digest is in `known` (the digests kept with the job)."""
+    digest is among the job's: `known` (HMACs under `key`) or `legacy` (salted SHA-256)."""
     for v in sorted((v for v in values if len(v) >= _MIN_LEN), key=len, reverse=True):
         text = text.replace(v, REDACTED)
-    known = set(known)
-    if known and salt:
-        text = _TOKEN.sub(lambda m: REDACTED if digest(m.group(0), salt) in known else m.group(0),
-                          text)
-    return text
+    known = set(known) if key else set()
+    legacy = set(legacy)
+    if not (known or legacy) or not salt:
+        return text
+
+    def word(m: re.Match) -> str:
+        w = m.group(0)
+        if (known and digest(w, salt, key) in known) or \
+                (legacy and legacy_digest(w, salt) in legacy):
+            return REDACTED
+        return w
+    return _TOKEN.sub(word, text)

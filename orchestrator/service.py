@@ -153,7 +153,8 @@ class Orch:
         job_id = new_job_id()
         info = {**(info or {}), "submitter": submitter()}
         if hidden:  # digests only: a log read after this process is gone is still redacted
-            info.update(secret_salt=salt, secret_digests=redact.digests(hidden.values(), salt))
+            key = redact.store_key(self.settings.home)
+            info.update(secret_salt=salt, secret_hmacs=redact.digests(hidden.values(), salt, key))
         rec = self.store.create_job(
             name=spec.name or "job", spec=redact.redact_spec(spec.model_dump(mode="json")),
             kind=decision["kind"], target=decision["target"], fingerprint=fp, decision=decision,
@@ -493,8 +494,10 @@ class Orch:
         info = rec["info"] or {}
         values = list((self._secrets.get(rec["id"]) or {}).values())
         values += [v for k, v in os.environ.items() if len(v) >= 8 and redact.looks_secret(k)]
-        return redact.redact_text(text, values, info.get("secret_salt", ""),
-                                  info.get("secret_digests", ()))
+        hmacs = info.get("secret_hmacs") or ()
+        key = redact.store_key(self.settings.home, create=False) if hmacs else None
+        return redact.redact_text(text, values, info.get("secret_salt", ""), hmacs, key,
+                                  legacy=info.get("secret_digests") or ())
 
     def logs(self, rec: dict) -> str:
         """The job's log, secrets redacted: from the backend while it knows the job, else

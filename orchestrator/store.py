@@ -720,34 +720,3 @@ def public_schedule(rec: dict, events: Optional[list] = None) -> dict:
     if events is not None:
         out["log"] = events
     return out
-
-
-def public(rec: dict, history: Optional[list] = None) -> dict:
-    """The JSON a user sees for a job (`--json`)."""
-    out = {
-        "id": rec["id"],
-        "name": rec["name"],
-        "status": rec["status"],
-        "kind": rec["kind"],
-        "target": rec["target"],
-        "created_at": iso(rec["created_at"]),
-        "started_at": iso(rec["started_at"]),
-        "finished_at": iso(rec["finished_at"]),
-        "message": rec["message"],
-        "metrics": rec["metrics"] or {},
-        "fingerprint": rec["fingerprint"],
-        "backend_id": rec["backend_id"],
-        "log_path": rec["log_path"],
-        "source_file": rec["source_file"],
-        "run": rec["info"] or {},
-        "decision": rec["decision"],
-        "owner": rec.get("owner"),
-        "priority": rec.get("priority") or 0,
-    }
-    ledger = (rec["info"] or {}).get("ledger")
-    if ledger:  # a cloud job: what its launches and recoveries really cost
-        out["cost"] = {"usd": ledger["cost_usd"], "billed_hours": ledger["billed_hours"],
-                       "recoveries": ledger["recoveries"], "launches": ledger["launches"]}
-    if history is not None:
-        out["history"] = [{k: h[k] for k in ("at", "status", "message")} for h in history]
-    return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from contextlib import asynccontextmanager
-from typing import Optional
+from typing import Any, Optional, Union
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -21,10 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from orchestrator.errors import BackendError, InputError, NotFound, OrchError, StoreError
+from orchestrator.records import CancelledJob, JobDetail, JobRecord, SubmittedJob
 from orchestrator.server import auth
 from orchestrator.server.auth import Forbidden, Unauthorized
 from orchestrator.server.scheduler import Scheduler, queue_info
-from orchestrator.store import TERMINAL, public, public_schedule
+from orchestrator.store import TERMINAL, public_schedule
 from orchestrator.upload import DIGEST_PATTERN, MiB, TooLarge
 
 MAX_SPEC = 1 << 20  # the job file limit orch applies everywhere
@@ -51,6 +52,12 @@ class PlanIn(BaseModel):
     spec: str = Field(..., max_length=MAX_SPEC)
     file: Optional[str] = Field(None, max_length=4096)
     upload: Optional[str] = Field(None, pattern=DIGEST_PATTERN)
+
+
+class Registered(BaseModel):
+    """A job file with `schedule.cron`, submitted: the schedule it registered."""
+    model_config = ConfigDict(extra="forbid")
+    schedule: dict[str, Any]
 
 
 _UPLOAD_BODY = {"requestBody": {"required": True, "description": "a tar.gz of the workdir",
@@ -134,7 +141,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
 
     # -- jobs --------------------------------------------------------------------------
 
-    @app.post("/v1/jobs", status_code=201)
+    @app.post("/v1/jobs", status_code=201, response_model=Union[SubmittedJob, Registered])
     def submit(body: JobIn, who: auth.Caller = Depends(caller)):
         """Record a job and queue it (the scheduler launches it in priority order); a job
         file with `schedule.cron` registers a schedule instead: {"schedule": {...}}."""
@@ -159,7 +166,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
                     rec["id"], "PENDING", f"queued by orch serve (priority {body.priority}, "
                     f"submitted by {who.name})")
         scheduler.wake()
-        return {**public(rec), "existing": existing}
+        return SubmittedJob.from_row(rec, existing=existing)
 
     @app.post("/v1/plan")
     def plan(body: PlanIn, who: auth.Caller = Depends(caller)):
@@ -168,13 +175,13 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
         with scheduler.session() as local:
             return local.plan_spec(spec)
 
-    @app.get("/v1/jobs")
+    @app.get("/v1/jobs", response_model=list[JobRecord])
     def jobs(limit: int = Query(50, ge=1, le=1000), who: auth.Caller = Depends(caller)):
         """The newest jobs, each checked with its backend: the `orch status --json` shape."""
         with scheduler.session() as local:
             return local.jobs(limit)
 
-    @app.get("/v1/jobs/{job_id}")
+    @app.get("/v1/jobs/{job_id}", response_model=JobDetail)
     def job(job_id: str, who: auth.Caller = Depends(caller)):
         """One job (an id or a unique prefix) with its history."""
         with scheduler.session() as local:
@@ -212,7 +219,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
 
         return StreamingResponse(lines(), media_type="text/plain; charset=utf-8")
 
-    @app.post("/v1/jobs/{job_id}/cancel")
+    @app.post("/v1/jobs/{job_id}/cancel", response_model=CancelledJob)
     def cancel(job_id: str, who: auth.Caller = Depends(caller)):
         """Stop a job: its submitter's token or an admin's."""
         with scheduler.session() as local:

@@ -1,6 +1,6 @@
 """The REST API fuzzed from its own OpenAPI document (schemathesis, in-process over ASGI):
 valid and malformed parameters and bodies on every operation, with a valid token, must never
-get a 5xx. A second fuzzer feeds job files that are YAML but wrong in every way a person or
+get a 5xx, and every answer must match the response schema the API declares. A second fuzzer feeds job files that are YAML but wrong in every way a person or
 a script gets them wrong, since the schema only knows `spec` as a string."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, note
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
+from schemathesis.checks import response_schema_conformance
 
 from orchestrator.server import auth
 from orchestrator.settings import Settings
@@ -124,6 +125,8 @@ def test_no_operation_answers_a_server_error(api, method, path):
         response = case.call(headers=api.headers, timeout=20)
         STATUSES.setdefault(f"{method} {path}", []).append(response.status_code)
         _no_server_error(response, what)
+        # What it answered is what the schema says (a job: records.JobRecord and kin).
+        case.validate_response(response, checks=[response_schema_conformance])
 
     check()
 

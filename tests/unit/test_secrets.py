@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import os
 import stat
+from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 
 from orchestrator import redact
-from orchestrator.store import public
+from orchestrator.errors import StoreError
+from orchestrator.settings import Settings
+from orchestrator.records import JobRecord
 from orchestrator.spec import load_spec_text
 from providers.cloud import task_yaml
 from tests.conftest import run_orch, store_created, store_text
@@ -24,14 +31,52 @@ def test_which_names_are_secret():
         assert not redact.looks_secret(name), name
 
 
-def test_a_later_reader_redacts_by_digest_alone():
-    salt = redact.new_salt()
-    known = redact.digests([TOKEN, "ab"], salt)  # too short to redact: left out
+def test_a_later_reader_redacts_by_digest_alone(tmp_path):
+    salt, key = redact.new_salt(), redact.store_key(tmp_path)
+    known = redact.digests([TOKEN, "ab"], salt, key)  # too short to redact: left out
     assert len(known) == 1 and TOKEN not in "".join(known)
     text = f'loaded token={TOKEN}; again "{TOKEN}"\nepoch 1 ab done'
-    out = redact.redact_text(text, salt=salt, known=known)
+    out = redact.redact_text(text, salt=salt, known=known, key=key)
     assert TOKEN not in out and out.count(redact.REDACTED) == 2 and "epoch 1 ab done" in out
     assert redact.redact_text(text, values=[TOKEN]) == out
+    # Without the store's key the digests recognize nothing: they are useless on their own.
+    assert redact.redact_text(text, salt=salt, known=known, key=os.urandom(32)) == text
+    assert redact.redact_text(text, salt=salt, known=known) == text
+
+
+def test_digests_are_hmacs_under_the_stores_key_not_plain_sha256(tmp_path):
+    salt, key = redact.new_salt(), redact.store_key(tmp_path)
+    d = redact.digest(TOKEN, salt, key)
+    assert d == hmac.new(key, f"{salt}:{TOKEN}".encode(), hashlib.sha256).hexdigest()
+    assert d not in (hashlib.sha256(TOKEN.encode()).hexdigest(), redact.legacy_digest(TOKEN, salt))
+    assert d != redact.digest(TOKEN, salt, redact.store_key(tmp_path / "other"))
+
+
+def test_the_stores_key_is_one_0600_file_made_once(tmp_path):
+    home = tmp_path / "home"
+    assert redact.store_key(home, create=False) is None and not home.exists()
+    with ThreadPoolExecutor(8) as pool:  # first uses at once agree on one key
+        keys = set(pool.map(lambda _: redact.store_key(home), range(16)))
+    path = home / redact.KEY_FILE
+    assert len(keys) == 1 and keys == {path.read_bytes()} and len(path.read_bytes()) == 32
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in home.iterdir()] == [redact.KEY_FILE]  # no temporary left
+    assert redact.store_key(home, create=False) == keys.pop()
+    path.write_bytes(b"short")
+    with pytest.raises(StoreError, match="not an orch secret key"):
+        redact.store_key(home)
+
+
+def test_a_record_from_before_the_key_is_still_redacted(tmp_path):
+    """Older orch kept salted SHA-256 digests (secret_digests): a log read now still hides them."""
+    from orchestrator.service import Orch
+
+    salt = redact.new_salt()
+    rec = {"id": "orch-old", "info": {"secret_salt": salt,
+                                      "secret_digests": [redact.legacy_digest(TOKEN, salt)]}}
+    orch = Orch(Settings(home=tmp_path / "home", mode="local"))
+    assert orch._redact(rec, f"token {TOKEN} ok\n") == f"token {redact.REDACTED} ok\n"
+    assert not (tmp_path / "home" / redact.KEY_FILE).exists()  # reading makes no key
 
 
 def test_cloud_job_secrets_never_reach_the_store_or_the_output(orch, monkeypatch):  # noqa: F811
@@ -49,6 +94,10 @@ def test_cloud_job_secrets_never_reach_the_store_or_the_output(orch, monkeypatch
     assert task.envs["EPOCHS"] == "3" and "HF_TOKEN" not in task.envs
     rec, _ = statuses(orch, rec, 1)
     assert rec["status"] == "SUCCEEDED"
+    # The digests that redact a later log read are HMACs under this store's key.
+    assert set(rec["info"]["secret_hmacs"]) == {
+        redact.digest(v, rec["info"]["secret_salt"], redact.store_key(orch.settings.home))
+        for v in (TOKEN, PASSWORD)} and "secret_digests" not in rec["info"]
     stored = rec["spec"]
     assert stored["envs"] == {"HF_TOKEN": redact.REDACTED, "EPOCHS": 3}
     assert stored["secrets"] == {"DB_PASSWORD": redact.REDACTED}
@@ -68,7 +117,9 @@ def test_cloud_job_secrets_never_reach_the_store_or_the_output(orch, monkeypatch
     assert shown.returncode == 0 and TOKEN not in shown.stdout and redact.REDACTED in shown.stdout
     status = run_orch(home, "status", rec["id"], "--json", ORCH_MODE="hybrid").stdout
     assert TOKEN not in status and PASSWORD not in status
-    assert TOKEN not in json.dumps(public(rec))
+    for internal in ("secret_salt", "secret_hmacs", rec["info"]["secret_salt"], "submitter"):
+        assert internal not in status, internal
+    assert TOKEN not in json.dumps(JobRecord.from_row(rec).to_json())
 
 
 def test_emitted_sky_task_names_secrets_without_values(orch):  # noqa: F811

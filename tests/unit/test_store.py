@@ -13,7 +13,8 @@ import pytest
 
 from orchestrator.errors import NotFound, StoreError
 from orchestrator import store as store_mod
-from orchestrator.store import SCHEMA_VERSION, Store, public
+from orchestrator.records import JobDetail
+from orchestrator.store import SCHEMA_VERSION, Store
 from tests.conftest import store_at, store_where
 
 
@@ -40,7 +41,7 @@ def test_record_lifecycle_and_history(tmp_path):
     assert [(h["status"], h["message"]) for h in store.history(rec["id"])] == [
         ("PENDING", "recorded"), ("RUNNING", "started"), ("RUNNING", "still running"),
         ("SUCCEEDED", "done")]
-    pub = public(done, store.history(rec["id"]))
+    pub = JobDetail.from_history(done, store.history(rec["id"])).to_json()
     for key in ("id", "name", "status", "kind", "target", "created_at", "metrics"):
         assert key in pub
 

@@ -1,0 +1,140 @@
+"""A job's public record: the one shape `orch status --json`, the REST API and the status page show.
+
+The store keeps more about a job than it shows: its `info` holds what orch's own parts need
+(who submitted it and whether that process lives, which server launches it, the digests
+that redact its secrets from a log). `JobRecord.from_row` is the only way from a store row
+to what a user or a token holder sees; it names each public field, so anything new in
+`info` stays private until it is added here (and `INTERNAL_INFO` says what is kept back).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# What `info` holds for orch alone, and why it is not shown.
+INTERNAL_INFO = {
+    "submitter": "the submitting process (pid, host, start time): only to tell whether it lives",
+    "launcher": "the orch serve process that took a queued job for launching",
+    "env_secrets": "which secrets the server's environment supplies (restored on a restart)",
+    "secret_salt": "with the digests below: recognizes secret values in a log",
+    "secret_hmacs": "HMAC-SHA256 digests of the secret values (redact.py)",
+    "secret_digests": "salted SHA-256 digests of the secret values, from older orch versions",
+    "offers": "the cloud ledger's price list (the decision's alternatives show the offers)",
+    "budget_stop": "why orch stopped the job; the job's message says it",
+}
+
+
+class _Public(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunInfo(_Public):
+    """What a job's launch and its backend recorded; None where nothing was."""
+    queued: bool = Field(False, description="waiting in orch serve's queue, not launched yet")
+    upload: Optional[str] = Field(None, description="the uploaded workdir it runs from")
+    schedule: Optional[str] = Field(None, description="the cron schedule that queued it")
+    slot: Optional[str] = Field(None, description="the schedule's slot (UTC) it runs for")
+    entrypoint: Optional[str] = Field(None, description="the command its backend runs")
+    storage_path: Optional[str] = Field(None, description="where its checkpoints go")
+    run_name: Optional[str] = Field(None, description="its run's folder under storage_path")
+    backend_start: Optional[float] = Field(None, description="start by the backend's clock (epoch s)")
+    backend_end: Optional[float] = Field(None, description="end by the backend's clock (epoch s)")
+    sky_request_id: Optional[str] = Field(None, description="SkyPilot's launch request")
+    sky_status: Optional[str] = Field(None, description="SkyPilot's managed-job status")
+    sky_job_id: Optional[Union[int, str]] = Field(None, description="SkyPilot's managed-job id")
+    infra: Optional[str] = Field(None, description="where SkyPilot runs it (cloud/region)")
+    ledger: Optional[dict[str, Any]] = Field(None, description="a cloud job's launches and "
+                                             "billed hours (orchestrator.decision.ledger)")
+    cost: Optional[dict[str, Any]] = Field(None, description="its `orch cost` line, kept when "
+                                           "it ended (orchestrator.ledger.entry)")
+
+
+class CloudCost(_Public):
+    """What a cloud job's launches and recoveries really cost."""
+    usd: float
+    billed_hours: float
+    recoveries: int
+    launches: list[dict[str, Any]]
+
+
+class JobRecord(_Public):
+    """A job as `orch status --json` and `GET /v1/jobs` show it. Times are ISO 8601 UTC."""
+    id: str
+    name: str
+    status: str = Field(description="PENDING, RUNNING, SUCCEEDED, FAILED or CANCELLED")
+    kind: Optional[str] = Field(None, description="exploratory or steady")
+    target: Optional[str] = Field(None, description="local, onprem or cloud")
+    created_at: Optional[str] = None
+    started_at: Optional[str] = None
+    finished_at: Optional[str] = None
+    message: Optional[str] = None
+    metrics: dict[str, Any] = Field(default_factory=dict, description="what the run reported")
+    fingerprint: Optional[str] = None
+    backend_id: Optional[str] = None
+    log_path: Optional[str] = None
+    source_file: Optional[str] = None
+    run: RunInfo = Field(default_factory=RunInfo)
+    decision: Optional[dict[str, Any]] = Field(None, description="the plan it was placed by "
+                                               "(the `orch plan --json` shape)")
+    owner: Optional[str] = Field(None, description="the token name that submitted it")
+    priority: int = 0
+    cost: Optional[CloudCost] = Field(None, description="a cloud job's real cost; None elsewhere")
+
+    @classmethod
+    def from_row(cls, rec: dict, **extra) -> "JobRecord":
+        """The public record of a store row (`Store.get` and friends); `extra`: the fields a
+        subclass adds (history, warning, ...)."""
+        from orchestrator.store import iso
+
+        info = rec.get("info") or {}
+        ledger = info.get("ledger")
+        cost = None
+        if ledger:
+            cost = CloudCost(usd=ledger["cost_usd"], billed_hours=ledger["billed_hours"],
+                             recoveries=ledger["recoveries"], launches=ledger["launches"])
+        return cls(
+            id=rec["id"], name=rec["name"], status=rec["status"], kind=rec.get("kind"),
+            target=rec.get("target"), created_at=iso(rec.get("created_at")),
+            started_at=iso(rec.get("started_at")), finished_at=iso(rec.get("finished_at")),
+            message=rec.get("message"), metrics=rec.get("metrics") or {},
+            fingerprint=rec.get("fingerprint"), backend_id=rec.get("backend_id"),
+            log_path=rec.get("log_path"), source_file=rec.get("source_file"),
+            run=RunInfo(**{k: v for k, v in info.items() if k in RunInfo.model_fields}),
+            decision=rec.get("decision"), owner=rec.get("owner"),
+            priority=rec.get("priority") or 0, cost=cost, **extra)
+
+    def to_json(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+class Event(_Public):
+    """One change of a job's state, or news in the same state."""
+    at: str
+    status: str
+    message: Optional[str] = None
+
+
+class JobDetail(JobRecord):
+    """One job (`orch status ID --json`, `GET /v1/jobs/{id}`): the record and its history."""
+    history: list[Event]
+    warning: Optional[str] = Field(None, description="why the record may be stale (its "
+                                   "backend did not answer)")
+
+    @classmethod
+    def from_history(cls, rec: dict, history: list[dict],
+                     warning: Optional[str] = None) -> "JobDetail":
+        return cls.from_row(rec, history=[Event(at=h["at"], status=h["status"],
+                                                message=h["message"]) for h in history],
+                            warning=warning)
+
+
+class SubmittedJob(JobRecord):
+    """The answer to a submit: the record, and whether its idempotency key was seen before."""
+    existing: bool = False
+
+
+class CancelledJob(JobRecord):
+    """The answer to a cancel: the record, and whether it had ended before."""
+    already_ended: bool = False

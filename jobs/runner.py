@@ -3,7 +3,9 @@
 It reads the run description from the ORCH_RUN environment variable (JSON), joins the
 target's Ray (RAY_ADDRESS is set by the Ray Jobs API), runs a TorchTrainer and prints
 events (see jobs/events.py) that orch reads from the log. The same runner runs on this
-workstation, on an on-prem cluster and on a cloud VM.
+workstation, on an on-prem cluster and on a cloud VM. On a Ray target the job's secret
+values reach it through jobs.secret_env, never its runtime env; it hands them to its
+workers in their config.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from jobs import events
+from jobs import events, secret_env
 
 _OPTIONS_KEY = "__orch__"
 
@@ -38,7 +40,13 @@ def worker_entry(config: dict) -> Any:
     from jobs import context
 
     config = dict(config)
-    options = config.pop(_OPTIONS_KEY)
+    options = dict(config.pop(_OPTIONS_KEY))
+    hidden = options.pop("env", None)
+    # This node's copy of the working_dir may still hold the secret file: the values came
+    # in the config instead, so it goes before the user's code runs.
+    secret_env.discard()
+    if hidden is not None:
+        secret_env.apply(hidden.values)
     if os.getcwd() not in sys.path:  # the job's workdir, where a user's entrypoint lives
         sys.path.insert(0, os.getcwd())
     ctx = context.install(options)
@@ -87,6 +95,9 @@ def run(spec: dict) -> int:
     from jobs.storage import display_path, storage_args
 
     started = time.monotonic()
+    # What jobs.secret_env took out of its file before this process started; or the file
+    # itself, when the runner was started without that step.
+    hidden = {**secret_env.take(), **secret_env.from_environ()}
     ray.init(log_to_driver=True)
     num_workers = int(spec["num_workers"])
     use_gpu = _use_gpu(spec.get("use_gpu", "auto"), num_workers)
@@ -94,6 +105,11 @@ def run(spec: dict) -> int:
     if spec.get("budget"):  # orch's clock when it holds the hardware from submission, else ours
         options["budget"] = {"t0": time.time(), **spec["budget"]}
     options.update(job_id=spec["job_id"], target=spec["target"])
+    if hidden:
+        # Ray Train workers are started by the cluster's raylet, not by this process, so
+        # they do not inherit its environment; the values go in their config, wrapped so
+        # Ray Train's run state (shown on the dashboard) prints their names only.
+        options["env"] = secret_env.Hidden(hidden)
     resolve_callable(options["target"])  # fail here, once, rather than in every worker
     config = dict(spec.get("config") or {})
     config[_OPTIONS_KEY] = options
@@ -150,7 +166,12 @@ def main() -> int:
     if not raw:
         print("orch runner: ORCH_RUN is not set; this module is started by orch", file=sys.stderr)
         return 2
-    return run(json.loads(raw))
+    try:
+        return run(json.loads(raw))
+    except secret_env.MissingFile as e:
+        events.emit("result", ok=False, error=f"orch runner: {e}")
+        print(f"orch runner: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
+from orchestrator.redact import looks_secret
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -14,7 +16,9 @@ class Launch:
     entrypoint: str  # a shell command line, run on the target
     env: dict = field(default_factory=dict)
     # Passed to the job like `env`, but secret: never logged, shown or kept by orch; a
-    # backend that can keep them apart (SkyPilot) is told they are secrets.
+    # backend that can keep them apart (SkyPilot) is told they are secrets, and Ray, which
+    # logs and shows a runtime env, gets them in a file instead (jobs/secret_env.py).
+    # Credential-like names in `env` are treated the same (split_env).
     secrets: dict = field(default_factory=dict)
     workdir: Optional[str] = None
     metadata: dict = field(default_factory=dict)
@@ -25,6 +29,18 @@ class Launch:
     offers: tuple = ()
     num_nodes: int = 1
     disk_size: Optional[int] = None
+
+    def split_env(self) -> tuple[dict, dict]:
+        """(public, secret): `secrets` and every credential-like `env` name on the secret
+        side, the rest public. A backend that logs or shows its job environment (Ray) is
+        given only the public part."""
+        return split_env(self.env, self.secrets)
+
+
+def split_env(env: dict, secrets: dict) -> tuple[dict, dict]:
+    public = {k: v for k, v in env.items() if not looks_secret(k) and k not in secrets}
+    hidden = {**{k: v for k, v in env.items() if looks_secret(k)}, **secrets}
+    return public, hidden
 
 
 @dataclass(frozen=True)

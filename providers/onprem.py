@@ -8,6 +8,7 @@ installed at the same version on every node.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Optional, Union
 
@@ -50,6 +51,13 @@ class OnPremProvider(RayJobsProvider):
         # orch's runner goes with the job, so every node runs the submitter's version of it.
         extra = {"py_modules": [str(Path(jobs.__file__).parent)]}
         return super().submit(launch, extra_runtime_env=extra)
+
+    def with_secrets(self, entrypoint: str) -> str:
+        """The secret step under the cluster Ray's own Python, found as for the runner."""
+        from providers.ray_python import find_python
+
+        script = f'{find_python()}\nexec "$orch_py" -m jobs.secret_env -- {entrypoint}'
+        return f"bash -c {shlex.quote(script)}"
 
     def snapshot(self) -> ClusterSnapshot:
         return snapshot(self.address, self.headers)

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
+import secrets as _random
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator, Optional
 
+from jobs import secret_env
 from orchestrator.errors import BackendError
 from providers.base import BackendState, Launch
 
@@ -36,18 +44,64 @@ class RayJobsProvider:
 
     def submit(self, launch: Launch, extra_runtime_env: Optional[dict] = None) -> str:
         client = self._connect()
-        runtime_env: dict = {"env_vars": {**launch.env, **launch.secrets}, **(extra_runtime_env or {})}
+        # Ray logs a runtime_env and shows it on its dashboard: secrets go in a file instead.
+        public, hidden = launch.split_env()
+        runtime_env: dict = {"env_vars": public, **(extra_runtime_env or {})}
+        entrypoint = launch.entrypoint
+        with self._secret_file(launch, hidden) as (working_dir, name):
+            if working_dir:
+                runtime_env["working_dir"] = working_dir
+            if name:
+                runtime_env["env_vars"] = {**public, secret_env.FILE_VAR: name}
+                # By default every node unpacks a job's working_dir when its driver starts;
+                # this way only the nodes that run a part of the job do (and remove the file).
+                runtime_env["config"] = {**runtime_env.get("config", {}), "eager_install": False}
+                entrypoint = self.with_secrets(entrypoint)
+            try:
+                # The client packs and uploads the working_dir here, file included, before
+                # it returns: the local copy can go as soon as this call ends.
+                return client.submit_job(entrypoint=entrypoint, submission_id=launch.job_id,
+                                         runtime_env=runtime_env,
+                                         metadata={k: str(v) for k, v in launch.metadata.items()})
+            except Exception as e:
+                if "already exists" in str(e):
+                    return launch.job_id  # submitted before a crash: never launch twice
+                raise BackendError(f"Ray at {self.address} rejected job {launch.job_id}: {_short(e)}",
+                                   self.hint) from None
+
+    def with_secrets(self, entrypoint: str) -> str:
+        """`entrypoint` started through jobs.secret_env, which takes the values out of their
+        file; here under this process's Python (a local Ray runs the same interpreter)."""
+        return f"{shlex.quote(sys.executable)} -m jobs.secret_env -- {entrypoint}"
+
+    @contextlib.contextmanager
+    def _secret_file(self, launch: Launch, hidden: dict) -> Iterator[tuple[Optional[str], Optional[str]]]:
+        """(working_dir, file name) for the job: the values in a 0600 file inside its
+        workdir, or inside a temporary working_dir of their own when it has none; the file
+        (or that directory) is removed when the submit is done."""
+        if not hidden:
+            yield launch.workdir, None
+            return
+        name = f".orch-env-{_random.token_hex(8)}"
         if launch.workdir:
-            runtime_env["working_dir"] = launch.workdir
+            path = Path(launch.workdir) / name
+            try:
+                secret_env.write(path, hidden)
+            except OSError as e:
+                raise BackendError(f"cannot write job {launch.job_id}'s secret values into its "
+                                   f"workdir {launch.workdir}: {e.strerror}",
+                                   "the workdir must be writable by orch while it submits") from None
+            try:
+                yield launch.workdir, name
+            finally:
+                path.unlink(missing_ok=True)
+            return
+        tmp = Path(tempfile.mkdtemp(prefix="orch-env-"))  # mode 0700
         try:
-            return client.submit_job(entrypoint=launch.entrypoint, submission_id=launch.job_id,
-                                     runtime_env=runtime_env,
-                                     metadata={k: str(v) for k, v in launch.metadata.items()})
-        except Exception as e:
-            if "already exists" in str(e):
-                return launch.job_id  # submitted before a crash: never launch twice
-            raise BackendError(f"Ray at {self.address} rejected job {launch.job_id}: {_short(e)}",
-                               self.hint) from None
+            secret_env.write(tmp / name, hidden)
+            yield str(tmp), name
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
         client = self._connect()

@@ -32,6 +32,22 @@ def train_processes() -> list:
 
 
 @pytest.fixture(scope="session")
+def cluster():
+    """The two-node loopback cluster (tests/integration/cluster.py), started once a session
+    for every test file that needs it. A test that kills its second node starts it again."""
+    from tests.integration.cluster import TwoNodeCluster
+
+    c = TwoNodeCluster(short_tmp("oc"))
+    try:
+        c.start_head()
+        c.start_node()
+        yield c
+    finally:
+        left = c.stop()
+        assert not left, f"cluster processes left running: {left}"
+
+
+@pytest.fixture(scope="session")
 def ray_home():
     home = short_tmp("ohr")
     # Fake AWS credentials in every Ray process, so jobs reach the tests' moto S3 server.

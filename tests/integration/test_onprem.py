@@ -9,8 +9,7 @@ import time
 import pytest
 
 from jobs import events
-from tests.conftest import ROOT, run_orch, short_tmp
-from tests.integration.cluster import TwoNodeCluster
+from tests.conftest import ROOT, run_orch
 from tests.integration.conftest import train_processes
 
 pytestmark = pytest.mark.integration
@@ -23,18 +22,6 @@ cpus = 3
 purchase_price = 6000
 watts = 300
 """
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = TwoNodeCluster(short_tmp("oc"))
-    try:
-        c.start_head()
-        c.start_node()
-        yield c
-    finally:
-        left = c.stop()
-        assert not left, f"cluster processes left running: {left}"
 
 
 @pytest.fixture

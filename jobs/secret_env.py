@@ -1,0 +1,130 @@
+"""A job's secret values on a Ray target: a 0600 file in its working_dir, read once and removed.
+
+Ray writes a job's runtime_env (its env_vars) to its logs and shows it on the dashboard, so
+orch puts secrets in a file inside the job's working_dir package instead, and only the
+file's name in the runtime env (ORCH_ENV_FILE). The job's entrypoint is started through
+this module: `python -m jobs.secret_env -- COMMAND...` reads the file, removes it, and
+execs COMMAND with the values in its environment (and their names, not values, in
+ORCH_ENV_NAMES, so orch's runner can hand them on to its Ray Train workers).
+Imports nothing outside the standard library: it runs before anything else of the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Mapping, MutableMapping, Optional
+
+FILE_VAR = "ORCH_ENV_FILE"  # the file's name, relative to the job's working_dir
+NAMES_VAR = "ORCH_ENV_NAMES"  # comma-separated names of the values the file held
+VERSION = 1
+EXIT_NO_FILE = 2
+
+
+class MissingFile(RuntimeError):
+    """ORCH_ENV_FILE names a file the job does not have."""
+
+
+class Hidden:
+    """Secret values handed to a Ray Train worker (in its train_loop_config). Ray Train keeps
+    that config in its run state and on the dashboard, stringified: this prints names only."""
+
+    def __init__(self, values: Mapping[str, str]):
+        self.values = dict(values)
+
+    def __repr__(self) -> str:
+        return f"<hidden: {', '.join(sorted(self.values)) or 'nothing'}>"
+
+    __str__ = __repr__
+
+
+def dumps(values: Mapping[str, str]) -> str:
+    return json.dumps({"version": VERSION, "env": {str(k): str(v) for k, v in values.items()}})
+
+
+def loads(text: str) -> dict[str, str]:
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("env"), dict):
+        raise ValueError("not an orch secret file of version 1")
+    return {str(k): str(v) for k, v in data["env"].items()}
+
+
+def write(path: Path, values: Mapping[str, str]) -> Path:
+    """Create `path` (it must not exist) readable by its owner alone, holding `values`."""
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(dumps(values))
+    return path
+
+
+def take(environ: Mapping[str, str] = os.environ, cwd: Optional[Path] = None) -> dict[str, str]:
+    """The values in the file ORCH_ENV_FILE names, the file removed; {} when none is named.
+    Raises MissingFile when it is named but absent (never shipped, or taken already)."""
+    name = environ.get(FILE_VAR)
+    if not name:
+        return {}
+    path = Path(cwd or os.getcwd()) / name
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise MissingFile(f"the secret file {name} is not in the job's working_dir "
+                          f"{path.parent} (excluded by a .gitignore there, or read already)") from None
+    path.unlink(missing_ok=True)
+    return loads(text)
+
+
+def discard(environ: Mapping[str, str] = os.environ, cwd: Optional[Path] = None) -> bool:
+    """Remove the file if this node's copy of the working_dir still has it (a node other than
+    the driver's unpacks the package too); True when there was one."""
+    name = environ.get(FILE_VAR)
+    if not name:
+        return False
+    path = Path(cwd or os.getcwd()) / name
+    try:
+        path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def child_env(values: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The environment the job's command runs with: the values set, their names listed."""
+    env = {k: v for k, v in environ.items() if k != FILE_VAR}
+    env.update(values)
+    env[NAMES_VAR] = ",".join(sorted(values))
+    return env
+
+
+def from_environ(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The values child_env set, read back by name (what orch's runner hands to its workers)."""
+    names = [n for n in environ.get(NAMES_VAR, "").split(",") if n]
+    return {n: environ[n] for n in names if n in environ}
+
+
+def apply(values: Mapping[str, str], environ: MutableMapping[str, str] = os.environ) -> None:
+    environ.update(values)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        print("usage: python -m jobs.secret_env -- COMMAND [ARG...]", file=sys.stderr)
+        return 2
+    try:
+        values = take()
+    except (MissingFile, ValueError, OSError) as e:
+        msg = f"orch: cannot read the job's secret values: {e}"
+        print(msg, file=sys.stderr)
+        # The same `result` event the runner prints, so orch shows why the job failed.
+        print("::orch::" + json.dumps({"event": "result", "ok": False, "error": msg}), flush=True)
+        return EXIT_NO_FILE
+    sys.stdout.flush()
+    os.execvpe(argv[0], argv, child_env(values))
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from jobs import events
+from jobs.request import Budget, WorkerOptions
 
 _CURRENT: Optional["WorkerContext"] = None
 
@@ -65,7 +66,7 @@ class WorkerContext:
     requested_loader_workers: Any = "auto"
     loader_tuning: Optional[dict] = None  # seconds per batch for each worker count tried
     timer: Any = field(default=None, repr=False)
-    budget: Optional[dict] = None  # limit_usd, price_per_hour_usd, spent_usd, t0 (see should_stop)
+    budget: Optional[Budget] = None  # see over_budget
     _last_progress: float = field(default=0.0, repr=False)
 
     def data_loader(self, dataset, batch_size: int, shuffle: bool = True, warmup_batches: int = 6):
@@ -167,20 +168,31 @@ class WorkerContext:
         return rec
 
 
-def over_budget(budget: Optional[dict], now: float) -> Optional[str]:
+def over_budget(budget: Optional[Budget], now: float) -> Optional[str]:
     """Why the run must stop now, or None: what it has cost so far (spent before the run
     started, e.g. a cloud VM's start-up, plus price x time since t0) against its limit."""
-    if not budget or not budget.get("limit_usd"):
+    if budget is None or not budget.limit_usd:
         return None
-    spent = float(budget.get("spent_usd") or 0.0) + \
-        float(budget["price_per_hour_usd"]) * max(0.0, now - float(budget["t0"])) / 3600.0
-    if spent < float(budget["limit_usd"]):
+    t0 = now if budget.t0 is None else budget.t0
+    spent = budget.spent_usd + budget.price_per_hour_usd * max(0.0, now - t0) / 3600.0
+    if spent < budget.limit_usd:
         return None
-    return (f"{budget.get('what') or 'budget'} reached: {spent:.4g} USD spent of "
-            f"{float(budget['limit_usd']):.4g} USD")
+    return f"{budget.what or 'budget'} reached: {spent:.4g} USD spent of {budget.limit_usd:.4g} USD"
 
 
-def install(options: dict) -> WorkerContext:
+def cpus_for_worker(options: WorkerOptions, local_world_size: int) -> int:
+    """The CPUs a worker may use: as the job file asked (resources.cpus over its workers),
+    else this node's CPUs shared by the job's workers on it."""
+    if options.cpus_per_worker:
+        return options.cpus_per_worker
+    try:
+        node = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        node = os.cpu_count() or 1
+    return max(1, node // max(1, local_world_size))
+
+
+def install(options: WorkerOptions) -> WorkerContext:
     """Called by the runner on each worker before the training loop starts."""
     global _CURRENT
     import torch
@@ -190,22 +202,21 @@ def install(options: dict) -> WorkerContext:
     tc = ray.train.get_context()
     device = ray.train.torch.get_device()
     cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    precision = resolve_precision(options.get("precision", "auto"), device.type, cuda_bf16,
-                                  cpu_supports_bf16())
-    cpus = int(options.get("cpus_per_worker") or 1)
+    precision = resolve_precision(options.precision, device.type, cuda_bf16, cpu_supports_bf16())
+    cpus = cpus_for_worker(options, tc.get_local_world_size())
     from jobs.profile import StepTimer
 
     _CURRENT = WorkerContext(
-        job_id=options.get("job_id", os.environ.get("ORCH_JOB_ID", "")),
+        job_id=options.job_id or os.environ.get("ORCH_JOB_ID", ""),
         rank=tc.get_world_rank(),
         world_size=tc.get_world_size(),
         device=device,
         precision=precision,
-        loader_workers=resolve_loader_workers(options.get("loader_workers", "auto"), device.type, cpus),
-        pin_memory=resolve_pin_memory(options.get("pin_memory", "auto"), device.type),
-        requested_loader_workers=options.get("loader_workers", "auto"),
+        loader_workers=resolve_loader_workers(options.loader_workers, device.type, cpus),
+        pin_memory=resolve_pin_memory(options.pin_memory, device.type),
+        requested_loader_workers=options.loader_workers,
         timer=StepTimer(device),
-        budget=options.get("budget"),
+        budget=options.budget,
     )
     if _CURRENT.rank == 0:
         events.emit("worker_setup", **_CURRENT.as_record())

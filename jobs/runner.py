@@ -1,6 +1,6 @@
 """The Ray Train driver orch starts on the target: `python -m jobs.runner`.
 
-It reads the run description from the ORCH_RUN environment variable (JSON), joins the
+It reads its run request (jobs.request.RunRequest) from the ORCH_RUN variable, joins the
 target's Ray (RAY_ADDRESS is set by the Ray Jobs API), runs a TorchTrainer and prints
 events (see jobs/events.py) that orch reads from the log. The same runner runs on this
 workstation, on an on-prem cluster and on a cloud VM. On a Ray target the job's secret
@@ -10,15 +10,16 @@ workers in their config.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
-import json
 import os
 import sys
 import time
 from typing import Any, Callable
 
 from jobs import events, secret_env
+from jobs.request import ENV_VAR, BadRequest, RunRequest, WorkerOptions
 
 _OPTIONS_KEY = "__orch__"
 
@@ -40,20 +41,20 @@ def worker_entry(config: dict) -> Any:
     from jobs import context
 
     config = dict(config)
-    options = dict(config.pop(_OPTIONS_KEY))
-    hidden = options.pop("env", None)
+    options: WorkerOptions = config.pop(_OPTIONS_KEY)
     # This node's copy of the working_dir may still hold the secret file: the values came
     # in the config instead, so it goes before the user's code runs.
     secret_env.discard()
-    if hidden is not None:
-        secret_env.apply(hidden.values)
+    if options.env is not None:
+        secret_env.apply(options.env.values)
+        options = dataclasses.replace(options, env=None)
     if os.getcwd() not in sys.path:  # the job's workdir, where a user's entrypoint lives
         sys.path.insert(0, os.getcwd())
     ctx = context.install(options)
     import ray
 
     events.emit("worker", rank=ctx.rank, node_id=ray.get_runtime_context().get_node_id())
-    fn = resolve_callable(options["target"])
+    fn = resolve_callable(options.target)
     return fn(config)
 
 
@@ -87,7 +88,21 @@ def _use_gpu(requested: Any, num_workers: int) -> bool:
     return ray.cluster_resources().get("GPU", 0) >= num_workers
 
 
-def run(spec: dict) -> int:
+def _fresh_package(hidden: dict) -> dict:
+    """ray.init's arguments that give this job's workers a package without the secret file.
+
+    The job's working_dir package held the file; its copy here (this process's cwd) is
+    gone, but any other node that unpacked that package for a Train worker or actor would
+    leave a copy on its disk. So the job's tasks and actors get this folder packed again,
+    now without the file: the first package is unpacked on this node alone.
+    """
+    if not hidden:
+        return {}
+    os.environ["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"  # this working_dir wins over the job's
+    return {"runtime_env": {"working_dir": os.getcwd()}}
+
+
+def run(req: RunRequest) -> int:
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -98,38 +113,34 @@ def run(spec: dict) -> int:
     # What jobs.secret_env took out of its file before this process started; or the file
     # itself, when the runner was started without that step.
     hidden = {**secret_env.take(), **secret_env.from_environ()}
-    ray.init(log_to_driver=True)
-    num_workers = int(spec["num_workers"])
-    use_gpu = _use_gpu(spec.get("use_gpu", "auto"), num_workers)
-    options = {k: spec.get(k) for k in ("precision", "loader_workers", "pin_memory", "cpus_per_worker")}
-    if spec.get("budget"):  # orch's clock when it holds the hardware from submission, else ours
-        options["budget"] = {"t0": time.time(), **spec["budget"]}
-    options.update(job_id=spec["job_id"], target=spec["target"])
-    if hidden:
-        # Ray Train workers are started by the cluster's raylet, not by this process, so
-        # they do not inherit its environment; the values go in their config, wrapped so
-        # Ray Train's run state (shown on the dashboard) prints their names only.
-        options["env"] = secret_env.Hidden(hidden)
-    resolve_callable(options["target"])  # fail here, once, rather than in every worker
-    config = dict(spec.get("config") or {})
+    ray.init(log_to_driver=True, **_fresh_package(hidden))
+    use_gpu = _use_gpu(req.use_gpu, req.num_workers)
+    budget = req.budget
+    if budget is not None and budget.t0 is None:  # orch's clock when it holds the hardware
+        budget = dataclasses.replace(budget, t0=time.time())  # from submission, else ours
+    # Ray Train workers are started by the cluster's raylet, not by this process, so they
+    # do not inherit its environment; the secret values go in their config, wrapped so Ray
+    # Train's run state (shown on the dashboard) prints their names only.
+    options = WorkerOptions.of(req, budget, secret_env.Hidden(hidden) if hidden else None)
+    resolve_callable(req.target)  # fail here, once, rather than in every worker
+    config = dict(req.config)
     config[_OPTIONS_KEY] = options
-    run_name = spec.get("run_name") or spec["job_id"]
-    events.emit("start", num_workers=num_workers, use_gpu=use_gpu, target=spec["target"],
-                storage_path=spec["storage_path"], run_name=run_name)
-    storage = storage_args(spec.get("storage_path"), spec.get("s3_endpoint_url"))
+    events.emit("start", num_workers=req.num_workers, use_gpu=use_gpu, target=req.target,
+                storage_path=req.storage_path, run_name=req.name)
+    storage = storage_args(req.storage_path, req.s3_endpoint_url)
     where = functools.partial(display_path, args=storage)
     trainer = TorchTrainer(
         worker_entry,
         train_loop_config=config,
-        scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=use_gpu,
-                                     placement_strategy=spec.get("placement", "pack").upper()),
+        scaling_config=ScalingConfig(num_workers=req.num_workers, use_gpu=use_gpu,
+                                     placement_strategy=req.placement.upper()),
         run_config=RunConfig(
             # Fixed per run: a restarted worker group, or a later job resuming this run
             # (checkpoint.resume_from), finds its checkpoints under this name.
-            name=run_name,
+            name=req.name,
             **storage,  # storage_path None: Ray's default on the cluster
-            checkpoint_config=CheckpointConfig(num_to_keep=spec.get("num_to_keep") or 2),
-            failure_config=FailureConfig(max_failures=int(spec.get("max_failures") or 0)),
+            checkpoint_config=CheckpointConfig(num_to_keep=req.num_to_keep),
+            failure_config=FailureConfig(max_failures=req.max_failures),
             callbacks=[_make_reporter(where)],
         ),
     )
@@ -162,13 +173,13 @@ def _print_verdict(metrics: dict) -> None:
 
 
 def main() -> int:
-    raw = os.environ.get("ORCH_RUN")
+    raw = os.environ.get(ENV_VAR)
     if not raw:
-        print("orch runner: ORCH_RUN is not set; this module is started by orch", file=sys.stderr)
+        print(f"orch runner: {ENV_VAR} is not set; this module is started by orch", file=sys.stderr)
         return 2
     try:
-        return run(json.loads(raw))
-    except secret_env.MissingFile as e:
+        return run(RunRequest.from_json(raw))
+    except (secret_env.MissingFile, BadRequest) as e:
         events.emit("result", ok=False, error=f"orch runner: {e}")
         print(f"orch runner: {e}", file=sys.stderr)
         return 2

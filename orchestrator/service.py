@@ -240,21 +240,19 @@ class Orch:
         if use_gpu == "auto" and (decision or {}).get("choice"):
             use_gpu = holds.gpus > 0  # as placed and priced, not what the target happens to have
         if spec.train is not None:
-            run = {
-                "job_id": job_id, "run_name": run_name,
-                "target": spec.train.job or spec.train.entrypoint,
-                "config": spec.train.config, "num_workers": spec.scaling.num_workers,
-                "use_gpu": use_gpu, "precision": spec.precision,
-                "loader_workers": spec.data.loader_workers, "pin_memory": spec.data.pin_memory,
-                "storage_path": storage, "num_to_keep": spec.checkpoint.num_to_keep,
-                "max_failures": spec.checkpoint.max_failures, "placement": spec.scaling.placement,
-            }
-            if endpoint and storage and storage.startswith("s3://"):
-                run["s3_endpoint_url"] = endpoint
+            from jobs.request import ENV_VAR, Budget, RunRequest
+
             budget = self.run_budget(spec, decision, job_id)
-            if budget:
-                run["budget"] = budget
-            env["ORCH_RUN"] = json.dumps(run)
+            run = RunRequest(
+                job_id=job_id, run_name=run_name, target=spec.train.job or spec.train.entrypoint,
+                config=spec.train.config, num_workers=spec.scaling.num_workers, use_gpu=use_gpu,
+                precision=spec.precision, loader_workers=spec.data.loader_workers,
+                pin_memory=spec.data.pin_memory, cpus_per_worker=_cpus_per_worker(spec),
+                storage_path=storage, num_to_keep=spec.checkpoint.num_to_keep,
+                max_failures=spec.checkpoint.max_failures, placement=spec.scaling.placement,
+                s3_endpoint_url=endpoint if endpoint and storage and storage.startswith("s3://") else None,
+                budget=Budget(**budget) if budget else None)
+            env[ENV_VAR] = run.to_json()
             if target == "onprem":  # the cluster Ray's own Python, not the node's first python3
                 from providers.ray_python import runner_command
 
@@ -554,6 +552,15 @@ class Orch:
             except OrchError:
                 out.append(rec)  # shown as last known; `orch status ID` names the problem
         return out
+
+
+def _cpus_per_worker(spec: JobSpec) -> Optional[int]:
+    """The CPUs each Ray Train worker may use, when the job file says (resources.cpus over
+    its workers); None lets the runner share the node's CPUs among the workers on it."""
+    from orchestrator.spec import quantity_min
+
+    cpus = quantity_min(spec.resources.cpus)
+    return None if cpus is None else max(1, int(cpus // spec.scaling.num_workers))
 
 
 def write_private(path: Path, text: str) -> None:

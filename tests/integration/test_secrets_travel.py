@@ -201,11 +201,6 @@ def test_on_prem_jobs_see_their_secrets_and_nothing_keeps_them(cluster, orch_hom
               **served(orch_home, [r["id"] for r in recs.values()])}
     assert any("/session_" in p for p in places)
     assert runtime_env_logs(places), "no runtime_env_agent.log among the places searched"
-    found = leaks(values, places)
-    unpacked = [f for f in found if re.search(r"/runtime_resources/working_dir_files/[^/]+/[.]orch-env-", f[0])]
-    assert [f for f in found if f not in unpacked] == []
-    if unpacked:
-        # Known gap (issue 15): both nodes here share one session folder, and a node that
-        # unpacks the train job's package after its workers removed the file (for one of
-        # Ray Train's own actors) leaves a copy; on a real cluster it stays on that node.
-        pytest.xfail(f"an unpacked copy of the secret file was left: {sorted({f[0] for f in unpacked})}")
+    # The runner packs the job's folder again for its workers, without the file: no node but
+    # the driver's unpacks the package that held it (there, the driver removed it).
+    assert leaks(values, places) == []

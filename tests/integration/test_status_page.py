@@ -150,6 +150,6 @@ def test_the_status_page_shows_a_client_job_running_then_succeeded(browser, home
         assert browser.execute_script("return document.getElementById('jobs-none').hidden") is True
         assert browser.find_element("id", "queue-none").is_displayed()  # launched: nothing waits
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-        assert not errors, errors  # e.g. a script the page's CSP blocked
+        assert not errors, (errors, server.log.read_text()[-6000:])  # e.g. a CSP block, a 500
     finally:
         server.stop()

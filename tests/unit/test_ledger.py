@@ -9,6 +9,7 @@ import json
 import pytest
 
 from jobs.context import over_budget
+from jobs.request import Budget
 from orchestrator import ledger
 from orchestrator.decision import Offer
 from orchestrator.decision.cost import local_offer
@@ -212,12 +213,12 @@ def test_the_months_spend_comes_from_the_store_on_the_budgets_basis(tmp_path):
 
 
 def test_the_runner_stops_when_the_spend_reaches_the_limit():
-    budget = {"limit_usd": 1.0, "price_per_hour_usd": 2.0, "spent_usd": 0.2, "t0": T0,
-              "what": "budget.max_cost 1.00 USD"}
+    budget = Budget(limit_usd=1.0, price_per_hour_usd=2.0, spent_usd=0.2, t0=T0,
+                    what="budget.max_cost 1.00 USD")
     assert over_budget(budget, T0 + 1400) is None  # 0.2 + 2 x 1400/3600 = 0.978
     why = over_budget(budget, T0 + 1500)  # 0.2 + 0.833 = 1.033
     assert why and "budget.max_cost 1.00 USD reached" in why and "1.033 USD spent" in why
-    assert over_budget(None, T0) is None and over_budget({"limit_usd": None}, T0) is None
+    assert over_budget(None, T0) is None and over_budget(Budget(0.0, 2.0), T0) is None
 
 
 def test_a_running_cloud_job_is_stopped_at_its_budget(orch):  # noqa: F811

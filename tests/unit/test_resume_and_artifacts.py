@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from jobs.request import RunRequest
 from jobs.storage import display_path, storage_args
 from orchestrator.errors import BackendError, NotFound, SpecError
 from orchestrator.service import Orch
@@ -127,8 +128,8 @@ def test_run_description_carries_the_endpoint_and_run_name(tmp_path):
     assert run["run_name"] == "orch-new" and run["storage_path"] == "s3://b/ckpt"
     assert launch.env["AWS_ENDPOINT_URL_S3"] == "http://127.0.0.1:9000"
     assert launch.metadata["run_name"] == "orch-new"
-    local = json.loads(orch.launch_for("orch-loc", _spec(), "local").env["ORCH_RUN"])
-    assert "s3_endpoint_url" not in local  # a local path needs no endpoint
+    local = RunRequest.from_json(orch.launch_for("orch-loc", _spec(), "local").env["ORCH_RUN"])
+    assert local.s3_endpoint_url is None  # a local path needs no endpoint
 
 
 def test_a_resumed_job_runs_under_the_earlier_run_and_storage(tmp_path):

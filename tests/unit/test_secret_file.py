@@ -218,6 +218,7 @@ def test_a_train_worker_sets_the_values_and_drops_its_nodes_copy(tmp_path, monke
     import ray
 
     from jobs import context, runner
+    from jobs.request import WorkerOptions
 
     seen = {}
     monkeypatch.chdir(tmp_path)
@@ -231,7 +232,8 @@ def test_a_train_worker_sets_the_values_and_drops_its_nodes_copy(tmp_path, monke
                         lambda: types.SimpleNamespace(get_node_id=lambda: "n1"))
     monkeypatch.setattr(runner, "resolve_callable", lambda target: lambda config: seen.update(
         env=os.environ.get("HF_TOKEN"), left=sorted(os.listdir("."))) or "done")
-    config = {"epochs": 1, runner._OPTIONS_KEY: {"target": "x:y", "env": secret_env.Hidden({"HF_TOKEN": TOKEN})}}
+    options = WorkerOptions(job_id="orch-1", target="x:y", env=secret_env.Hidden({"HF_TOKEN": TOKEN}))
+    config = {"epochs": 1, runner._OPTIONS_KEY: options}
     assert runner.worker_entry(config) == "done"
     assert seen["env"] == TOKEN and seen["left"] == []
-    assert "env" not in seen["options"]  # orch's context never holds the values
+    assert seen["options"].env is None  # orch's context never holds the values

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+from jobs.request import RunRequest
 from orchestrator.service import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
@@ -20,19 +21,23 @@ def test_launch_for_a_train_job(tmp_path):
     spec = load_spec_text("train:\n  job: image-classification\n  config: {epochs: 2}\n"
                           "scaling: {num_workers: 2}\nenvs: {SEED: 3}\nsetup: echo hi\n")
     launch = orch.launch_for("orch-abc", spec, "local")
-    run = json.loads(launch.env["ORCH_RUN"])
-    assert run["num_workers"] == 2 and run["config"] == {"epochs": 2}
-    assert run["storage_path"] == str(tmp_path / "home" / "checkpoints")
+    run = RunRequest.from_json(launch.env["ORCH_RUN"])  # what the runner reads, checked
+    assert run.num_workers == 2 and run.config == {"epochs": 2} and run.name == "orch-abc"
+    assert run.storage_path == str(tmp_path / "home" / "checkpoints")
+    assert run.cpus_per_worker is None  # no resources.cpus: the node's CPUs, shared
     assert launch.env["SEED"] == "3" and launch.env["ORCH_JOB_ID"] == "orch-abc"
     assert "-m jobs.runner" in launch.entrypoint and "echo hi" in launch.entrypoint
     assert launch.entrypoint.startswith("bash -c ")
-    assert run["use_gpu"] == "auto"  # no placement: the runner looks at the target itself
+    assert run.use_gpu == "auto"  # no placement: the runner looks at the target itself
     # Placed: the workers use GPUs exactly when the offer priced has one for each.
     for choice, gpus in (({"gpu": "A100", "count": 2}, True), ({"gpu": "A100", "count": 1}, False),
                          ({"gpu": None, "count": 0}, False)):
         launch = orch.launch_for("orch-abc", spec, "onprem", {"choice": choice})
-        assert json.loads(launch.env["ORCH_RUN"])["use_gpu"] is gpus, choice
+        assert RunRequest.from_json(launch.env["ORCH_RUN"]).use_gpu is gpus, choice
         assert launch.metadata["gpus"] == (2 if gpus else 0), choice
+    asked = load_spec_text("train:\n  job: image-classification\nscaling: {num_workers: 2}\n"
+                           "resources: {cpus: 9+}\n")
+    assert RunRequest.from_json(orch.launch_for("orch-c", asked, "local").env["ORCH_RUN"]).cpus_per_worker == 4
 
 
 def test_a_job_whose_submit_died_before_launch_is_marked_failed(tmp_path):

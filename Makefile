@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test unit integration postgres-test bench clean browser postgres
+.PHONY: demo test lint unit integration postgres-test bench clean browser postgres
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,7 +65,12 @@ PG_SUITE = tests/unit/test_store.py tests/unit/test_store_pg.py tests/unit/test_
 demo: $(STAMP)
 	$(BIN)/orch submit examples/quickstart.yaml
 
-test: $(STAMP) browser postgres
+# Lint (ruff) and the type check (mypy, over orchestrator/, providers/ and jobs/) come first:
+# both take seconds and say what to fix by file and line.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) browser postgres lint
 	$(BIN)/python -m pytest tests
 	$(BIN)/python -m pytest --store postgresql $(PG_SUITE)
 

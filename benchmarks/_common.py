@@ -68,7 +68,7 @@ class OrchHome:
         return subprocess.run([ORCH, *args], env=self.env(), capture_output=True, text=True,
                               timeout=timeout, cwd=str(ROOT), stdin=subprocess.DEVNULL)
 
-    def __enter__(self) -> "OrchHome":
+    def __enter__(self) -> OrchHome:
         try:
             start = time.monotonic()
             proc = self.orch("local", "up", "--json", timeout=300)
@@ -104,7 +104,7 @@ class OrchHome:
                 shutil.rmtree(temp, ignore_errors=True)
         shutil.rmtree(self.home, ignore_errors=True)
 
-    def submit(self, name: str, job_yaml: str, timeout: float = 900) -> "JobRun":
+    def submit(self, name: str, job_yaml: str, timeout: float = 900) -> JobRun:
         """Run a job to its end through `orch submit FILE --json`; times the call itself."""
         path = self.home / f"{name}.yaml"
         path.write_text(job_yaml)

@@ -32,7 +32,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import OrchHome, fmt, job_yaml, log, print_table, steady  # noqa: E402
 
-
 # -- GPU utilization sampling ------------------------------------------------------------------
 
 class UtilSampler:

@@ -35,7 +35,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import OrchHome, fmt, job_yaml, load_avg, log, print_table, steady  # noqa: E402
 
-
 # -- the plain PyTorch DDP reference -----------------------------------------------------------
 
 def _free_port() -> int:

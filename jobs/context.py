@@ -15,7 +15,7 @@ from typing import Any, Optional
 from jobs import events
 from jobs.request import Budget, WorkerOptions
 
-_CURRENT: Optional["WorkerContext"] = None
+_CURRENT: Optional[WorkerContext] = None
 
 
 def cpu_supports_bf16() -> bool:
@@ -195,9 +195,9 @@ def cpus_for_worker(options: WorkerOptions, local_world_size: int) -> int:
 def install(options: WorkerOptions) -> WorkerContext:
     """Called by the runner on each worker before the training loop starts."""
     global _CURRENT
-    import torch
     import ray.train
     import ray.train.torch
+    import torch
 
     tc = ray.train.get_context()
     device = ray.train.torch.get_device()

@@ -59,7 +59,7 @@ class RunRequest:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "RunRequest":
+    def from_json(cls, text: str) -> RunRequest:
         try:
             data = json.loads(text)
         except ValueError as e:
@@ -69,7 +69,7 @@ class RunRequest:
         return cls.from_dict(data)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RunRequest":
+    def from_dict(cls, data: dict) -> RunRequest:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -141,7 +141,7 @@ class WorkerOptions:
     env: Any = None  # jobs.secret_env.Hidden: the job's secret values, printed by name only
 
     @classmethod
-    def of(cls, req: RunRequest, budget: Optional[Budget], env: Any = None) -> "WorkerOptions":
+    def of(cls, req: RunRequest, budget: Optional[Budget], env: Any = None) -> WorkerOptions:
         return cls(job_id=req.job_id, target=req.target, precision=req.precision,
                    loader_workers=req.loader_workers, pin_memory=req.pin_memory,
                    cpus_per_worker=req.cpus_per_worker, budget=budget, env=env)

@@ -120,7 +120,8 @@ class Local:
         return self.plan_spec(load_spec(file))
 
     def plan_spec(self, spec) -> dict:
-        from orchestrator import fingerprint as fp_mod, planning
+        from orchestrator import fingerprint as fp_mod
+        from orchestrator import planning
         from orchestrator.checks import check_runnable
 
         # What a submit would refuse before recording, a plan refuses too.

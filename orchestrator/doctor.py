@@ -482,7 +482,7 @@ def s3_checks(settings: Settings) -> list[Check]:
     if not locations:
         return [Check("S3", None, "no s3:// storage configured (ORCH_CLOUD_STORAGE, "
                                   "ORCH_ONPREM_CHECKPOINT_STORAGE)")]
-    return [_guarded(f"S3 {key}", lambda k=key, l=loc: [_s3_check(settings, k, l)])[0]
+    return [_guarded(f"S3 {key}", lambda k=key, where=loc: [_s3_check(settings, k, where)])[0]
             for key, loc in locations]
 
 

@@ -83,7 +83,7 @@ class JobRecord(_Public):
     cost: Optional[CloudCost] = Field(None, description="a cloud job's real cost; None elsewhere")
 
     @classmethod
-    def from_row(cls, rec: dict, **extra) -> "JobRecord":
+    def from_row(cls, rec: dict, **extra) -> JobRecord:
         """The public record of a store row (`Store.get` and friends); `extra`: the fields a
         subclass adds (history, warning, ...)."""
         from orchestrator.store import iso
@@ -124,7 +124,7 @@ class JobDetail(JobRecord):
 
     @classmethod
     def from_history(cls, rec: dict, history: list[dict],
-                     warning: Optional[str] = None) -> "JobDetail":
+                     warning: Optional[str] = None) -> JobDetail:
         return cls.from_row(rec, history=[Event(at=h["at"], status=h["status"],
                                                 message=h["message"]) for h in history],
                             warning=warning)

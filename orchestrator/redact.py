@@ -28,7 +28,7 @@ _SECRET_NAME = re.compile(r"KEY|TOKEN|PASSWORD|PASSWD|PASSPHRASE|SECRET|CREDENTI
                           r"AUTH|SESSION|COOKIE|SIGNATURE|API_?PASS|DSN", re.I)
 _MIN_LEN = 4  # shorter values ("1", "true") would redact half the log
 # Words in a log that could be a secret value: runs between whitespace, quotes and separators.
-_TOKEN = re.compile(r"""[^\s'"`=:,;()\[\]{}<>]{%d,}""" % _MIN_LEN)
+_TOKEN = re.compile(r"""[^\s'"`=:,;()\[\]{}<>]{""" + str(_MIN_LEN) + ",}")
 
 
 def looks_secret(name: str) -> bool:
@@ -95,8 +95,8 @@ def _read_key(path: Path) -> bytes:
     key = path.read_bytes()
     if len(key) != KEY_BYTES:
         raise StoreError(f"{path}: not an orch secret key ({len(key)} bytes, not {KEY_BYTES})",
-                         f"move it away; orch makes a new one (logs of jobs recorded under "
-                         f"the old one are then redacted only of values orch holds)")
+                         "move it away; orch makes a new one (logs of jobs recorded under "
+                         "the old one are then redacted only of values orch holds)")
     return key
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import shlex
 import sys

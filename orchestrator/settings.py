@@ -9,12 +9,20 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError,
-                      field_validator, model_validator)
+import tomllib
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from orchestrator.errors import InputError
@@ -200,7 +208,7 @@ class Settings(BaseSettings):
         return SecretStr(text)
 
     @model_validator(mode="after")
-    def _token_in_url(self) -> "Settings":
+    def _token_in_url(self) -> Settings:
         """http://TOKEN@host:port: the token moves to `token`, so the URL shown has none."""
         if self.server and "@" in self.server.split("://", 1)[1]:
             scheme, rest = self.server.split("://", 1)

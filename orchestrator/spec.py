@@ -9,14 +9,21 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from typing import Annotated
-
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PositiveFloat,
-                      PositiveInt, PrivateAttr, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.errors import SpecError
 from orchestrator.inputs import NotRegularFile, read_regular, storage_problem
@@ -204,7 +211,7 @@ class Train(Strict):
         return v
 
     @model_validator(mode="after")
-    def _one_of(self) -> "Train":
+    def _one_of(self) -> Train:
         if (self.job is None) == (self.entrypoint is None):
             raise ValueError("give exactly one of 'job' (a built-in job) or "
                              "'entrypoint' ('package.module:function')")
@@ -340,7 +347,7 @@ class JobSpec(Strict):
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     estimate: Optional[Estimate] = None
 
-    _source: "SourceMap" = PrivateAttr(default=None)
+    _source: SourceMap = PrivateAttr(default=None)
 
     @field_validator("file_mounts", mode="before")
     @classmethod
@@ -372,7 +379,7 @@ class JobSpec(Strict):
         return v
 
     @model_validator(mode="after")
-    def _train_or_run(self) -> "JobSpec":
+    def _train_or_run(self) -> JobSpec:
         if (self.train is None) == (self.run is None):
             raise ValueError("give exactly one of 'train:' (a built-in job or entrypoint) "
                              "or 'run:' (a shell command)")

@@ -134,7 +134,7 @@ def store_exists(settings) -> bool:
     return bool(database_url(settings)) or (settings.home / "orch.db").exists()
 
 
-def open_store(settings) -> "Store":
+def open_store(settings) -> Store:
     """The job store these settings name: PostgreSQL at `database_url`, else SQLite."""
     url = database_url(settings)
     return Store(url) if url else Store(settings.home / "orch.db")
@@ -286,7 +286,7 @@ def is_database_url(where: Any) -> bool:
 class Store:
     """The job store: a SQLite file (a Path), or PostgreSQL (a postgresql:// URL)."""
 
-    def __init__(self, where: "Path | str"):
+    def __init__(self, where: Path | str):
         self.url = where if is_database_url(where) else None
         self.path = None if self.url else Path(where)
         self.where = shown_url(self.url) if self.url else str(self.path)  # for messages

@@ -44,7 +44,7 @@ def _first_line(e: BaseException) -> str:
 
 
 class PgCursor:
-    def __init__(self, owner: "PgConnection", cur: psycopg.Cursor):
+    def __init__(self, owner: PgConnection, cur: psycopg.Cursor):
         self._owner, self._cur = owner, cur
 
     @property

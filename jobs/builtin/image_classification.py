@@ -13,12 +13,12 @@ import tempfile
 import time
 
 import numpy as np
+import ray.train
+import ray.train.torch
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-import ray.train
-import ray.train.torch
 from jobs import events
 from jobs.context import current
 

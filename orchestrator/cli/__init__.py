@@ -28,10 +28,11 @@ def _click_errors():
 
 def main() -> None:
 
+    from rich.markup import escape
+
     from orchestrator.cli import commands  # noqa: F401  (registers the commands)
     from orchestrator.cli.render import err
     from orchestrator.errors import OrchError
-    from rich.markup import escape
 
     exit_, abort, click_error = _click_errors()
     try:

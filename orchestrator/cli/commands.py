@@ -1,5 +1,7 @@
 """Registers every command on the app; each command lives in its own short module."""
 
+import typer
+
 from orchestrator.cli import app
 from orchestrator.cli.advise import advise
 from orchestrator.cli.artifacts import artifacts
@@ -15,8 +17,6 @@ from orchestrator.cli.serve import serve
 from orchestrator.cli.simulate import simulate
 from orchestrator.cli.submit import submit
 from orchestrator.cli.token import token_app
-
-import typer
 
 config_app = typer.Typer(no_args_is_help=True, help="Show orch's settings.")
 config_app.command("show")(config_show)

@@ -7,8 +7,8 @@ import time
 from typing import Optional
 
 from rich.console import Console
-from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from jobs import events
 from orchestrator.cli.render import job_duration, metric_summary

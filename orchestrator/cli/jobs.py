@@ -6,11 +6,9 @@ import time
 from typing import Optional
 
 import typer
-
 from rich.markup import escape
 
-from orchestrator.cli.render import (duration, err, metric_summary, out, print_json, status_text,
-                                     table)
+from orchestrator.cli.render import duration, err, metric_summary, out, print_json, status_text, table
 
 
 def _client():

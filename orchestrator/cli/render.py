@@ -10,6 +10,7 @@ from typing import Any, Iterable, Optional
 from rich.console import Console
 from rich.table import Table
 
+
 def _console(stderr: bool = False) -> Console:
     c = Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
     if not c.is_terminal:  # piped or captured: don't squeeze tables into 80 columns

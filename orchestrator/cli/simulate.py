@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -21,7 +21,7 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
                                                      "small-team trace to this file and stop"),
              days: int = typer.Option(90, "--days", min=1, max=3660, help="days to --generate"),
              seed: int = typer.Option(1, "--seed", help="seed of --generate and of spot preemptions"),
-             onprem: Optional[List[str]] = typer.Option(None, "--onprem", help="owned GPUs, "
+             onprem: Optional[list[str]] = typer.Option(None, "--onprem", help="owned GPUs, "
                                                         "GPU:COUNT:PRICE_USD[:WATTS] (repeatable); "
                                                         "default: the onprem setting"),
              clouds: Optional[str] = typer.Option(None, "--clouds", help="clouds to rent from, "

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from orchestrator.cli.render import err, metric_summary, out, print_json, status_text, duration
+from orchestrator.cli.render import duration, err, metric_summary, out, print_json, status_text
 
 
 def submit(
@@ -59,7 +59,7 @@ def submit(
     except KeyboardInterrupt:
         err.print(f"\ndetached: {rec['id']} keeps running. `orch logs {rec['id']} --follow` "
                   f"re-attaches, `orch cancel {rec['id']}` stops it.")
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     rec.pop("warning", None)
     summary = metric_summary(rec["metrics"] or {})
     console.print(f"{rec['id']} {status_text(rec['status'])} in {duration(run_time(rec))}"

@@ -2,8 +2,7 @@
 
 from orchestrator.decision.classify import classify
 from orchestrator.decision.cost import HoursEstimator, job_cost
-from orchestrator.decision.models import (Alternative, Capacity, Classification, Decision, Offer,
-                                          PastRun)
+from orchestrator.decision.models import Alternative, Capacity, Classification, Decision, Offer, PastRun
 from orchestrator.decision.placement import OfferIndex, decide
 
 __all__ = ["Alternative", "Capacity", "Classification", "Decision", "HoursEstimator", "Offer",

@@ -60,7 +60,7 @@ class ClusterLoad:
     jobs: tuple[Running, ...] = ()
 
     @classmethod
-    def of(cls, total: Demand, used: Demand, jobs: Sequence[Running]) -> "ClusterLoad":
+    def of(cls, total: Demand, used: Demand, jobs: Sequence[Running]) -> ClusterLoad:
         """Free as `orch serve`'s queue counts it (demand.room_left), the running jobs'
         records giving what they hold."""
         held = Demand(sum(j.cpus for j in jobs if not j.queued),

@@ -14,18 +14,18 @@ class Demand:
     cpus: float = 0.0
     gpus: float = 0.0
 
-    def __add__(self, other: "Demand") -> "Demand":
+    def __add__(self, other: Demand) -> Demand:
         return Demand(self.cpus + other.cpus, self.gpus + other.gpus)
 
-    def minus(self, other: "Demand") -> "Demand":
+    def minus(self, other: Demand) -> Demand:
         """What is left after `other`, never below nothing."""
         return Demand(max(0.0, self.cpus - other.cpus), max(0.0, self.gpus - other.gpus))
 
-    def most(self, other: "Demand") -> "Demand":
+    def most(self, other: Demand) -> Demand:
         """The larger of the two, per resource."""
         return Demand(max(self.cpus, other.cpus), max(self.gpus, other.gpus))
 
-    def within(self, room: "Demand") -> bool:
+    def within(self, room: Demand) -> bool:
         return self.cpus <= room.cpus + 1e-9 and self.gpus <= room.gpus + 1e-9
 
     def describe(self) -> str:

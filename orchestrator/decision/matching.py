@@ -52,7 +52,7 @@ class Needs:
     gpu_required: bool = False  # a train job with `use_gpu: true`: a GPU for each worker
 
     @classmethod
-    def of(cls, spec) -> "Needs":
+    def of(cls, spec) -> Needs:
         from orchestrator.spec import quantity_min
 
         r = spec.resources

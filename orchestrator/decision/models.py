@@ -66,7 +66,7 @@ class PastRun:
         return self.status.lower() in ("succeeded", "success", "completed", "done")
 
     @classmethod
-    def from_record(cls, rec: Any) -> "PastRun":
+    def from_record(cls, rec: Any) -> PastRun:
         """From a store row (a mapping or an object with attributes); unknown keys ignored.
         Missing figures come from where the store keeps them: start/finish times, the
         job's metrics and the placement decision recorded with it."""

@@ -18,8 +18,17 @@ from orchestrator.decision.cost import HoursEstimator, fmt_money, job_cost
 from orchestrator.decision.demand import job_demand
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.matching import Needs, OfferIndex, candidates, misfit
-from orchestrator.decision.models import (TARGET_ORDER, Alternative, Capacity, Classification,
-                                          Decision, Offer, PastRun, Reservation, share_price)
+from orchestrator.decision.models import (
+    TARGET_ORDER,
+    Alternative,
+    Capacity,
+    Classification,
+    Decision,
+    Offer,
+    PastRun,
+    Reservation,
+    share_price,
+)
 
 __all__ = ["Needs", "OfferIndex", "decide"]
 

@@ -335,7 +335,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page():
-        from orchestrator.server.page import html, headers
+        from orchestrator.server.page import headers, html
 
         return HTMLResponse(html(), headers=headers())
 

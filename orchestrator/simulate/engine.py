@@ -84,7 +84,7 @@ class Pool:
 class View:
     """What a policy may look at when a job arrives: the clock, owned pools, finished runs."""
 
-    def __init__(self, sim: "Simulation", pools: list[Pool]):
+    def __init__(self, sim: Simulation, pools: list[Pool]):
         self.sim, self.pools, self.now_h = sim, pools, 0.0
         self.history: dict[str, list[PastRun]] = {}
 
@@ -182,7 +182,7 @@ class Simulation:
         """True run hours of a job on `used` x `gpu`: its work scaled by relative speed."""
         return true_hours(sj.job, gpu, used, self.settings.gpu_speeds)
 
-    def run(self, name: str, policy: Policy) -> "PolicyRun":
+    def run(self, name: str, policy: Policy) -> PolicyRun:
         pools = [Pool(o, float(o.count)) for o in self.offers if o.target == "onprem"]
         view = View(self, pools)
         startup_h = self.settings.cloud_startup_minutes / 60.0

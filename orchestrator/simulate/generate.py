@@ -75,7 +75,7 @@ def generate(days: int = 90, seed: int = 1) -> list[TraceJob]:
                 ideas.append((day, fp, base, ck))
             due = rng.choice((24.0, 48.0))
             if rng.random() < 0.35:  # a sweep: submitted together, similar sizes
-                for k in range(rng.randint(4, 12)):
+                for _ in range(rng.randint(4, 12)):
                     jobs.append((at + rng.uniform(0, 10) / 60, dict(
                         name=f"sweep-{fp}", fingerprint=fp,
                         gpu_hours=round(max(0.05, base * math.exp(rng.gauss(0, 0.2))), 2),

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import math
+from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from orchestrator.decision.gpus import canonical_gpu, relative_speed
 from orchestrator.decision.classify import classify
 from orchestrator.decision.cost import job_cost
+from orchestrator.decision.gpus import canonical_gpu, relative_speed
 from orchestrator.decision.models import Classification, Offer, PastRun
 from orchestrator.simulate.trace import TraceJob
 

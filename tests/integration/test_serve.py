@@ -20,7 +20,8 @@ import pytest
 from orchestrator.server import auth
 from orchestrator.store import iso
 from tests.conftest import ORCH, ROOT, home_store, orch_env, run_orch, short_tmp, store_at
-from tests.integration.conftest import stop_local_ray_and_remove, wait_until as _wait
+from tests.integration.conftest import stop_local_ray_and_remove
+from tests.integration.conftest import wait_until as _wait
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from tests.conftest import run_orch, short_tmp
-from tests.integration.conftest import stop_local_ray_and_remove, wait_until as _wait
+from tests.integration.conftest import stop_local_ray_and_remove
+from tests.integration.conftest import wait_until as _wait
 from tests.integration.test_serve import Server
 
 pytestmark = pytest.mark.integration

@@ -11,9 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.decision.cluster_offers import (UNPRICED_PREFIX, cluster_offers,
-                                                  inventory_mismatch, ran_unpriced, ray_gpu_name,
-                                                  unpriced_note)
+from orchestrator.decision.cluster_offers import (
+    UNPRICED_PREFIX,
+    cluster_offers,
+    inventory_mismatch,
+    ran_unpriced,
+    ray_gpu_name,
+    unpriced_note,
+)
 from orchestrator.errors import BackendError
 from orchestrator.settings import OwnedGpus, Settings
 from orchestrator.spec import load_spec_text

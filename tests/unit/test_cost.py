@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.decision import HoursEstimator, Offer, PastRun, job_cost
-from orchestrator.decision.cost import (fmt_money, local_offer, onprem_offer, owned_hourly,
-                                        reference_device)
+from orchestrator.decision.cost import fmt_money, local_offer, onprem_offer, owned_hourly, reference_device
 from orchestrator.decision.gpus import canonical_gpu, relative_speed
 from orchestrator.settings import LocalMachine, OwnedGpus
 from orchestrator.spec import load_spec_text

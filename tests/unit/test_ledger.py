@@ -241,7 +241,7 @@ def test_a_running_cloud_job_is_stopped_at_its_budget(orch):  # noqa: F811
 def test_orch_cost_groups_writes_csv_and_refuses_bad_flags(tmp_path):
     home = tmp_path / "home"
     store = store_at(home)
-    for i, (name, kind) in enumerate((("a", "steady"), ("a", "steady"), ("b", "exploratory"))):
+    for name, kind in (("a", "steady"), ("a", "steady"), ("b", "exploratory")):
         rec = owned_record()
         job = store.create_job(name=name, spec={}, kind=kind, target="local", fingerprint="f",
                                decision=rec["decision"])

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from orchestrator.decision.capacity import Running, estimate_start
-from tests.conftest import run_orch
 from providers.local_ray import _free_port
+from tests.conftest import run_orch
 
 JOB = "name: nightly\nschedule: {kind: steady}\nplacement: {allow: [onprem]}\nrun: echo hi\n"
 INVENTORY = '[[onprem]]\ngpu = "CPU"\ncount = 1\ncpus = 4\npurchase_price = 3000\n'

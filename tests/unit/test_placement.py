@@ -8,8 +8,8 @@ import random
 import pytest
 
 from orchestrator.decision import Capacity, Offer, OfferIndex, PastRun, classify, decide
-from orchestrator.decision.models import Reservation
 from orchestrator.decision.cost import local_offer, onprem_offer
+from orchestrator.decision.models import Reservation
 from orchestrator.planning import plan_job
 from orchestrator.settings import LocalMachine, OwnedGpus, Settings
 from orchestrator.spec import load_spec_text

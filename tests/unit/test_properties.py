@@ -9,13 +9,14 @@ import math
 import os
 import re
 import time
-import tomllib
 import tracemalloc
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from orchestrator.errors import InputError, SpecError

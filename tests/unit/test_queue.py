@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.decision.queue import (Demand, Queued, Room, job_demand, ordinal, plan_queue,
-                                         queue_order)
+from orchestrator.decision.queue import Demand, Queued, Room, job_demand, ordinal, plan_queue, queue_order
 
 CPU2, GPU1, GPU2 = Demand(cpus=2), Demand(gpus=1), Demand(gpus=2)
 

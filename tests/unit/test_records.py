@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-from orchestrator.records import (INTERNAL_INFO, CancelledJob, JobDetail, JobRecord, RunInfo,
-                                  SubmittedJob)
+from orchestrator.records import INTERNAL_INFO, CancelledJob, JobDetail, JobRecord, RunInfo, SubmittedJob
 from orchestrator.server import auth
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from jobs.request import BadRequest, Budget, RunRequest, WorkerOptions
 from jobs.context import cpus_for_worker
+from jobs.request import BadRequest, Budget, RunRequest, WorkerOptions
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

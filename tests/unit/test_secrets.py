@@ -13,8 +13,8 @@ import pytest
 
 from orchestrator import redact
 from orchestrator.errors import StoreError
-from orchestrator.settings import Settings
 from orchestrator.records import JobRecord
+from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
 from providers.cloud import task_yaml
 from tests.conftest import run_orch, store_created, store_text
@@ -74,8 +74,8 @@ def test_a_record_from_before_the_key_is_still_redacted(tmp_path):
     salt = redact.new_salt()
     rec = {"id": "orch-old", "info": {"secret_salt": salt,
                                       "secret_digests": [redact.legacy_digest(TOKEN, salt)]}}
-    orch = Orch(Settings(home=tmp_path / "home", mode="local"))
-    assert orch._redact(rec, f"token {TOKEN} ok\n") == f"token {redact.REDACTED} ok\n"
+    here = Orch(Settings(home=tmp_path / "home", mode="local"))
+    assert here._redact(rec, f"token {TOKEN} ok\n") == f"token {redact.REDACTED} ok\n"
     assert not (tmp_path / "home" / redact.KEY_FILE).exists()  # reading makes no key
 
 
@@ -89,7 +89,8 @@ def test_cloud_job_secrets_never_reach_the_store_or_the_output(orch, monkeypatch
     rec = orch.submit(spec)
     task = fake.launched[0][0]
     # The job gets every value; SkyPilot is told which are secrets.
-    plain = {k: getattr(v, "get_secret_value", lambda: v)() for k, v in task.secrets.items()}
+    plain = {k: v.get_secret_value() if hasattr(v, "get_secret_value") else v
+             for k, v in task.secrets.items()}
     assert plain == {"HF_TOKEN": TOKEN, "DB_PASSWORD": PASSWORD}
     assert task.envs["EPOCHS"] == "3" and "HF_TOKEN" not in task.envs
     rec, _ = statuses(orch, rec, 1)

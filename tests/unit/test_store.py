@@ -11,8 +11,8 @@ import stat
 
 import pytest
 
-from orchestrator.errors import NotFound, StoreError
 from orchestrator import store as store_mod
+from orchestrator.errors import NotFound, StoreError
 from orchestrator.records import JobDetail
 from orchestrator.store import SCHEMA_VERSION, Store
 from tests.conftest import store_at, store_where

@@ -16,8 +16,7 @@ import pytest
 
 from orchestrator.errors import InputError
 from orchestrator.spec import load_spec, load_spec_text
-from orchestrator.upload import (MiB, TooLarge, local_workdir, pack, set_workdir, unpack,
-                                 uploads_root)
+from orchestrator.upload import MiB, TooLarge, local_workdir, pack, set_workdir, unpack, uploads_root
 
 
 def _write(path, text="x", mode=None):

@@ -9,7 +9,7 @@ to what a user or a token holder sees; it names each public field, so anything n
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,24 +30,27 @@ class _Public(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+R = TypeVar("R", bound="JobRecord")  # from_row's answer: the class it is called on
+
+
 class RunInfo(_Public):
     """What a job's launch and its backend recorded; None where nothing was."""
-    queued: bool = Field(False, description="waiting in orch serve's queue, not launched yet")
-    upload: Optional[str] = Field(None, description="the uploaded workdir it runs from")
-    schedule: Optional[str] = Field(None, description="the cron schedule that queued it")
-    slot: Optional[str] = Field(None, description="the schedule's slot (UTC) it runs for")
-    entrypoint: Optional[str] = Field(None, description="the command its backend runs")
-    storage_path: Optional[str] = Field(None, description="where its checkpoints go")
-    run_name: Optional[str] = Field(None, description="its run's folder under storage_path")
-    backend_start: Optional[float] = Field(None, description="start by the backend's clock (epoch s)")
-    backend_end: Optional[float] = Field(None, description="end by the backend's clock (epoch s)")
-    sky_request_id: Optional[str] = Field(None, description="SkyPilot's launch request")
-    sky_status: Optional[str] = Field(None, description="SkyPilot's managed-job status")
-    sky_job_id: Optional[Union[int, str]] = Field(None, description="SkyPilot's managed-job id")
-    infra: Optional[str] = Field(None, description="where SkyPilot runs it (cloud/region)")
-    ledger: Optional[dict[str, Any]] = Field(None, description="a cloud job's launches and "
+    queued: bool = Field(default=False, description="waiting in orch serve's queue, not launched yet")
+    upload: Optional[str] = Field(default=None, description="the uploaded workdir it runs from")
+    schedule: Optional[str] = Field(default=None, description="the cron schedule that queued it")
+    slot: Optional[str] = Field(default=None, description="the schedule's slot (UTC) it runs for")
+    entrypoint: Optional[str] = Field(default=None, description="the command its backend runs")
+    storage_path: Optional[str] = Field(default=None, description="where its checkpoints go")
+    run_name: Optional[str] = Field(default=None, description="its run's folder under storage_path")
+    backend_start: Optional[float] = Field(default=None, description="start by the backend's clock (epoch s)")
+    backend_end: Optional[float] = Field(default=None, description="end by the backend's clock (epoch s)")
+    sky_request_id: Optional[str] = Field(default=None, description="SkyPilot's launch request")
+    sky_status: Optional[str] = Field(default=None, description="SkyPilot's managed-job status")
+    sky_job_id: Optional[Union[int, str]] = Field(default=None, description="SkyPilot's managed-job id")
+    infra: Optional[str] = Field(default=None, description="where SkyPilot runs it (cloud/region)")
+    ledger: Optional[dict[str, Any]] = Field(default=None, description="a cloud job's launches and "
                                              "billed hours (orchestrator.decision.ledger)")
-    cost: Optional[dict[str, Any]] = Field(None, description="its `orch cost` line, kept when "
+    cost: Optional[dict[str, Any]] = Field(default=None, description="its `orch cost` line, kept when "
                                            "it ended (orchestrator.ledger.entry)")
 
 
@@ -64,8 +67,8 @@ class JobRecord(_Public):
     id: str
     name: str
     status: str = Field(description="PENDING, RUNNING, SUCCEEDED, FAILED or CANCELLED")
-    kind: Optional[str] = Field(None, description="exploratory or steady")
-    target: Optional[str] = Field(None, description="local, onprem or cloud")
+    kind: Optional[str] = Field(default=None, description="exploratory or steady")
+    target: Optional[str] = Field(default=None, description="local, onprem or cloud")
     created_at: Optional[str] = None
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
@@ -76,14 +79,14 @@ class JobRecord(_Public):
     log_path: Optional[str] = None
     source_file: Optional[str] = None
     run: RunInfo = Field(default_factory=RunInfo)
-    decision: Optional[dict[str, Any]] = Field(None, description="the plan it was placed by "
+    decision: Optional[dict[str, Any]] = Field(default=None, description="the plan it was placed by "
                                                "(the `orch plan --json` shape)")
-    owner: Optional[str] = Field(None, description="the token name that submitted it")
+    owner: Optional[str] = Field(default=None, description="the token name that submitted it")
     priority: int = 0
-    cost: Optional[CloudCost] = Field(None, description="a cloud job's real cost; None elsewhere")
+    cost: Optional[CloudCost] = Field(default=None, description="a cloud job's real cost; None elsewhere")
 
     @classmethod
-    def from_row(cls, rec: dict, **extra) -> JobRecord:
+    def from_row(cls: type[R], rec: dict, **extra: Any) -> R:
         """The public record of a store row (`Store.get` and friends); `extra`: the fields a
         subclass adds (history, warning, ...)."""
         from orchestrator.store import iso
@@ -119,7 +122,7 @@ class Event(_Public):
 class JobDetail(JobRecord):
     """One job (`orch status ID --json`, `GET /v1/jobs/{id}`): the record and its history."""
     history: list[Event]
-    warning: Optional[str] = Field(None, description="why the record may be stale (its "
+    warning: Optional[str] = Field(default=None, description="why the record may be stale (its "
                                    "backend did not answer)")
 
     @classmethod

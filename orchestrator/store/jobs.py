@@ -1,0 +1,188 @@
+"""Jobs and their status history: each status change is one transaction that updates the job
+and appends to its history, so a reader never sees one without the other.
+
+A job is a dict of its columns, the JSON ones (spec, decision, metrics, info) as Python
+values; `records.JobRecord.from_row` is what a user sees of it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import time
+import uuid
+from typing import Any, Optional
+
+from orchestrator.errors import NotFound
+from orchestrator.store.base import Row, StoreBase, iso
+
+STATUSES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+
+_JSON_COLUMNS = {"spec_json": "spec", "decision_json": "decision", "metrics_json": "metrics",
+                 "info_json": "info"}
+
+
+def new_job_id() -> str:
+    return "orch-" + uuid.uuid4().hex[:8]
+
+
+def _assignments(fields: dict[str, Any]) -> tuple[list[str], list[Any]]:
+    """`column = ?` for each field, and its value: a JSON column's as JSON."""
+    cols, values = [], []
+    for key, value in fields.items():
+        column = next((c for c, k in _JSON_COLUMNS.items() if k == key), key)
+        cols.append(f"{column} = ?")
+        values.append(json.dumps(value) if column in _JSON_COLUMNS else value)
+    return cols, values
+
+
+class Jobs(StoreBase):
+    """The store's jobs. (`builtins.list` in the signatures: `list` in the class is a method.)"""
+
+    def create_job(self, *, name: str, spec: dict, kind: Optional[str], target: Optional[str],
+                   fingerprint: Optional[str], decision: Optional[dict] = None,
+                   source_file: Optional[str] = None, address: Optional[str] = None,
+                   idempotency_key: Optional[str] = None, job_id: Optional[str] = None,
+                   message: str = "recorded", info: Optional[dict] = None,
+                   owner: Optional[str] = None, priority: int = 0) -> dict:
+        """Record a job as PENDING before anything is launched for it. `owner` is the API
+        token's name that submitted it (None: submitted embedded)."""
+        now = time.time()
+        job_id = job_id or new_job_id()
+        row = {"id": job_id, "name": name, "status": "PENDING", "kind": kind, "target": target,
+               "fingerprint": fingerprint, "spec_json": json.dumps(spec),
+               "source_file": source_file,
+               "decision_json": json.dumps(decision) if decision is not None else None,
+               "address": address, "idempotency_key": idempotency_key,
+               "info_json": json.dumps(info or {}), "created_at": now, "updated_at": now}
+        if owner is not None or priority:  # columns of schema 2; left to their defaults else
+            row.update(owner=owner, priority=int(priority))
+        with self._write() as db:
+            if idempotency_key:
+                found = db.execute("SELECT id FROM jobs WHERE idempotency_key = ?",
+                                   (idempotency_key,)).fetchone()
+                if found:
+                    return self.get(found["id"])
+            db.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                       tuple(row.values()))
+            db.execute("INSERT INTO job_events (job_id, ts, status, message) VALUES (?, ?, ?, ?)",
+                       (job_id, now, "PENDING", message))
+        return self.get(job_id)
+
+    def update(self, job_id: str, **fields: Any) -> dict:
+        """Change columns other than status; JSON columns take Python values."""
+        if not fields:
+            return self.get(job_id)
+        cols, values = _assignments(fields)
+        with self._write() as db:
+            db.execute(f"UPDATE jobs SET {', '.join(cols)}, updated_at = ? WHERE id = ?",
+                       (*values, time.time(), job_id))
+        return self.get(job_id)
+
+    def set_status(self, job_id: str, status: str, message: Optional[str] = None,
+                   **fields: Any) -> dict:
+        """Move a job to `status` and append to its history; a finished job stays finished."""
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status}")
+        now = time.time()
+        with self._write() as db:
+            row = db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no job {job_id}")
+            if row["status"] in TERMINAL:
+                changed = False
+            elif row["status"] == status:
+                # Same state, new news (a cloud job recovering): note it in the history too.
+                changed = False
+                if message and message != db.execute("SELECT message FROM jobs WHERE id = ?",
+                                                      (job_id,)).fetchone()["message"]:
+                    db.execute("UPDATE jobs SET message = ?, updated_at = ? WHERE id = ?",
+                               (message, now, job_id))
+                    db.execute("INSERT INTO job_events (job_id, ts, status, message) "
+                               "VALUES (?, ?, ?, ?)", (job_id, now, status, message))
+            else:
+                changed = True
+                extra: dict[str, Any] = {"status": status, "message": message}
+                if status == "RUNNING":
+                    extra["started_at"] = now
+                if status in TERMINAL:
+                    extra["finished_at"] = now
+                extra.update(fields)
+                cols, values = _assignments(extra)
+                db.execute(f"UPDATE jobs SET {', '.join(cols)}, updated_at = ? WHERE id = ?",
+                           (*values, now, job_id))
+                db.execute("INSERT INTO job_events (job_id, ts, status, message) VALUES (?, ?, ?, ?)",
+                           (job_id, now, status, message))
+        if not changed and fields:
+            return self.update(job_id, **fields)
+        return self.get(job_id)
+
+    def get(self, job_id: str) -> dict:
+        """A job by id, or by a unique prefix of it."""
+        return _record(self._one("jobs", job_id, "job",
+                                 "`orch status` lists the jobs with their ids"))
+
+    def list(self, limit: int = 50, statuses: Optional[tuple] = None,
+             since: Optional[float] = None) -> builtins.list[dict]:
+        """Newest first; `since`: created at or after (epoch seconds), or not yet finished."""
+        q, where = "SELECT * FROM jobs", []
+        args: list[Any] = []
+        if statuses:
+            where.append(f"status IN ({','.join('?' * len(statuses))})")
+            args.extend(statuses)
+        if since is not None:
+            where.append("(created_at >= ? OR finished_at >= ? OR finished_at IS NULL)")
+            args.extend((since, since))
+        if where:
+            q += " WHERE " + " AND ".join(where)
+        q += " ORDER BY created_at DESC, id LIMIT ?"
+        args.append(limit)
+        return [_record(r) for r in self._db.execute(q, args).fetchall()]
+
+    def history(self, job_id: str) -> builtins.list[dict]:
+        rows = self._db.execute("SELECT ts, status, message FROM job_events WHERE job_id = ? "
+                                "ORDER BY seq", (job_id,)).fetchall()
+        return [{"at": iso(r["ts"]), "ts": r["ts"], "status": r["status"], "message": r["message"]}
+                for r in rows]
+
+    def runs_for_fingerprint(self, fingerprint: str, since: float = 0.0) -> builtins.list[dict]:
+        rows = self._db.execute(
+            "SELECT * FROM jobs WHERE fingerprint = ? AND created_at >= ? ORDER BY created_at",
+            (fingerprint, since)).fetchall()
+        return [_record(r) for r in rows]
+
+    def queued(self) -> builtins.list[dict]:
+        """Jobs an `orch serve` recorded and has not launched yet, in launch order:
+        priority first (highest), then submission time."""
+        rows = self._db.execute(
+            "SELECT * FROM jobs WHERE status = 'PENDING' AND backend_id IS NULL "
+            "ORDER BY priority DESC, created_at, id").fetchall()
+        return [rec for rec in map(_record, rows) if (rec["info"] or {}).get("queued")]
+
+    def claim(self, job_id: str, launcher: str, expect: Optional[str] = None) -> bool:
+        """Take a queued job for launching, as `launcher`: only while it is still queued and
+        not cancelled, and only from `expect` (None: nobody had it; else a launcher that
+        died). Two servers on one store never both launch a job."""
+        with self._write() as db:
+            row = db.execute("SELECT status, backend_id, cancel_requested, info_json FROM jobs "
+                             "WHERE id = ?", (job_id,)).fetchone()
+            if row is None or row["status"] != "PENDING" or row["backend_id"] is not None \
+                    or row["cancel_requested"]:
+                return False
+            info = json.loads(row["info_json"] or "{}")
+            if not info.get("queued") or info.get("launcher") != expect:
+                return False
+            info["launcher"] = launcher
+            db.execute("UPDATE jobs SET info_json = ?, updated_at = ? WHERE id = ?",
+                       (json.dumps(info), time.time(), job_id))
+            return True
+
+
+def _record(row: Row) -> dict:
+    rec = {k: row[k] for k in row.keys()}
+    for column, key in _JSON_COLUMNS.items():
+        raw = rec.pop(column)
+        rec[key] = json.loads(raw) if raw else None
+    rec["cancel_requested"] = bool(rec["cancel_requested"])
+    return rec

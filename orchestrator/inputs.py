@@ -1,4 +1,5 @@
-"""Checks shared by the job file and the settings: which files orch reads, and storage URIs."""
+"""Checks shared by the job file and the settings: which files orch reads, storage URIs,
+and how a bad value is quoted in a message."""
 
 from __future__ import annotations
 
@@ -6,14 +7,16 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 # S3's (and MinIO's) bucket characters; their 3-character minimum is left to S3 to say.
 _S3_BUCKET_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")
 
 
-def _clip(value, limit: int = 80) -> str:
-    text = repr(value)
+def clip(value: Any, limit: int = 80, quote: bool = True) -> str:
+    """A value as shown in a message (repr'd unless `quote` is False), cut to `limit`
+    characters: a pasted megabyte must not become the message."""
+    text = repr(value) if quote else str(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
@@ -57,16 +60,16 @@ def storage_problem(v: str, *, local: bool = True) -> Optional[str]:
     if "://" in v:
         scheme, _, rest = v.partition("://")
         if scheme != "s3":
-            return (f"{_clip(v)}: orch writes checkpoints to {forms}, not to {scheme[:20]}:// "
+            return (f"{clip(v)}: orch writes checkpoints to {forms}, not to {scheme[:20]}:// "
                     "(orch artifacts and resume read only those)")
         bucket = rest.split("/", 1)[0]
         if not _S3_BUCKET_RE.match(bucket) or ".." in bucket:
-            return (f"{_clip(v)}: {_clip(bucket)} is not an S3 bucket name (lowercase "
+            return (f"{clip(v)}: {clip(bucket)} is not an S3 bucket name (lowercase "
                     "letters, digits, '.' or '-', at most 63); write s3://bucket/prefix")
         return None
     if not local:
-        return f"{_clip(v)} is a path on this machine; a cloud job needs {forms}"
+        return f"{clip(v)} is a path on this machine; a cloud job needs {forms}"
     if not v.startswith(("/", "~")):
-        return (f"{_clip(v)} is a relative path, which Ray Train cannot store to; write "
+        return (f"{clip(v)} is a relative path, which Ray Train cannot store to; write "
                 f"{forms}")
     return None

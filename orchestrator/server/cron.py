@@ -16,25 +16,27 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from orchestrator.spec.cron import croniter_class
+
 _MAX_COUNT = 100_000  # skipped slots counted one by one up to this many
 
 
 def valid(cron: str) -> bool:
-    from croniter import croniter
+    croniter = croniter_class()
 
     return croniter.is_valid(cron)
 
 
 def next_slot(cron: str, after: float) -> float:
     """The first slot strictly after `after`."""
-    from croniter import croniter
+    croniter = croniter_class()
 
     return croniter(cron, after).get_next(float)
 
 
 def latest_slot(cron: str, now: float) -> float:
     """The last slot at or before `now`."""
-    from croniter import croniter
+    croniter = croniter_class()
 
     # croniter's get_prev is strictly before its start; slots fall on whole seconds.
     return croniter(cron, math.floor(now) + 1).get_prev(float)
@@ -64,7 +66,7 @@ def due(cron: str, next_at: float, now: float) -> Optional[Due]:
 
 def _between(cron: str, start: float, end: float) -> tuple[int, Optional[float], Optional[float]]:
     """How many slots lie in [start, end), and the first and last of them."""
-    from croniter import croniter
+    croniter = croniter_class()
 
     if start >= end:
         return 0, None, None
@@ -76,6 +78,7 @@ def _between(cron: str, start: float, end: float) -> tuple[int, Optional[float],
             break
         count, first, last = count + 1, first if first is not None else s, s
     else:  # a long downtime of a frequent schedule: the rest counted by the period
+        assert last is not None  # _MAX_COUNT slots were counted
         period = next_slot(cron, last) - last
         count += int((end - last) // period) - 1 if period > 0 else 0
         last = latest_slot(cron, end - 1)

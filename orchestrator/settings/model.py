@@ -1,87 +1,16 @@
-"""orch's settings: `ORCH_*` environment variables over a TOML file over defaults.
-
-The file is `ORCH_CONFIG`, default `~/.config/orch/config.toml`. Settings are an object
-passed to whoever needs them, never a module global.
-"""
+"""The Settings model: every setting with its default, its check, and where it came from."""
 
 from __future__ import annotations
 
-import difflib
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-import tomllib
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
+from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from orchestrator.errors import InputError
-from orchestrator.inputs import NotRegularFile, read_regular, storage_problem
-
-DEFAULT_CONFIG = "~/.config/orch/config.toml"
-MAX_BYTES = 1 << 20  # a settings file is a few KiB
-
-
-class OwnedGpus(BaseModel):
-    """GPUs the user owns, priced so they are never free."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    gpu: str = Field(description="accelerator name as SkyPilot spells it, e.g. A100-80GB; "
-                                 "CPU for a pool of CPU-only nodes")
-    count: int = Field(1, ge=1, description="GPUs (or, for a CPU pool, nodes)")
-    cpus: Optional[int] = Field(None, ge=1, description="CPUs in the pool, all nodes together")
-    # Required: owned hardware is never free, so orch will not guess what it cost.
-    purchase_price: float = Field(..., ge=0, description="for all `count` GPUs with their host, USD")
-    lifetime_years: float = Field(3.0, gt=0)
-    utilization: float = Field(0.6, gt=0, le=1, description="expected busy fraction over the lifetime")
-    watts: float = Field(300.0, ge=0, description="per GPU under load, host share included")
-
-    @property
-    def cpu_pool(self) -> bool:
-        """`gpu = "CPU"`: a pool of CPU-only nodes, `count` of them."""
-        return self.gpu.strip().upper() == "CPU"
-
-
-class LocalMachine(BaseModel):
-    """This workstation, when it is where a job runs."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    # A typical workstation, so that even unconfigured, local work is not priced as free.
-    purchase_price: float = Field(2500.0, ge=0, description="USD; set your own")
-    lifetime_years: float = Field(3.0, gt=0)
-    utilization: float = Field(0.3, gt=0, le=1)
-    watts: float = Field(150.0, ge=0, description="under load, whole machine")
-    cpus: Optional[int] = Field(None, ge=1, description="CPUs given to the local Ray; default all")
-    object_store_mb: int = Field(1024, ge=100)
-
-
-class BuyCandidate(BaseModel):
-    """A GPU the user might buy: `orch advise` says when it would pay for itself."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    gpu: str = Field(description="accelerator name as SkyPilot spells it, e.g. RTX4090")
-    count: int = Field(1, ge=1)
-    purchase_price: float = Field(..., ge=0, description="USD for all `count` GPUs with their host")
-    watts: float = Field(300.0, ge=0, description="per GPU under load, host share included")
-    lifetime_years: float = Field(3.0, gt=0)
-    speed: Optional[float] = Field(None, gt=0, description="relative to H100 = 1.0; default from "
-                                                          "orch's table and gpu_speeds")
-
-
-def _clip(value: Any, limit: int = 80, quote: bool = True) -> str:
-    """A value as shown in a message: a pasted megabyte must not become the message."""
-    text = repr(value) if quote else str(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+from orchestrator.inputs import clip, storage_problem
+from orchestrator.settings.hardware import BuyCandidate, LocalMachine, OwnedGpus
 
 
 def _split_list(v: Any) -> Any:
@@ -183,7 +112,7 @@ class Settings(BaseSettings):
             parts = urlsplit(v)
             parts.port  # noqa: B018  (raises on a bad port)
         except ValueError as e:
-            raise ValueError(f"{_clip(v)}: {e}") from None
+            raise ValueError(f"{clip(v)}: {e}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.path:
             raise ValueError("give the server's address, e.g. http://127.0.0.1:8765")
         return v
@@ -223,7 +152,7 @@ class Settings(BaseSettings):
     def _clouds(cls, v: Any) -> Any:
         v = _split_list(v)
         if not isinstance(v, list) or not all(isinstance(c, str) for c in v):
-            raise ValueError(f"{_clip(v)}: write a list of cloud names, e.g. [\"runpod\", \"aws\"]")
+            raise ValueError(f"{clip(v)}: write a list of cloud names, e.g. [\"runpod\", \"aws\"]")
         return [c.lower() for c in v]
 
     @field_validator("home", "ray_token_file", "catalog_dir")
@@ -240,7 +169,7 @@ class Settings(BaseSettings):
 
     @field_validator("cloud_storage", "onprem_checkpoint_storage")
     @classmethod
-    def _storage(cls, v: Optional[str], info) -> Optional[str]:
+    def _storage(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
         # The rule checkpoint.storage follows; a cloud VM's own disk is gone with the VM.
         problem = None if v is None else storage_problem(v, local=info.field_name != "cloud_storage")
         if problem:
@@ -266,7 +195,7 @@ class Settings(BaseSettings):
         if "://" not in v:
             v = "http://" + v  # host:8265 is what `ray start` prints
         if not v.startswith(("http://", "https://")):
-            raise ValueError(f"{_clip(v)}: give the Ray dashboard's HTTP address, e.g. http://10.0.0.10:8265")
+            raise ValueError(f"{clip(v)}: give the Ray dashboard's HTTP address, e.g. http://10.0.0.10:8265")
         return v
 
     @property
@@ -276,7 +205,7 @@ class Settings(BaseSettings):
         return "hybrid" if (self.ray_address or self.clouds) else "local"
 
     # Where each value came from: filled in by load_settings().
-    _sources: dict = PrivateAttr(default_factory=dict)
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
 
     def source_of(self, key: str) -> str:
         return self._sources.get(key, "default")
@@ -300,133 +229,3 @@ class Settings(BaseSettings):
     @classmethod
     def _catalog_dir(cls, v: Optional[Path]) -> Optional[Path]:
         return None if v is None else Path(os.path.expanduser(str(v)))
-
-
-def config_path(environ: Optional[dict] = None) -> Path:
-    environ = os.environ if environ is None else environ
-    return Path(os.path.expanduser(environ.get("ORCH_CONFIG") or DEFAULT_CONFIG))
-
-
-def _read_toml(path: Path) -> tuple[dict, str]:
-    """The file's settings and its text (to find a key's line); ({}, "") when it is absent
-    or is /dev/null (the usual way to say "no settings file")."""
-    if str(path) == os.devnull:
-        return {}, ""
-    try:
-        raw = read_regular(path, MAX_BYTES + 1)  # bounded: ORCH_CONFIG may name a huge file
-    except FileNotFoundError:
-        return {}, ""
-    except NotRegularFile as e:  # a FIFO would block orch, a device may never end
-        raise InputError(f"{path}: is {e}, not a settings file", "point ORCH_CONFIG at orch's "
-                         "TOML settings file (see infra/onprem/orch.toml.example)") from None
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read the settings file: {e}") from None
-    if len(raw) > MAX_BYTES:
-        raise InputError(f"{path}: the settings file is over {MAX_BYTES:,} bytes",
-                         "point ORCH_CONFIG at orch's settings file (see infra/onprem/orch.toml.example)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
-        raise InputError(f"{path}:{line}: is not UTF-8 text "
-                         f"(byte {e.start} is {raw[e.start]:#04x})", "save it as UTF-8") from None
-    try:
-        return tomllib.loads(text), text
-    except tomllib.TOMLDecodeError as e:
-        m = re.search(r"at line (\d+)", str(e))
-        raise InputError(f"{path}{':' + m.group(1) if m else ''}: TOML syntax error: {e}",
-                         "fix the file or point ORCH_CONFIG at another one") from None
-    except RecursionError:  # tomllib recurses once per nesting level
-        raise InputError(f"{path}: TOML nested too deeply", "settings are at most a few "
-                         "levels deep; see infra/onprem/orch.toml.example") from None
-    except ValueError as e:  # e.g. an integer longer than Python converts (4300 digits)
-        raise InputError(f"{path}: TOML value error: {e}") from None
-
-
-def _key_parts(key: str) -> tuple:
-    return tuple(p.strip().strip("'\"") for p in key.split("."))
-
-
-def _line_of(text: str, loc: tuple) -> str:
-    """':N' for the line of the file that sets `loc` (or its nearest enclosing table)."""
-    loc = tuple(str(p) for p in loc)
-    best, best_len, table, arrays = "", 0, (), {}
-    for i, line in enumerate(text.splitlines(), start=1):
-        line = line.strip()
-        if line.startswith("[["):
-            parts = _key_parts(line[2:].split("]]", 1)[0])
-            arrays[parts] = arrays.get(parts, -1) + 1
-            here = table = parts + (str(arrays[parts]),)
-        elif line.startswith("["):
-            here = table = _key_parts(line[1:].split("]", 1)[0])
-        elif "=" in line and not line.startswith("#"):
-            here = table + _key_parts(line.split("=", 1)[0])
-        else:
-            continue
-        if len(here) > best_len and loc[:len(here)] == here:
-            best, best_len = f":{i}", len(here)
-    return best
-
-
-def _env_var(loc: tuple, names: list[str]) -> str:
-    """The ORCH_* variable that set the value at `loc` (ORCH_LOCAL__WATTS for local.watts)."""
-    loc = tuple(str(p).lower() for p in loc)
-
-    def shared(name: str) -> int:  # how many leading parts of `loc` the name spells out
-        parts = name[len("ORCH_"):].lower().split("__")
-        return next((i for i, (a, b) in enumerate(zip(parts, loc)) if a != b), min(len(parts), len(loc)))
-
-    fits = [n for n in names if shared(n) > 0]
-    if not fits:
-        return f"ORCH_{loc[0].upper() if loc else ''}"
-    return max(fits, key=lambda n: (shared(n), -len(n)))
-
-
-def load_settings(**overrides: Any) -> Settings:
-    """Settings from the environment and the TOML file; one clear InputError if invalid."""
-    path = config_path()
-    data, text = _read_toml(path)
-    # Checked before pydantic sees them: a key such as `_env_file` or `_cli_parse_args` would
-    # otherwise reach BaseSettings.__init__ as one of its own options.
-    for key in data:
-        if key not in Settings.model_fields:
-            close = difflib.get_close_matches(key, list(Settings.model_fields), n=1)
-            raise InputError(f"{path}{_line_of(text, (key,))}: unknown setting {_clip(key)}",
-                             (f"did you mean {close[0]!r}? " if close else "")
-                             + "`orch config show` lists every setting with its default")
-    data.update(overrides)
-    env_names = [k for k in os.environ
-                 if k.upper().startswith("ORCH_") and k.upper() != "ORCH_CONFIG"]
-    env_keys = {k[len("ORCH_"):].lower().split("__")[0] for k in env_names}
-    try:
-        settings = Settings(**data)
-    except SettingsError as e:  # an ORCH_* value that should be JSON and is not
-        m = re.search(r'field "([^"]+)"', str(e))
-        field = m.group(1) if m else ""
-        var = _env_var((field,), env_names)
-        raise InputError(f"environment variable {var}: {field}: not a valid JSON value "
-                         f"({e.__cause__ or e})", f"write it as JSON, or set {field} in {path} "
-                         "instead") from None
-    except ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        top = str(err["loc"][0]) if err["loc"] else ""
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = f"unknown setting '{key}'"
-        if top in env_keys:
-            where = f"environment variable {_env_var(err['loc'], env_names)}"
-        else:
-            where = f"{path}{_line_of(text, err['loc'])}"
-        raise InputError(f"{where}: {_clip(key, quote=False)}: {_clip(msg, 300, quote=False)}",
-                         "`orch config show` lists every setting with its default") from None
-    sources = {}
-    for name in Settings.model_fields:
-        if name in env_keys:
-            sources[name] = f"env ORCH_{name.upper()}"
-        elif name in overrides:
-            sources[name] = "argument"
-        elif name in data:
-            sources[name] = str(path)
-    settings._sources = sources
-    return settings

@@ -1,0 +1,126 @@
+"""The whole job file: SkyPilot's common task keys, orch's sections, and what callers ask
+of a loaded spec (its env strings, its secrets, its workdir, errors located in the file)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from pydantic import Field, PositiveInt, PrivateAttr, field_validator, model_validator
+
+from orchestrator.errors import SpecError
+from orchestrator.inputs import clip
+from orchestrator.spec.base import Strict, plain
+from orchestrator.spec.document import SourceMap
+from orchestrator.spec.resources import Resources
+from orchestrator.spec.sections import Budget, Checkpoint, Data, Estimate, Placement, Scaling, Schedule, Train
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class JobSpec(Strict):
+    # SkyPilot's common task keys.
+    name: Optional[str] = None
+    workdir: Optional[str] = None
+    num_nodes: PositiveInt = 1
+    resources: Resources = Field(default_factory=Resources)
+    envs: dict[str, Union[str, int, float, bool, None]] = Field(default_factory=dict)
+    # As in SkyPilot: passed to the job like envs, stored and shown only redacted; a null
+    # value is read from the submitting shell's environment.
+    secrets: dict[str, Optional[str]] = Field(default_factory=dict)
+    file_mounts: dict[str, Union[str, dict[str, Any]]] = Field(default_factory=dict)
+    setup: Optional[str] = None
+    run: Optional[str] = None
+    # orch's keys.
+    train: Optional[Train] = None
+    scaling: Scaling = Field(default_factory=Scaling)
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    data: Data = Field(default_factory=Data)
+    schedule: Schedule = Field(default_factory=Schedule)
+    budget: Budget = Field(default_factory=Budget)
+    placement: Placement = Field(default_factory=Placement)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    estimate: Optional[Estimate] = None
+
+    # Set by the loader; None for a spec built in code (errors then name no line).
+    _source: Optional[SourceMap] = PrivateAttr(default=None)
+
+    @field_validator("file_mounts", mode="before")
+    @classmethod
+    def _check_file_mounts(cls, v: Any) -> Any:
+        return plain(v) if isinstance(v, dict) else v
+
+    @field_validator("workdir")
+    @classmethod
+    def _check_workdir(cls, v: Optional[str]) -> Optional[str]:
+        try:
+            v is None or Path(v).expanduser()
+        except RuntimeError:  # ~user for a user that does not exist
+            raise ValueError(f"{clip(v)}: no such user's home directory") from None
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not _NAME_RE.match(v):
+            raise ValueError(f"{v!r}: use letters, digits, '-', '_' or '.', at most 63 characters")
+        return v
+
+    @field_validator("envs", "secrets")
+    @classmethod
+    def _check_envs(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for k in v:
+            if not _ENV_NAME_RE.match(k):
+                raise ValueError(f"{k!r} is not an environment variable name")
+        return v
+
+    @model_validator(mode="after")
+    def _train_or_run(self) -> JobSpec:
+        if (self.train is None) == (self.run is None):
+            raise ValueError("give exactly one of 'train:' (a built-in job or entrypoint) "
+                             "or 'run:' (a shell command)")
+        return self
+
+    # -- helpers that do not change the spec --------------------------------------
+
+    def env_strings(self) -> dict[str, str]:
+        out = {}
+        for k, v in self.envs.items():
+            if v is None:
+                continue
+            out[k] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        return out
+
+    def secret_strings(self, environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+        """The `secrets:` values, a null one taken from the environment (SpecError if unset)."""
+        env = os.environ if environ is None else environ
+        out = {}
+        for k, v in self.secrets.items():
+            if v is None:
+                if k not in env:
+                    raise self.error(f"secrets.{k}", "no value, and it is not set in the environment",
+                                     f"export {k}=... before submitting, or give its value here")
+                v = env[k]
+            out[k] = v
+        return out
+
+    def error(self, key: str, problem: str, hint: str | None = None) -> SpecError:
+        """A SpecError located at `key` (dotted path) in the file this spec came from."""
+        src = self._source or SourceMap("<job>", {})
+        return SpecError(src.file, src.line_of(tuple(key.split("."))), key, problem, hint)
+
+    @property
+    def source_file(self) -> Optional[str]:
+        return self._source.file if self._source else None
+
+    def workdir_path(self) -> Optional[Path]:
+        if self.workdir is None:
+            return None
+        p = Path(self.workdir).expanduser()
+        if not p.is_absolute() and self._source and self._source.file != "<job>":
+            p = Path(self._source.file).resolve().parent / p
+        return p.resolve()

@@ -1,0 +1,129 @@
+"""Loading a job file: read it, validate it into a JobSpec, and turn pydantic's first error
+into one SpecError with the file, line, key and a hint ("did you mean ...?")."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.errors import SpecError
+from orchestrator.inputs import NotRegularFile, clip, read_regular
+from orchestrator.spec.document import MAX_BYTES, SourceMap, read_document, too_big
+from orchestrator.spec.job import JobSpec
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
+# The tags pydantic puts in an error's location for the branch of a union it tried.
+_UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    p = Path(path)
+    try:
+        raw = read_regular(p, MAX_BYTES + 1)  # bounded: the path may be huge
+    except FileNotFoundError:
+        raise SpecError(str(path), None, None, "no such file",
+                        "check the path; examples/quickstart.yaml is a working job file") from None
+    except NotRegularFile as e:
+        raise SpecError(str(path), None, None, f"is {e}, not a job file", "give the path of "
+                        "a YAML job file (to submit a command's output, save it to a file "
+                        "first)") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        raise SpecError(str(path), None, None, f"cannot read the file: {e}") from None
+    if len(raw) > MAX_BYTES:
+        raise too_big(str(path), p.stat().st_size if p.is_file() else None)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(str(path), raw[:e.start].count(b"\n") + 1, None,
+                        f"is not UTF-8 text (byte {e.start} is {raw[e.start]:#04x})",
+                        "save the job file as UTF-8 text") from None
+    return load_spec_text(text, str(p.resolve()) if p.is_absolute() else str(path))
+
+
+def load_spec_text(text: str, file: str = "<job>") -> JobSpec:
+    data, src = read_document(text, file)
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as e:
+        err = _pick_error(e.errors())
+        # Drop pydantic's union-branch tags ('str', 'dict[str,float]', ...) from the path.
+        loc = tuple(p for p in err["loc"]
+                    if isinstance(p, int) or not ("[" in p or p in _UNION_TAGS))
+        problem, hint = _describe(err, _allowed_keys(JobSpec, loc))
+        key = ".".join(str(p) for p in loc) or None
+        raise SpecError(file, src.line_of(loc), key, problem, hint) from None
+    spec._source = src
+    _check_together(spec, src)
+    if spec.name is None and file != "<job>":
+        spec.name = _default_name(file)
+    return spec
+
+
+def _check_together(spec: JobSpec, src: SourceMap) -> None:
+    """Checks across keys, or of mapping keys, located at the key they are about."""
+    def refuse(path: tuple, problem: str, hint: Optional[str] = None) -> SpecError:
+        return SpecError(src.file, src.line_of(path), ".".join(map(str, path)), problem, hint)
+
+    if spec.checkpoint.resume_from and spec.train is None:
+        raise refuse(("checkpoint", "resume_from"), "only a train: job keeps checkpoints to "
+                     "resume from", "remove checkpoint.resume_from, or run the job through train:")
+    # What SkyPilot's Task.set_file_mounts refuses only at launch, after orch recorded the job.
+    for dest, source in spec.file_mounts.items():
+        if "://" in dest:
+            raise refuse(("file_mounts", dest), "a destination is a path on the VM, not a "
+                         "bucket", "write it as {/path/on/vm: s3://bucket/path}")
+        for what, path in (("destination", dest), ("source", source)):
+            if isinstance(path, str) and path.endswith("/"):
+                raise refuse(("file_mounts", dest), f"the {what} {clip(path)} ends with '/', "
+                             "which SkyPilot refuses", "remove the trailing '/'")
+
+
+def _default_name(file: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(file).stem).strip("-.") or "job"
+    return stem[:63]
+
+
+def _pick_error(errors: list[ErrorDetails]) -> ErrorDetails:
+    """Of pydantic's errors for a union, show the one that reached deepest, then the first."""
+    return max(errors, key=lambda e: len([p for p in e["loc"] if p not in _UNION_TAGS]))
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys a mapping at `loc` accepts, for 'did you mean' help."""
+    for part in loc:
+        field = model.model_fields.get(str(part)) if isinstance(part, str) else None
+        if field is None:
+            continue
+        ann = field.annotation
+        candidates = [ann] + list(getattr(ann, "__args__", ()))
+        nxt = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if nxt is None:
+            return []
+        model = nxt
+    return list(model.model_fields)
+
+
+def _describe(err: ErrorDetails, allowed: list[str]) -> tuple[str, Optional[str]]:
+    """The problem and hint shown for one pydantic error, in orch's words."""
+    kind, msg = err["type"], err["msg"]
+    key = str(err["loc"][-1]) if err["loc"] else ""
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(key, allowed, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else None
+        if allowed:
+            hint = (hint + " " if hint else "") + f"allowed here: {', '.join(allowed)}"
+        return f"unknown key '{key}'", hint
+    if kind == "missing":
+        return "this key is required", None
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    inp = err.get("input")
+    if kind not in ("value_error",) and not isinstance(inp, (dict, list)):
+        msg = f"{msg} (got {clip(inp)})"
+    return msg, None

@@ -17,7 +17,7 @@ import os
 import re
 import secrets as _random  # the standard library
 from pathlib import Path
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Literal, Mapping, Optional, overload
 
 from orchestrator.errors import StoreError
 
@@ -55,6 +55,10 @@ def new_salt() -> str:
     return _random.token_hex(8)
 
 
+@overload
+def store_key(home: Path, create: Literal[True] = True) -> bytes: ...
+@overload
+def store_key(home: Path, create: bool) -> Optional[bytes]: ...
 def store_key(home: Path, create: bool = True) -> Optional[bytes]:
     """The store's secret key, HOME/secret_key (0600), made on first use; None when there
     is none and `create` is False.
@@ -128,7 +132,7 @@ def redact_text(text: str, values: Iterable[str] = (), salt: str = "",
 
     def word(m: re.Match) -> str:
         w = m.group(0)
-        if (known and digest(w, salt, key) in known) or \
+        if (known and key and digest(w, salt, key) in known) or \
                 (legacy and legacy_digest(w, salt) in legacy):
             return REDACTED
         return w

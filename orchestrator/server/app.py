@@ -93,7 +93,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, e: RequestValidationError):
-        err = e.errors()[0] if e.errors() else {"loc": (), "msg": "invalid request"}
+        err: dict[str, Any] = e.errors()[0] if e.errors() else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "request"
         msg = err.get("msg")
         if err.get("type") == "json_invalid":  # its loc is a character offset, not a field

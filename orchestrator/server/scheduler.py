@@ -149,7 +149,7 @@ class Scheduler:
             d = cron.due(s["cron"], s["next_at"], now)
             if d is None:
                 continue
-            events = []
+            events: list[tuple[Optional[float], Optional[str], str]] = []  # slot, job, message
             if d.skipped:
                 events.append((d.last_skipped, None, f"skipped {d.skipped} slot(s), "
                                f"{iso(d.first_skipped)} to {iso(d.last_skipped)}: missed while "
@@ -198,7 +198,8 @@ class Scheduler:
         the others what they wait for; fail those that could never fit. The ids launched."""
         from orchestrator.decision.queue import plan_queue
 
-        store, launched = local.orch.store, []
+        store = local.orch.store
+        launched: list[str] = []
         mine, elsewhere = [], []
         for rec in store.queued():
             other = (rec["info"] or {}).get("launcher")

@@ -130,7 +130,8 @@ def summary(local, settings, limit: int = 50) -> dict:
                      "created_at": pub["created_at"], "message": pub["message"],
                      "cost": entry["cost_usd"] * rate, "verdict": verdict.get("kind"),
                      "advice": verdict.get("advice") or []})
-    queue, line = [], {}
+    queue: list[dict] = []
+    line: dict[str, int] = {}
     for i, r in enumerate(store.queued()):  # each target starts its own line in order
         line[r["target"]] = line.get(r["target"], 0) + 1
         queue.append({"position": i + 1, "id": r["id"], "name": r["name"], "owner": r.get("owner"),

@@ -1,0 +1,164 @@
+"""What the CLI talks to: `Local` runs orch in this process, `Remote` asks an `orch serve`.
+
+Both implement one small interface (`protocol.Client`) and return the `--json` shapes
+(`records.JobRecord`s, the plan and cost reports), so every command renders the same
+output either way. `connect()` picks `Remote` when ORCH_SERVER is set. No SDK is imported
+here. `Local` lives in this module itself: its schedule commands call the server's
+schedule rules, a crossing of layers allowed to this module by name (tests/unit/test_layers.py).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from orchestrator.client.cost import cost_report, parse_since
+from orchestrator.client.protocol import Client, Note, note
+from orchestrator.client.remote import MiB, Remote
+from orchestrator.errors import BackendError, NotFound
+from orchestrator.store import TERMINAL, public_schedule, store_exists
+
+__all__ = ["Client", "Local", "MiB", "Note", "Remote", "connect", "cost_report", "parse_since"]
+
+
+def connect(settings=None, on_ray_start: Optional[Callable[[], None]] = None,
+            on_note: Note = None) -> Client:
+    """`Remote` when settings.server (ORCH_SERVER) is set, else `Local`. `on_note` is told
+    what a user should know while a command works (a workdir being sent, say)."""
+    if settings is None:
+        from orchestrator.settings import load_settings
+
+        settings = load_settings()
+    if settings.server:
+        return Remote(settings.server, settings.token.get_secret_value() if settings.token else None,
+                      upload_max_bytes=settings.upload_max_mb * MiB, on_note=on_note)
+    return Local(settings, on_ray_start, on_note=on_note)
+
+
+class Local:
+    """orch in this process: the `Orch` service on this machine's store and backends."""
+
+    def __init__(self, settings, on_ray_start: Optional[Callable[[], None]] = None, orch=None,
+                 on_note: Note = None):
+        from orchestrator.service import Orch
+
+        self.settings = settings
+        self.orch = orch or Orch(settings, on_ray_start=on_ray_start)
+        self.on_note = on_note
+
+    def close(self) -> None:
+        store = self.orch.__dict__.get("store")  # opened only if it was used
+        if store is not None:
+            store.close()
+
+    def submit(self, file: Path, key: Optional[str] = None, priority: int = 0) -> dict:
+        from orchestrator.records import SubmittedJob
+        from orchestrator.spec import load_spec
+
+        spec = load_spec(file)
+        if spec.schedule.cron:  # schedules are kept and run by `orch serve` only
+            note(self.on_note, f"schedule.cron {spec.schedule.cron!r} is run by `orch serve`: "
+                  "alone, this job runs once, now. Submit it with ORCH_SERVER set to register "
+                  "its schedule with a server")
+        rec = self.orch.submit(spec, idempotency_key=key)
+        return SubmittedJob.from_row(rec, existing=bool(rec.get("existing"))).to_json()
+
+    def plan(self, file: Path) -> dict:
+        from orchestrator.spec import load_spec
+
+        return self.plan_spec(load_spec(file))
+
+    def plan_spec(self, spec) -> dict:
+        from orchestrator import fingerprint as fp_mod
+        from orchestrator import planning
+        from orchestrator.checks import check_runnable
+
+        # What a submit would refuse before recording, a plan refuses too.
+        check_runnable(spec)
+        self.orch.resume_point(spec)
+        fp, dirty = fp_mod.fingerprint(spec)
+        history = planning.history_for(fp, self.settings)
+        decision = planning.plan_job(spec, self.settings, fingerprint=fp, history=history,
+                                     code_dirty=dirty)
+        return {**decision.to_dict(), "fingerprint": fp}
+
+    def jobs(self, limit: int = 50) -> list[dict]:
+        from orchestrator.records import JobRecord
+
+        return [JobRecord.from_row(r).to_json() for r in self.orch.list(limit)]
+
+    def job(self, job_id: str) -> dict:
+        from orchestrator.records import JobDetail
+
+        rec, warning = self.orch.get(job_id), None
+        try:
+            rec = self.orch.refresh(rec)
+        except BackendError as e:  # show what is known, and why it may be stale
+            warning = f"last known state: {e.message}" + (f"\n  -> {e.hint}" if e.hint else "")
+        return JobDetail.from_history(rec, self.orch.store.history(rec["id"]), warning).to_json()
+
+    def logs(self, job_id: str) -> str:
+        return self.orch.logs(self.orch.refresh(self.orch.get(job_id)))
+
+    def poll(self, job_id: str) -> tuple[dict, str]:
+        """The job's record, checked with its backend, and its whole log so far."""
+        rec = self.orch.refresh(self.orch.get(job_id))
+        try:
+            text = self.orch.logs(rec)
+        except Exception:  # a log read that fails mid-run is retried on the next poll
+            text = ""
+        return rec, text
+
+    def stream(self, job_id: str, poll_s: float = 1.0) -> Iterator[str]:
+        rec, printed = self.orch.get(job_id), 0
+        while True:
+            rec, text = self.poll(rec["id"])
+            lines = text.splitlines()
+            yield from lines[printed:]
+            # A log that got shorter was replaced by the saved copy; keep our place.
+            printed = max(printed, len(lines))
+            if rec["status"] in TERMINAL:
+                return
+            time.sleep(poll_s)
+
+    def cancel(self, job_id: str) -> dict:
+        from orchestrator.records import CancelledJob
+
+        rec = self.orch.get(job_id)
+        if rec["status"] in TERMINAL:
+            return CancelledJob.from_row(rec, already_ended=True).to_json()
+        return CancelledJob.from_row(self.orch.cancel(rec["id"])).to_json()
+
+    def cost(self, by: str = "target", since: Optional[str] = None) -> dict:
+        return cost_report(self.settings, by, since, self.orch)
+
+    # Schedules on this machine's store: the ones an `orch serve` using it runs. The store's
+    # user may change any of them, as with `orch token`.
+
+    def schedules(self) -> list[dict]:
+        if not store_exists(self.settings):  # never create the store just to say it is empty
+            return []
+        store = self.orch.store
+        return [public_schedule(s, store.schedule_events(s["id"])) for s in store.schedules()]
+
+    def _store_with_schedules(self, sched_id: str):
+        if not store_exists(self.settings):
+            raise NotFound(f"no schedule {sched_id!r}: there is no job store at "
+                           f"{self.settings.home} yet", "`orch schedule list` shows the schedules")
+        return self.orch.store
+
+    def schedule(self, sched_id: str) -> dict:
+        store = self._store_with_schedules(sched_id)
+        s = store.schedule(sched_id)
+        return public_schedule(s, store.schedule_events(s["id"]))
+
+    def pause_schedule(self, sched_id: str, paused: bool = True) -> dict:
+        from orchestrator.server.schedules import set_paused
+
+        return set_paused(self._store_with_schedules(sched_id), sched_id, paused)
+
+    def remove_schedule(self, sched_id: str) -> dict:
+        from orchestrator.server.schedules import remove
+
+        return remove(self._store_with_schedules(sched_id), sched_id)

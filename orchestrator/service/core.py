@@ -1,0 +1,99 @@
+"""The base of `Orch`: its settings, its store, the providers it launches on, and the
+one way it calls them (bounded in time, retried)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Callable, Optional
+
+from orchestrator.errors import BackendError, InputError
+from orchestrator.settings import Settings
+from orchestrator.store import Store, open_store
+
+
+class OrchCore:
+    def __init__(self, settings: Settings, on_ray_start: Optional[Callable[[], None]] = None):
+        self.settings = settings
+        self.on_ray_start = on_ray_start
+        self._providers: dict = {}
+        self._secrets: dict[str, dict] = {}  # job id -> secret values, for this process only
+
+    @functools.cached_property
+    def store(self) -> Store:
+        # Opened on first use, so a rejected job file never creates or touches the store.
+        return open_store(self.settings)
+
+    def get(self, job_id: str) -> dict:
+        return self.store.get(job_id)
+
+    # -- providers --------------------------------------------------------------------
+
+    def local_ray(self):
+        from providers.local_ray import LocalRay
+
+        return LocalRay(self.settings.home, cpus=self.settings.local.cpus,
+                        object_store_mb=self.settings.local.object_store_mb)
+
+    def provider(self, target: str):
+        if target not in self._providers:
+            if target == "local":
+                from providers.local import LocalProvider
+
+                self._providers[target] = LocalProvider(self.local_ray(), self.on_ray_start)
+            elif target == "onprem" and self.settings.ray_address:
+                from providers.onprem import OnPremProvider
+
+                self._providers[target] = OnPremProvider(self.settings.ray_address,
+                                                         self.settings.ray_token_file)
+            elif target == "cloud":
+                from providers.cloud import CloudProvider
+
+                self._providers[target] = CloudProvider(
+                    startup_minutes=self.settings.cloud_startup_minutes)
+            else:
+                raise InputError(f"target {target!r} is not available in this version of orch",
+                                 "use placement.allow: [local] or ORCH_MODE=local")
+        return self._providers[target]
+
+    def _retry(self, provider, op: str, *args):
+        """Call provider.op with bounded retries and doubling waits; the last error is
+        raised naming the backend, the attempts and what to do. Every call is safe to
+        repeat: submit is idempotent by job id, the rest read or stop."""
+        attempts, wait = self.settings.backend_retries, self.settings.backend_backoff_s
+        # A launch may upload a workdir; everything else should answer quickly.
+        timeout = self.settings.backend_timeout_s * (5 if op == "submit" else 1)
+        for i in range(attempts):
+            try:
+                return _call_within(getattr(provider, op), args, timeout,
+                                    f"{getattr(provider, 'name', 'the backend')} at "
+                                    f"{getattr(provider, 'address', '?') or '?'}")
+            except BackendError as e:
+                if i == attempts - 1:
+                    raise BackendError(f"{e.message} (after {attempts} attempts)", e.hint) from None
+                time.sleep(wait * 2 ** i)
+
+
+def _call_within(fn, args: tuple, timeout_s: float, who: str):
+    """fn(*args), or BackendError when it has not returned within `timeout_s`: a backend
+    that hangs is reported like one that refuses. The call is left to finish in a daemon
+    thread; every provider call is safe to have twice (submit is idempotent by job id)."""
+    import threading
+
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True, name="orch-backend-call")
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise BackendError(f"{who} did not answer within {timeout_s:g} s",
+                           "the backend is overloaded or hanging; `orch doctor` checks it")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

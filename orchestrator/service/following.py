@@ -1,0 +1,186 @@
+"""Following a job: its record kept in step with its backend (state, metrics, budget, the
+end and its ledger line), its log with secrets redacted, and cancelling it."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+from orchestrator import redact
+from orchestrator.errors import BackendError, OrchError
+from orchestrator.run_metrics import add_scaling, from_log
+from orchestrator.service.budgets import Budgets
+from orchestrator.service.processes import alive
+from orchestrator.store import TERMINAL
+
+
+class Following(Budgets):
+    def refresh(self, rec: dict) -> dict:
+        """Bring a job's record in step with its backend; finished jobs are left alone."""
+        if rec["status"] in TERMINAL:
+            return rec
+        if not rec["backend_id"]:
+            if (rec["info"] or {}).get("queued"):
+                return rec  # waiting in `orch serve`'s queue: nothing was launched yet
+            rec = self._recover_launch(rec)
+            if not rec["backend_id"]:
+                return rec
+        provider = self.provider(rec["target"])
+        if rec["target"] == "local" and not provider.running:
+            return self._finish(rec, "FAILED", "the local Ray instance stopped while the job was "
+                                               "running (`orch local up` starts a new one)")
+        try:
+            state = self._retry(provider, "state", rec["backend_id"], rec["info"])
+        except BackendError as e:
+            # The job's history says when its backend stopped answering; its state stays the
+            # last one known, since the job may well still be running there.
+            self.store.set_status(rec["id"], rec["status"], f"last known {rec['status']}: {e.message}")
+            raise
+        info = rec["info"] or {}
+        if state.info and any(info.get(k) != v for k, v in state.info.items()):
+            rec = self.store.update(rec["id"], info={**info, **state.info})
+        if state.status in TERMINAL:
+            status = "CANCELLED" if rec["cancel_requested"] else state.status
+            return self._finish(rec, status, (rec["info"] or {}).get("budget_stop") or state.message)
+        if state.status == "RUNNING":
+            metrics = from_log(self._redact(rec, self._retry(provider, "logs", rec["backend_id"])),
+                               rec["metrics"])
+            rec = self.store.set_status(rec["id"], "RUNNING", state.message, metrics=metrics)
+            return self._enforce_budget(rec, provider)
+        return rec
+
+    def _recover_launch(self, rec: dict, grace_s: float = 60.0, cloud_grace_s: float = 600.0) -> dict:
+        """A job recorded but with no backend id: its `orch submit` died or is still launching.
+        While that orch lives (or for `grace_s` when it cannot be checked), leave it be; then
+        ask the backend, which knows the job by orch's id, before declaring it never launched."""
+        sub = (rec["info"] or {}).get("submitter")
+        gone = sub is not None and not alive(sub)
+        age = time.time() - rec["created_at"]
+        if not gone and age < grace_s:
+            return rec  # a live submit may still be starting Ray or uploading the workdir
+        never = ("never launched: the orch that submitted it stopped before the launch; "
+                 "submit the job again")
+        provider = self.provider(rec["target"])
+        if rec["target"] == "local" and not provider.running:
+            return self.store.set_status(rec["id"], "FAILED", never)
+        state = self._retry(provider, "state", rec["id"], None)
+        if "has no job" in (state.message or ""):
+            if rec["target"] == "cloud" and age < cloud_grace_s:
+                return rec  # a launch request can take minutes to reach SkyPilot's queue
+            return self.store.set_status(rec["id"], "FAILED", never)
+        self.store.set_status(rec["id"], rec["status"], "found on the backend after its orch "
+                              "stopped: followed from here")
+        return self.store.update(rec["id"], backend_id=rec["id"], address=provider.address)
+
+    def _finish(self, rec: dict, status: str, message: Optional[str]) -> dict:
+        text = self.logs(rec)
+        log_path = self.settings.home / "logs" / f"{rec['id']}.log"
+        if text:
+            write_private(log_path, text)
+        metrics = from_log(text, rec["metrics"])
+        result = metrics.pop("_result", None)
+        if status == "SUCCEEDED" and result and result.get("ok") is False:
+            status = "FAILED"
+        if status == "FAILED" and result and result.get("error"):
+            message = result["error"]
+        stopped = metrics.get("stopped")
+        if status == "SUCCEEDED" and stopped:  # the runner stopped itself at its budget
+            status = "CANCELLED"
+            message = (f"stopped at its budget after epoch {stopped.get('epoch')}: "
+                       f"{stopped.get('detail')}; last checkpoint {metrics.get('checkpoint')}")
+        if status == "SUCCEEDED":
+            self._scaling(rec, metrics)
+        rec = self.store.set_status(rec["id"], status, message, metrics=metrics,
+                                    log_path=str(log_path) if text else rec["log_path"])
+        from orchestrator import ledger
+
+        # The ledger line, kept with the job: what it cost and what it passed over.
+        return self.store.update(rec["id"], info={**(rec["info"] or {}), "cost": ledger.entry(rec)})
+
+    def _scaling(self, rec: dict, metrics: dict) -> None:
+        """With N workers, what they bought, against earlier one-worker runs of the same job."""
+        add_scaling(metrics, [r["metrics"] or {} for r in
+                              self.store.runs_for_fingerprint(rec["fingerprint"])
+                              if r["status"] == "SUCCEEDED" and r["id"] != rec["id"]])
+
+    def _redact(self, rec: dict, text: str) -> str:
+        """The job's secrets out of `text`, and any credential orch's own environment holds
+        (AWS_SECRET_ACCESS_KEY and the like), should the job have printed one."""
+        if not text:
+            return text
+        info = rec["info"] or {}
+        values = list((self._secrets.get(rec["id"]) or {}).values())
+        values += [v for k, v in os.environ.items() if len(v) >= 8 and redact.looks_secret(k)]
+        hmacs = info.get("secret_hmacs") or ()
+        key = redact.store_key(self.settings.home, create=False) if hmacs else None
+        return redact.redact_text(text, values, info.get("secret_salt", ""), hmacs, key,
+                                  legacy=info.get("secret_digests") or ())
+
+    def logs(self, rec: dict) -> str:
+        """The job's log, secrets redacted: from the backend while it knows the job, else
+        the saved copy."""
+        return self._redact(rec, self._raw_logs(rec))
+
+    def _raw_logs(self, rec: dict) -> str:
+        if rec["status"] in TERMINAL and rec["log_path"] and Path(rec["log_path"]).exists():
+            return Path(rec["log_path"]).read_text()
+        if not rec["backend_id"]:
+            return ""
+        provider = self.provider(rec["target"])
+        if rec["target"] == "local" and not provider.running:
+            return self._local_driver_log(rec)
+        try:
+            return provider.logs(rec["backend_id"])
+        except BackendError:
+            if rec["target"] == "local":
+                return self._local_driver_log(rec)
+            raise
+
+    def _local_driver_log(self, rec: dict) -> str:
+        """A stopped local Ray leaves its session's files on disk: read the driver log there."""
+        temp = self.local_ray().temp_dir()
+        for path in sorted(temp.glob(f"session_*/logs/job-driver-{rec['backend_id']}.log")):
+            return path.read_text(errors="replace")
+        return ""
+
+    def cancel(self, job_id: str, wait_s: float = 30.0) -> dict:
+        rec = self.store.get(job_id)
+        if rec["status"] in TERMINAL:
+            return rec
+        self.store.update(rec["id"], cancel_requested=1)
+        rec = self.store.get(rec["id"])
+        if not rec["backend_id"]:
+            return self.store.set_status(rec["id"], "CANCELLED", "cancelled before launch")
+        provider = self.provider(rec["target"])
+        if rec["target"] == "local" and not provider.running:
+            return self.refresh(rec)
+        self._retry(provider, "cancel", rec["backend_id"])
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            rec = self.refresh(self.store.get(rec["id"]))
+            if rec["status"] in TERMINAL:
+                return rec
+            time.sleep(0.5)
+        return rec
+
+    def list(self, limit: int = 50) -> list[dict]:
+        out = []
+        for rec in self.store.list(limit):
+            try:
+                out.append(self.refresh(rec))
+            except OrchError:
+                out.append(rec)  # shown as last known; `orch status ID` names the problem
+        return out
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (a log may hold what the job printed), whole
+    or not at all: a reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,131 @@
+"""What a provider runs for a job: its command, environment, checkpoint storage and the
+run it resumes, as one `Launch`; for a cloud VM also the offers to try and the mounts."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+from orchestrator.service.budgets import Budgets
+from orchestrator.spec import JobSpec
+from orchestrator.store import store_exists
+from providers.base import Launch
+
+# Ray Train's controller drains reports on its health check; 0.2 s keeps reports cheap.
+_RAY_TRAIN_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
+
+
+class LaunchBuilder(Budgets):
+    def launch_for(self, job_id: str, spec: JobSpec, target: str,
+                   decision: Optional[dict] = None, secrets: Optional[dict] = None) -> Launch:
+        """What the provider runs. `secrets` are the `secrets:` values (None: read them now)."""
+        from orchestrator.decision.demand import job_demand
+
+        endpoint = self.settings.s3_endpoint_url
+        # An address, not a secret: boto3 and pyarrow in the job's own code find S3 there too.
+        aws = {"AWS_ENDPOINT_URL_S3": endpoint} if endpoint else {}  # S3 only, not every AWS service
+        env = {**_RAY_TRAIN_ENV, **aws, **spec.env_strings(), "ORCH_JOB_ID": job_id}
+        workdir = spec.workdir_path()
+        storage: Optional[str]
+        if target == "local":
+            storage = spec.checkpoint.storage or str(self.settings.home / "checkpoints")
+        elif target == "cloud":  # a recovered spot VM resumes only from shared storage
+            storage = spec.checkpoint.storage or self.settings.cloud_storage
+        else:  # a path on the user's machine means nothing to the cluster
+            storage = spec.checkpoint.storage or self.settings.onprem_checkpoint_storage
+        resume = self.resume_point(spec, before=job_id)
+        run_name = resume["run_name"] if resume else job_id
+        if resume:
+            storage = resume["storage_path"]
+        # What the job holds on the offer it was placed on: what `orch serve`'s queue
+        # reserves for it and placement's wait estimate assumed.
+        holds = job_demand(spec, (decision or {}).get("choice"))
+        use_gpu = spec.scaling.use_gpu
+        if use_gpu == "auto" and (decision or {}).get("choice"):
+            use_gpu = holds.gpus > 0  # as placed and priced, not what the target happens to have
+        if spec.train is not None:
+            from jobs.request import ENV_VAR, Budget, RunRequest
+
+            train_target = spec.train.job or spec.train.entrypoint
+            assert train_target is not None  # the spec holds exactly one of them
+            budget = self.run_budget(spec, decision, job_id)
+            run = RunRequest(
+                job_id=job_id, run_name=run_name, target=train_target,
+                config=spec.train.config, num_workers=spec.scaling.num_workers, use_gpu=use_gpu,
+                precision=spec.precision, loader_workers=spec.data.loader_workers,
+                pin_memory=spec.data.pin_memory, cpus_per_worker=_cpus_per_worker(spec),
+                storage_path=storage, num_to_keep=spec.checkpoint.num_to_keep,
+                max_failures=spec.checkpoint.max_failures, placement=spec.scaling.placement,
+                s3_endpoint_url=endpoint if endpoint and storage and storage.startswith("s3://") else None,
+                budget=Budget(**budget) if budget else None)
+            env[ENV_VAR] = run.to_json()
+            if target == "onprem":  # the cluster Ray's own Python, not the node's first python3
+                from providers.ray_python import runner_command
+
+                command = runner_command("jobs.runner")
+            else:
+                python = sys.executable if target == "local" else "python3"
+                command = f"{shlex.quote(python)} -m jobs.runner"
+        else:
+            assert spec.run is not None  # the spec holds exactly one of train: and run:
+            command = spec.run
+        if spec.setup:
+            command = f"set -e\n{spec.setup}\nset +e\n{command}"
+        if target == "local":
+            # `python` in a run: or setup: line means the interpreter orch (and its Ray) runs in.
+            command = f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"\n{command}'
+        entrypoint = f"bash -c {shlex.quote(command)}"
+        est_hours = ((decision or {}).get("estimate") or {}).get("hours")
+        # The cluster keeps these with the job, so any orch can estimate the queue from them.
+        metadata = {"orch_job": job_id, "name": spec.name or "job", "cpus": holds.cpus,
+                    "gpus": holds.gpus}
+        if est_hours is not None:
+            metadata["est_hours"] = round(est_hours, 4)
+        if spec.train and storage:
+            metadata["storage_path"] = storage
+        if spec.train:
+            metadata["run_name"] = run_name
+        return Launch(job_id=job_id, entrypoint=entrypoint, env=env,
+                      secrets=spec.secret_strings() if secrets is None else dict(secrets),
+                      workdir=str(workdir) if workdir else None, metadata=metadata)
+
+    def resume_point(self, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:
+        """The run `checkpoint.resume_from` continues (see orchestrator.resume); `before` is
+        the job being launched: neither it nor a later job is a candidate. `submit` calls
+        it before recording anything."""
+        from orchestrator.resume import resume_point
+
+        return resume_point(spec, self._earlier_jobs(before) if spec.checkpoint.resume_from else [])
+
+    def _earlier_jobs(self, before: Optional[str]) -> list[dict]:
+        """Every job recorded before `before` (all jobs when it is None), newest first."""
+        if not store_exists(self.settings):
+            return []  # no jobs yet, and a rejected job file must not create the store
+        jobs = self.store.list(limit=1_000_000)
+        mine = next((r for r in jobs if r["id"] == before), None)
+        if mine is None:
+            return jobs  # not recorded (a test, a plan): every job is earlier
+        # Later jobs too: a job submitted meanwhile must not change what this one resumes.
+        return [r for r in jobs if r["id"] != before and r["created_at"] <= mine["created_at"]]
+
+    def for_cloud(self, launch: Launch, spec: JobSpec, decision: dict) -> Launch:
+        """What a cloud VM needs beyond the command: the offers in cost order (the chosen
+        one first, then the eligible cloud alternatives as fallbacks) and the file mounts."""
+        offers = [decision["choice"]] + [
+            a for a in decision.get("alternatives", [])
+            if a["target"] == "cloud" and a["excluded"] is None and a != decision["choice"]]
+        return dataclasses.replace(launch, offers=tuple(offers),
+                                   file_mounts=dict(spec.file_mounts), num_nodes=spec.num_nodes,
+                                   disk_size=spec.resources.disk_size)
+
+
+def _cpus_per_worker(spec: JobSpec) -> Optional[int]:
+    """The CPUs each Ray Train worker may use, when the job file says (resources.cpus over
+    its workers); None lets the runner share the node's CPUs among the workers on it."""
+    from orchestrator.spec import quantity_min
+
+    cpus = quantity_min(spec.resources.cpus)
+    return None if cpus is None else max(1, int(cpus // spec.scaling.num_workers))

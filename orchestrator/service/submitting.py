@@ -1,0 +1,144 @@
+"""Submitting a job: check it, place it, record it as PENDING, then launch it on its
+backend, storing the backend's id as soon as it exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from orchestrator import failpoints, redact
+from orchestrator.checks import check_runnable
+from orchestrator.errors import BackendError, InputError
+from orchestrator.fingerprint import fingerprint
+from orchestrator.service.launch_spec import LaunchBuilder
+from orchestrator.service.processes import alive, submitter
+from orchestrator.spec import JobSpec
+from orchestrator.store import TERMINAL, new_job_id
+
+
+class Submitting(LaunchBuilder):
+    def place(self, spec: JobSpec, fp: str, dirty: bool) -> dict:
+        """Where the job runs and why: the same decision `orch plan` shows."""
+        from orchestrator import planning
+
+        history = planning.history_for(fp, self.settings)
+        decision = planning.plan_job(spec, self.settings, fingerprint=fp, history=history,
+                                     code_dirty=dirty)
+        if decision.choice is None:
+            raise InputError(f"{spec.source_file or spec.name}: no place to run this job: "
+                             f"{decision.refusal}",
+                             "`orch plan FILE` lists every alternative and why it was excluded")
+        notes: list[str] = []
+        if decision.target == "cloud":
+            decision, notes = self._with_enabled_clouds(spec, fp, dirty, history, decision)
+        if decision.target == "cloud" and spec.num_nodes > 1:
+            # Each node would run the runner and start a Ray of its own; joining them into
+            # one cluster on the VMs is not built yet.
+            raise spec.error("num_nodes", "cloud jobs run on one node for now",
+                             "ask for more GPUs per node (e.g. H100:8) instead of more nodes")
+        record = decision.to_dict()
+        record["reasons"] = notes + record["reasons"]
+        record["warnings"] = notes
+        record["alternatives"] = record["alternatives"][:10]  # the record keeps the best few
+        return record
+
+    def _with_enabled_clouds(self, spec, fp, dirty, history, decision):
+        """A cloud choice needs credentials for that cloud. Without them, say so and how to
+        enable one (`sky check`), and re-plan without the clouds that are not enabled."""
+        from orchestrator import planning
+        from providers.cloud import enabled_clouds
+
+        enabled, why = enabled_clouds(self.settings.clouds)
+        if decision.choice.offer.cloud in enabled:
+            return decision, []
+        off = "; ".join(f"{c}: {w}" for c, w in why.items())
+        settings = self.settings.model_copy(update={"clouds": enabled})
+        again = planning.plan_job(spec, settings, fingerprint=fp, history=history, code_dirty=dirty)
+        if again.choice is None:
+            raise InputError(f"{spec.source_file or spec.name}: the cheapest place for this job is "
+                             f"{decision.choice.offer.cloud}, but no configured cloud is enabled "
+                             f"({off}), and without the cloud: {again.refusal}",
+                             "run `sky check` to enable a cloud (SkyPilot shows what each needs), "
+                             "or allow owned hardware in placement.allow")
+        note = (f"no cloud is enabled for {decision.choice.offer.cloud} ({off}); `sky check` "
+                f"enables one. Instead: {again.target}")
+        return again, [note]
+
+    def submit(self, spec: JobSpec, idempotency_key: Optional[str] = None) -> dict:
+        """Check, record (PENDING, with its idempotency key), then launch, storing the
+        backend's id as soon as it exists. Bad input raises before anything is written.
+
+        A key seen before returns that job: launched, ended, or still being launched by a
+        live orch, it is left alone; recorded by an orch that died before its launch, this
+        call takes the launch over. The backend knows the job by orch's id, so a launch
+        that did happen is found, never repeated."""
+        rec, secrets = self.record(spec, idempotency_key)
+        if rec.get("existing"):  # this key was submitted before
+            sub = (rec["info"] or {}).get("submitter")
+            if rec["backend_id"] or rec["status"] in TERMINAL or sub is None or alive(sub):
+                return rec
+            # Its orch died before storing a launch: take the launch over, as it was planned.
+            rec = self.store.update(rec["id"], info={**(rec["info"] or {}), "submitter": submitter()})
+            self.store.set_status(rec["id"], "PENDING", "launch taken over by a resubmit with "
+                                  "the same idempotency key")
+        return self.launch(rec, spec, secrets)
+
+    def record(self, spec: JobSpec, idempotency_key: Optional[str] = None, *,
+               owner: Optional[str] = None, priority: int = 0,
+               info: Optional[dict] = None) -> tuple[dict, dict]:
+        """Check, plan and record a job as PENDING; nothing is launched. Returns the record
+        (with "existing": True when the key was submitted before) and the `secrets:` values.
+        `orch serve` records a job here and launches it when its turn in the queue comes."""
+        check_runnable(spec)
+        self.resume_point(spec)  # a resume_from that names no usable run: refused, nothing written
+        secrets = spec.secret_strings()  # a secret with no value is a job-file error
+        fp, dirty = fingerprint(spec)
+        decision = self.place(spec, fp, dirty)
+        failpoints.reached("planned")
+        hidden = redact.secret_env(spec.envs, secrets)
+        salt = redact.new_salt()
+        job_id = new_job_id()
+        info = {**(info or {}), "submitter": submitter()}
+        if hidden:  # digests only: a log read after this process is gone is still redacted
+            key = redact.store_key(self.settings.home)
+            info.update(secret_salt=salt, secret_hmacs=redact.digests(hidden.values(), salt, key))
+        rec = self.store.create_job(
+            name=spec.name or "job", spec=redact.redact_spec(spec.model_dump(mode="json")),
+            kind=decision["kind"], target=decision["target"], fingerprint=fp, decision=decision,
+            source_file=str(Path(spec.source_file).resolve()) if spec.source_file else None,
+            idempotency_key=idempotency_key or f"auto-{job_id}", job_id=job_id, info=info,
+            owner=owner, priority=priority)
+        failpoints.reached("recorded")
+        if rec["id"] != job_id:
+            rec = {**rec, "existing": True}
+        return rec, secrets
+
+    def launch(self, rec: dict, spec: JobSpec, secrets: Optional[dict] = None) -> dict:
+        """Launch a recorded job as it was planned; `secrets` None: read them now."""
+        secrets = spec.secret_strings() if secrets is None else secrets
+        decision = rec["decision"]
+        target = rec["target"]
+        provider = self.provider(target)
+        self._secrets[rec["id"]] = redact.secret_env(spec.envs, secrets)
+        try:
+            provider.prepare()
+            failpoints.reached("prepared")
+            launch = self.launch_for(rec["id"], spec, target, decision, secrets)
+            if target == "cloud":
+                launch = self.for_cloud(launch, spec, decision)
+            backend_id = self._retry(provider, "submit", launch)
+            failpoints.reached("launched")
+        except BackendError as e:
+            self.store.set_status(rec["id"], "FAILED", f"launch failed: {e.message}")
+            raise
+        extra: dict = getattr(provider, "launch_info", lambda _: {})(backend_id)
+        if launch.offers:  # what the cloud ledger prices each launch with
+            extra = {**extra, "offers": list(launch.offers)}
+        info = {k: v for k, v in (rec["info"] or {}).items() if k != "queued"}
+        # One write: the backend's id and what is needed to follow the job arrive together.
+        rec = self.store.update(rec["id"], backend_id=backend_id, address=provider.address,
+                                info={**info, "entrypoint": launch.entrypoint,
+                                      "storage_path": launch.metadata.get("storage_path"),
+                                      "run_name": launch.metadata.get("run_name"), **extra})
+        failpoints.reached("stored")
+        return rec

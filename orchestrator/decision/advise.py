@@ -192,6 +192,7 @@ def _candidate(cand, settings, offers, ref_per_month: float, elec: float, cap: f
     run = c.hours_per_month = min(c.hours_needed, limit)
     c.capped = c.hours_needed > limit
     c.power_usd = cand.watts * count / 1000.0 * run * elec
+    rent: Optional[float]
     if what_if.rent_price is not None:
         rent, c.rent_basis = what_if.rent_price, "--rent-price"
     else:

@@ -99,6 +99,7 @@ class HoursEstimator:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
+        out: tuple[Optional[float], str]
         if key in self.measured:
             h, n = self.measured[key]
             out = (h, _measured(n, key))

@@ -1,4 +1,5 @@
-"""Placement's words: how an option is named and priced, the notes, and the refusal's advice."""
+"""Placement's words: how an option is named and priced, the rule that decided, the notes,
+and the refusal's advice."""
 
 from __future__ import annotations
 
@@ -75,11 +76,10 @@ def notes(index: OfferIndex, listed: int, capacity: Optional[Capacity], local_on
     out = []
     if len(index.offers) > listed:
         out.append(f"{len(index.offers) - listed} offers of other GPU models or counts not listed")
-    checked = capacity is not None and (capacity.onprem_free is not None
-                                        or capacity.can_start_now is not None
-                                        or capacity.load is not None)
     if index.has_onprem and not local_only:
-        if checked:
+        if capacity is not None and (capacity.onprem_free is not None
+                                     or capacity.can_start_now is not None
+                                     or capacity.load is not None):  # it was checked
             out.append(f"on-prem capacity: {capacity.source}")
         elif capacity is None or not capacity.unreachable:
             out.append("on-prem capacity not checked: assumed free")
@@ -140,3 +140,70 @@ def refusal(needs: Needs, index: OfferIndex, alts: list[Alternative], blockers: 
     misfits = sorted({t for b in blockers for c, t in b if c in ("fit", "speed", "unreachable")})
     return (f"nothing fits {needs.describe()}: " + "; ".join(misfits[:4]) +
             " - change resources or enable more clouds (ORCH_CLOUDS)")
+
+
+def estimate_line(a: Alternative, money) -> str:
+    return f"estimated {a.est_hours:.3g} h ({a.hours_basis}), {money(a.est_cost)} per job in full"
+
+
+def no_owned(allow: set, settings) -> str:
+    """Why no owned GPU was an option at all."""
+    if "onprem" not in allow and "local" not in allow:
+        return "placement.allow excludes them"
+    return ("none has the job's resources" if settings.onprem or settings.ray_address
+            else "no on-prem GPUs configured")
+
+
+def rule_lines(choice: Alternative, ranked: Sequence[Alternative], eligible: Sequence[Alternative],
+               mode: str, money, settings, allow: set, value: float) -> list[str]:
+    """The rule that decided (`mode`, as placement applied it), with the figures a user can
+    check; `value` is turnaround_value_per_hour in USD."""
+    mine = f"{what(choice)} at {dispatch_words(choice, money)}"
+    rival = next((a for a in eligible if a.offer.owned != choice.offer.owned), None)
+    vs = f", against {what(rival)} at {dispatch_words(rival, money)}" if rival else ""
+    if mode == "local":
+        return [f"local-only mode keeps every job on this machine; cheapest here: {mine}"]
+    lines = []
+    # Why the first owned option the job may use was ruled out, if one was.
+    owned_why = next((a.excluded for a in ranked
+                      if a.offer.owned and a.offer.target in allow and a.excluded), None)
+    if choice.offer.owned:
+        if mode == "steady":
+            lines.append(f"steady work runs on owned GPUs: {what(choice)} can start "
+                         f"{when(choice)}, {dispatch_words(choice, money)}, the marginal "
+                         f"cost that decided{vs}")
+        elif mode == "fallback":
+            lines.append(f"no rentable GPU can take it ({no_cloud_words(ranked, settings, allow)}"
+                         f"), so it runs on owned GPUs: {what(choice)} can start "
+                         f"{when(choice)}, {dispatch_words(choice, money)}")
+        else:
+            lines.append(f"exploratory backfill: {what(choice)} is idle now and stays free for "
+                         f"the job's {choice.est_hours:.3g} h (nothing queued or due on it before "
+                         f"then), so it runs there for {dispatch_words(choice, money)}, the "
+                         f"marginal cost that decided{vs}")
+    else:
+        runner_up = next((a for a in eligible if a is not choice and not a.offer.owned), None)
+        cheapest = f"the cheapest rentable GPU per job: {mine}" + (
+            f" vs {what(runner_up)} {money(runner_up.est_cost)}" if runner_up else "")
+        if mode == "steady" and rival is not None:
+            lines.append(f"steady work on {cheapest}: it costs less than {what(rival)} at "
+                         f"{dispatch_words(rival, money)}")
+        elif mode == "steady" and owned_why is not None and any(
+                c.startswith("on-prem busy") for c in owned_why.split("; ")):
+            lines.append(f"cloud burst: steady work waits for owned GPUs only while it can: "
+                         f"{owned_why}; so it runs on {cheapest}")
+        elif mode == "steady":
+            lines.append(f"steady work on {cheapest}; owned GPUs: " + (
+                owned_why if owned_why is not None else no_owned(allow, settings)))
+        else:
+            lines.append(f"exploratory work rents {cheapest}")
+            if owned_why is not None:
+                lines.append(f"not on owned GPUs: {owned_why}")
+            elif rival is not None:
+                lines.append(f"{what(rival)} is idle but ranks behind it: "
+                             f"{dispatch_words(rival, money)}")
+    if value and rival is not None:
+        lines.append(f"ranked by cost + {money(value)} per hour until done: "
+                     f"{what(choice)} {money(choice.score)} vs {what(rival)} "
+                     f"{money(rival.score)}")
+    return lines

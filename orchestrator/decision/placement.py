@@ -240,12 +240,12 @@ def _apply_kind(rows: list[_Row], kind: str, rules: _Rules) -> str:
     if rules.value:
         for r in rows:
             if r.score is not None and r.hours is not None:
-                r.score += rules.value * _turnaround_h(r, rules)
+                r.score += rules.value * _turnaround_h(r, r.hours, rules)
     return mode
 
 
-def _turnaround_h(r: _Row, rules: _Rules) -> float:
-    return r.wait / 60.0 + r.hours + (0.0 if r.owned else rules.startup / 60.0)
+def _turnaround_h(r: _Row, hours: float, rules: _Rules) -> float:
+    return r.wait / 60.0 + hours + (0.0 if r.owned else rules.startup / 60.0)
 
 
 def _alternative(r: _Row, rules: _Rules) -> Alternative:
@@ -321,7 +321,7 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
         reasons = (f"queued on-prem: the cluster is busy for {w} (longer than steady work "
                    f"would wait), and no cloud offer is allowed ({ex.why_not(ranked, 'cloud')}), "
                    "so the job waits for the owned GPUs",
-                   _estimate_line(choice, money), ex.full_words(choice, money))
+                   ex.estimate_line(choice, money), ex.full_words(choice, money))
         return Decision(target="onprem", choice=choice, reasons=reasons, **common)
 
     if not eligible:
@@ -330,81 +330,19 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
         return Decision(target=None, choice=None, reasons=(refusal,), refusal=refusal, **common)
 
     choice = eligible[0]
-    reasons = _rule_lines(choice, ranked, eligible, mode, rules)
-    reasons.append(_estimate_line(choice, money))
+    lines = ex.rule_lines(choice, ranked, eligible, mode, money, settings, rules.allow, rules.value)
+    lines.append(ex.estimate_line(choice, money))
     if choice.offer.owned:
-        reasons.append(ex.full_words(choice, money))
+        lines.append(ex.full_words(choice, money))
     if choice.offer.spot:
-        reasons.append(f"spot: the job checkpoints to {rules.storage} and is short")
-    elif choice.offer.target == "cloud":
+        lines.append(f"spot: the job checkpoints to {rules.storage} and is short")
+    elif choice.offer.target == "cloud" and choice.est_cost is not None:
+        # Both priced: an eligible offer has its hours, and so has one blocked only as spot.
+        cost = choice.est_cost
         spot = next((a for a, r in zip(alts, rows) if r.blockers and a.offer.spot
                      and all(c == "spot" for c, _ in r.blockers)
-                     and a.est_cost < choice.est_cost), None)
+                     and a.est_cost is not None and a.est_cost < cost), None)
         if spot is not None:
-            reasons.append(f"on-demand: spot would cost {money(spot.est_cost)}, but {spot.excluded}")
-    return Decision(target=choice.offer.target, choice=choice, reasons=tuple(reasons), **common)
+            lines.append(f"on-demand: spot would cost {money(spot.est_cost)}, but {spot.excluded}")
+    return Decision(target=choice.offer.target, choice=choice, reasons=tuple(lines), **common)
 
-
-def _estimate_line(a: Alternative, money) -> str:
-    return f"estimated {a.est_hours:.3g} h ({a.hours_basis}), {money(a.est_cost)} per job in full"
-
-
-def _rule_lines(choice: Alternative, ranked: Sequence[Alternative],
-                eligible: Sequence[Alternative], mode: str, rules: _Rules) -> list[str]:
-    """The rule that decided, with the figures a user can check."""
-    money, s = rules.money, rules.settings
-    mine = f"{ex.what(choice)} at {ex.dispatch_words(choice, money)}"
-    rival = next((a for a in eligible if a.offer.owned != choice.offer.owned), None)
-    vs = f", against {ex.what(rival)} at {ex.dispatch_words(rival, money)}" if rival else ""
-    if mode == "local":
-        return [f"local-only mode keeps every job on this machine; cheapest here: {mine}"]
-    lines = []
-    owned_rows = [a for a in ranked if a.offer.owned and a.offer.target in rules.allow]
-    blocked_owned = next((a for a in owned_rows if a.excluded), None)
-    if choice.offer.owned:
-        if mode == "steady":
-            lines.append(f"steady work runs on owned GPUs: {ex.what(choice)} can start "
-                         f"{ex.when(choice)}, {ex.dispatch_words(choice, money)}, the marginal "
-                         f"cost that decided{vs}")
-        elif mode == "fallback":
-            lines.append(f"no rentable GPU can take it ({ex.no_cloud_words(ranked, s, rules.allow)}"
-                         f"), so it runs on owned GPUs: {ex.what(choice)} can start "
-                         f"{ex.when(choice)}, {ex.dispatch_words(choice, money)}")
-        else:
-            lines.append(f"exploratory backfill: {ex.what(choice)} is idle now and stays free for "
-                         f"the job's {choice.est_hours:.3g} h (nothing queued or due on it before "
-                         f"then), so it runs there for {ex.dispatch_words(choice, money)}, the "
-                         f"marginal cost that decided{vs}")
-    else:
-        runner_up = next((a for a in eligible if a is not choice and not a.offer.owned), None)
-        cheapest = f"the cheapest rentable GPU per job: {mine}" + (
-            f" vs {ex.what(runner_up)} {money(runner_up.est_cost)}" if runner_up else "")
-        if mode == "steady" and rival is not None:
-            lines.append(f"steady work on {cheapest}: it costs less than {ex.what(rival)} at "
-                         f"{ex.dispatch_words(rival, money)}")
-        elif mode == "steady" and blocked_owned is not None and any(
-                c.startswith("on-prem busy") for c in (blocked_owned.excluded or "").split("; ")):
-            lines.append(f"cloud burst: steady work waits for owned GPUs only while it can: "
-                         f"{blocked_owned.excluded}; so it runs on {cheapest}")
-        elif mode == "steady":
-            lines.append(f"steady work on {cheapest}; owned GPUs: " + (
-                blocked_owned.excluded if blocked_owned is not None else _no_owned(rules)))
-        else:
-            lines.append(f"exploratory work rents {cheapest}")
-            if blocked_owned is not None:
-                lines.append(f"not on owned GPUs: {blocked_owned.excluded}")
-            elif rival is not None:
-                lines.append(f"{ex.what(rival)} is idle but ranks behind it: "
-                             f"{ex.dispatch_words(rival, money)}")
-    if rules.value and rival is not None:
-        lines.append(f"ranked by cost + {money(rules.value)} per hour until done: "
-                     f"{ex.what(choice)} {money(choice.score)} vs {ex.what(rival)} "
-                     f"{money(rival.score)}")
-    return lines
-
-
-def _no_owned(rules: _Rules) -> str:
-    if "onprem" not in rules.allow and "local" not in rules.allow:
-        return "placement.allow excludes them"
-    return ("none has the job's resources" if rules.settings.onprem or rules.settings.ray_address
-            else "no on-prem GPUs configured")

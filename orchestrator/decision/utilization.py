@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from orchestrator.decision.cost import HOURS_PER_YEAR, fmt_money, owned_hourly
 from orchestrator.decision.gpus import canonical_gpu
@@ -86,7 +87,9 @@ def _gpus(e: Mapping) -> float:
 
 def _pool(*, pool: str, target: str, gpu: Optional[str], gpus: int, unit: str, setting: str,
           purchase: float, lifetime: float, util: float, watts_all: float, elec: float,
-          start: float, end: float, basis: str, history: bool, busy_of, money) -> PoolUse:
+          start: float, end: float, basis: str, history: bool,
+          busy_of: Callable[[float], tuple[int, float]],
+          money: Callable[[Optional[float]], str]) -> PoolUse:
     """`busy_of(wstart)`: (jobs, busy GPU-hours) from wstart to end; `watts_all`: the pool's."""
     am, pw = owned_hourly(purchase, lifetime, util, watts_all, elec)
     life_h = lifetime * HOURS_PER_YEAR
@@ -95,14 +98,15 @@ def _pool(*, pool: str, target: str, gpu: Optional[str], gpus: int, unit: str, s
     if wstart > start:
         basis = f"{basis}, capped at its {lifetime:g}-year lifetime"
     assumed = (am + pw) / gpus
-    common = dict(pool=pool, target=target, gpu=gpu, gpus=gpus, unit=unit, setting=setting,
-                  purchase_price_usd=purchase, lifetime_years=lifetime, assumed_utilization=util,
-                  assumed_amortized_per_gpu_hour_usd=am / gpus,
-                  assumed_power_per_gpu_hour_usd=pw / gpus, assumed_per_gpu_hour_usd=assumed,
-                  window_days=window_h / 24.0, window_basis=basis)
+    assumed_only = PoolUse(pool=pool, target=target, gpu=gpu, gpus=gpus, unit=unit,
+                           setting=setting, purchase_price_usd=purchase, lifetime_years=lifetime,
+                           assumed_utilization=util, assumed_amortized_per_gpu_hour_usd=am / gpus,
+                           assumed_power_per_gpu_hour_usd=pw / gpus,
+                           assumed_per_gpu_hour_usd=assumed, window_days=window_h / 24.0,
+                           window_basis=basis)
     hour = "machine-hour" if unit == "machine" else "GPU-hour"
     if not history:
-        return PoolUse(**common, verdict=(
+        return dataclasses.replace(assumed_only, verdict=(
             f"no job history to measure: each used {hour} costs {money(assumed)} if they are "
             f"busy {_pct(util)} of their {lifetime:g} years, as the settings assume"))
     jobs, busy = busy_of(wstart)
@@ -128,9 +132,10 @@ def _pool(*, pool: str, target: str, gpu: Optional[str], gpus: int, unit: str, s
         else:
             verdict = (f"measured {_pct(used)} busy, near the {_pct(util)} assumed: "
                        f"{money(real)} per used {hour} against {money(assumed)} assumed")
-    return PoolUse(**common, jobs=jobs, busy_gpu_hours=busy, capacity_gpu_hours=capacity,
-                   utilization=used, ownership_usd=ownership, power_usd=power,
-                   real_per_gpu_hour_usd=real, verdict=verdict)
+    return dataclasses.replace(assumed_only, jobs=jobs, busy_gpu_hours=busy,
+                               capacity_gpu_hours=capacity, utilization=used,
+                               ownership_usd=ownership, power_usd=power,
+                               real_per_gpu_hour_usd=real, verdict=verdict)
 
 
 def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: float, end: float,
@@ -159,7 +164,7 @@ def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: flo
         # Lines of one model share its jobs by GPU count: a job does not say which line ran it.
         share = inv.count / by_model[model]
 
-        def busy_of(wstart: float, mine=mine, share=share) -> tuple[int, float]:
+        def line_busy(wstart: float, mine=mine, share=share) -> tuple[int, float]:
             return (_ran(mine, wstart, end),
                     share * sum(_overlap(s, wstart, end) * _gpus(e) for e, s in mine))
 
@@ -168,7 +173,7 @@ def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: flo
             unit="GPU", setting=f'[[onprem]] gpu = "{inv.gpu}"', purchase=inv.purchase_price,
             lifetime=inv.lifetime_years, util=inv.utilization, watts_all=inv.watts * inv.count,
             elec=electricity_price, start=start, end=end, basis=basis, history=history,
-            busy_of=busy_of, money=money))
+            busy_of=line_busy, money=money))
     shared = sorted(m for m in by_model if sum(canonical_gpu(i.gpu) == m for i in lines) > 1)
     if shared:
         notes.append(f"several [[onprem]] lines hold {', '.join(shared)}: their measured use is "

@@ -1,6 +1,6 @@
 """What orch asks the runner to do: one typed `RunRequest`, written by orch and read here.
 
-orch (orchestrator/service.py) builds a RunRequest for every `train:` job and puts its JSON
+orch (orchestrator/service/launch_spec.py) builds a RunRequest for every `train:` job and puts its JSON
 in the job's ORCH_RUN variable; the runner (jobs/runner.py) reads it back with
 `RunRequest.from_json`, which refuses a missing, unknown or ill-typed field by name rather
 than failing later inside a worker. The same definition on both sides: this module
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypeGuard, Union
 
 ENV_VAR = "ORCH_RUN"
 AUTO = "auto"
@@ -147,5 +147,5 @@ class WorkerOptions:
                    cpus_per_worker=req.cpus_per_worker, budget=budget, env=env)
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)

@@ -123,16 +123,20 @@ def _read(cloud: str, path: Path) -> list[Offer]:
     out: list[Offer] = []
     for infos in by_gpu.values():
         for i in infos:
-            base = dict(target="cloud", gpu=canonical_gpu(str(i.accelerator_name)),
-                        count=float(i.accelerator_count), cloud=cloud, region=str(i.region),
-                        cpus=_num(i.cpu_count), memory_gb=_num(i.memory),
-                        instance_type=None if i.instance_type is None else str(i.instance_type))
             price, spot = _num(i.price), _num(i.spot_price)
             if price is not None and price > 0:
-                out.append(Offer(price_per_hour=price, spot=False, **base))
+                out.append(_offer(cloud, i, price, spot=False))
             if spot is not None and spot > 0:
-                out.append(Offer(price_per_hour=spot, spot=True, **base))
+                out.append(_offer(cloud, i, spot, spot=True))
     return out
+
+
+def _offer(cloud: str, i, price: float, spot: bool) -> Offer:
+    """The offer of one catalog row (SkyPilot's InstanceTypeInfo) at one of its prices."""
+    return Offer(target="cloud", gpu=canonical_gpu(str(i.accelerator_name)),
+                 count=float(i.accelerator_count), price_per_hour=price, cloud=cloud,
+                 region=str(i.region), spot=spot, cpus=_num(i.cpu_count), memory_gb=_num(i.memory),
+                 instance_type=None if i.instance_type is None else str(i.instance_type))
 
 
 def _num(x) -> Optional[float]:

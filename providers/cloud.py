@@ -140,7 +140,8 @@ class SkySDK:
         error = None
         if status == "FAILED":
             try:
-                sky.get(request_id)
+                # SkyPilot types ids as its RequestId (a str subclass); any str works.
+                sky.get(request_id)  # type: ignore[arg-type]
             except Exception as e:  # the launch's own error, e.g. NoCloudAccessError
                 error = f"{type(e).__name__}: {e}"
         return status, error

@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from orchestrator.errors import BackendError
 
@@ -150,7 +150,7 @@ class LocalRay:
         with open(log, "w") as out:
             proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                   stdin=subprocess.DEVNULL, timeout=180)
-        state = {
+        state: dict[str, Any] = {
             "address": f"127.0.0.1:{ports['gcs']}",
             "dashboard_url": f"http://127.0.0.1:{ports['dashboard']}",
             "ports": ports, "temp_dir": str(temp_dir), "cpus": cpus,

@@ -14,7 +14,6 @@ from typing import Optional, Union
 
 import jobs
 from orchestrator.errors import BackendError
-from providers.base import Launch
 from providers.ray_cluster import ClusterSnapshot, get_json, snapshot
 from providers.ray_jobs import RayJobsProvider
 
@@ -47,10 +46,9 @@ class OnPremProvider(RayJobsProvider):
         get_json(self.address, "/api/version", self.headers, timeout=5.0, hint=HINT)
         super().prepare()
 
-    def submit(self, launch: Launch) -> str:
-        # orch's runner goes with the job, so every node runs the submitter's version of it.
-        extra = {"py_modules": [str(Path(jobs.__file__).parent)]}
-        return super().submit(launch, extra_runtime_env=extra)
+    def extra_runtime_env(self) -> dict:
+        """orch's runner goes with the job, so every node runs the submitter's version of it."""
+        return {"py_modules": [str(Path(jobs.__file__).parent)]}
 
     def with_secrets(self, entrypoint: str) -> str:
         """The secret step under the cluster Ray's own Python, found as for the runner."""

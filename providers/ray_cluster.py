@@ -11,7 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from orchestrator.errors import BackendError
 
@@ -19,7 +19,8 @@ _ACTIVE = ("PENDING", "RUNNING")
 
 
 def get_json(base: str, path: str, headers: dict, timeout: float = 5.0,
-             hint: str = "check ORCH_RAY_ADDRESS and that the Ray head is running") -> dict:
+             hint: str = "check ORCH_RAY_ADDRESS and that the Ray head is running") -> Any:
+    """The parsed JSON answer to GET `path`: an object, or a list (the jobs endpoint)."""
     req = urllib.request.Request(base.rstrip("/") + path, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:

@@ -9,11 +9,14 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from jobs import secret_env
 from orchestrator.errors import BackendError
 from providers.base import BackendState, Launch
+
+if TYPE_CHECKING:
+    from ray.job_submission import JobSubmissionClient
 
 # Ray's job states to orch's. STOPPED is what Ray calls a job stopped on request.
 _STATES = {"PENDING": "PENDING", "RUNNING": "RUNNING", "SUCCEEDED": "SUCCEEDED",
@@ -27,9 +30,9 @@ class RayJobsProvider:
         self.address = address
         self.headers = headers or {}
         self.hint = hint
-        self._client = None
+        self._client: Optional[JobSubmissionClient] = None
 
-    def _connect(self):
+    def _connect(self) -> JobSubmissionClient:
         if self._client is None:
             from ray.job_submission import JobSubmissionClient
 
@@ -42,11 +45,11 @@ class RayJobsProvider:
     def prepare(self) -> None:
         self._connect()
 
-    def submit(self, launch: Launch, extra_runtime_env: Optional[dict] = None) -> str:
+    def submit(self, launch: Launch) -> str:
         client = self._connect()
         # Ray logs a runtime_env and shows it on its dashboard: secrets go in a file instead.
         public, hidden = launch.split_env()
-        runtime_env: dict = {"env_vars": public, **(extra_runtime_env or {})}
+        runtime_env: dict = {"env_vars": public, **self.extra_runtime_env()}
         entrypoint = launch.entrypoint
         with self._secret_file(launch, hidden) as (working_dir, name):
             if working_dir:
@@ -68,6 +71,11 @@ class RayJobsProvider:
                     return launch.job_id  # submitted before a crash: never launch twice
                 raise BackendError(f"Ray at {self.address} rejected job {launch.job_id}: {_short(e)}",
                                    self.hint) from None
+
+    def extra_runtime_env(self) -> dict:
+        """What every job's runtime_env carries beside its env and workdir: nothing here,
+        where the runner is installed with orch (a local Ray)."""
+        return {}
 
     def with_secrets(self, entrypoint: str) -> str:
         """`entrypoint` started through jobs.secret_env, which takes the values out of their
@@ -106,19 +114,19 @@ class RayJobsProvider:
     def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
         client = self._connect()
         try:
-            info = client.get_job_info(backend_id)
+            job = client.get_job_info(backend_id)
         except Exception as e:
             if "does not exist" in str(e) or "404" in str(e):
                 return BackendState("FAILED", f"Ray at {self.address} has no job {backend_id}")
             raise BackendError(f"cannot read job {backend_id} from Ray at {self.address}: {_short(e)}",
                                self.hint) from None
-        status = _STATES.get(str(info.status), "FAILED")
-        message = info.message
-        if status == "FAILED" and info.driver_exit_code is not None:
-            message = f"{message} (exit code {info.driver_exit_code})"
+        status = _STATES.get(str(job.status), "FAILED")
+        message = job.message
+        if status == "FAILED" and job.driver_exit_code is not None:
+            message = f"{message} (exit code {job.driver_exit_code})"
         # Ray's own clock for when the job held the cluster: what the ledger prices.
-        times = {k: t / 1000.0 for k, t in (("backend_start", info.start_time),
-                                             ("backend_end", info.end_time)) if t}
+        times = {k: t / 1000.0 for k, t in (("backend_start", job.start_time),
+                                             ("backend_end", job.end_time)) if t}
         return BackendState(status, message, times or None)
 
     def logs(self, backend_id: str) -> str:

@@ -7,7 +7,7 @@ import time
 from typing import Optional
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from jobs import events
@@ -35,7 +35,7 @@ def follow(client, rec: dict, console: Console) -> dict:
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
                         console=console, transient=True)
-    epoch_task = step_task = None
+    tasks: Optional[tuple[TaskID, TaskID]] = None  # (epochs, steps), once progress is reported
     with progress:
         for line in client.stream(rec["id"]):  # until the job ends
             ev = events.parse_line(line)
@@ -46,16 +46,17 @@ def follow(client, rec: dict, console: Console) -> dict:
                 continue
             kind = ev["event"]
             if kind == "progress":
-                if epoch_task is None:
-                    epoch_task = progress.add_task("epochs", total=ev["epochs"], detail="")
-                    step_task = progress.add_task("steps", total=ev["steps"], detail="")
+                if tasks is None:
+                    tasks = (progress.add_task("epochs", total=ev["epochs"], detail=""),
+                             progress.add_task("steps", total=ev["steps"], detail=""))
+                epoch_task, step_task = tasks
                 progress.update(epoch_task, completed=ev["epoch"] - 1, total=ev["epochs"])
                 progress.update(step_task, completed=ev["step"], total=ev["steps"],
                                 description=f"epoch {ev['epoch']}")
             elif kind == "report":
                 m = ev.get("metrics") or {}
-                if epoch_task is not None and "epoch" in m:
-                    progress.update(epoch_task, completed=m["epoch"], detail=metric_summary(m))
+                if tasks is not None and "epoch" in m:
+                    progress.update(tasks[0], completed=m["epoch"], detail=metric_summary(m))
                 progress.console.print(f"[bold]report[/] {metric_summary(m) or m}")
             elif kind == "worker_setup":
                 progress.console.print(

@@ -13,7 +13,7 @@ from rich.table import Table
 from orchestrator.cli.render import err, out, print_json
 
 
-def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (CSV; see the README)"),
+def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (CSV; see docs/simulate.md)"),
              json_out: bool = typer.Option(False, "--json", help="print the result as JSON"),
              plot: Optional[Path] = typer.Option(None, "--plot", help="write cost against wait "
                                                  "per policy to this PNG file"),

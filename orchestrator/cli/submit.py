@@ -24,7 +24,7 @@ def submit(
     """Submit a job; in the foreground, stream its logs and progress until it ends."""
     from orchestrator.cli.follow import follow, run_time
     from orchestrator.cli.render import note
-    from orchestrator.client import connect
+    from orchestrator.client import Remote, connect
 
     console = err if json_out else out
     client = connect(on_ray_start=lambda: err.print(
@@ -33,11 +33,13 @@ def submit(
     rec = client.submit(file, key=key, priority=priority)
     if "schedule" in rec:  # a cron job sent to `orch serve`: it runs on its schedule
         s = rec["schedule"]
+        # Only a server keeps schedules, so the client is a Remote and names it.
+        server = f", run by the server at {escape(str(client.url))}" if isinstance(client, Remote) else ""
         if json_out:
             print_json(s)
         else:
             out.print(f"[bold]{s['id']}[/] {escape(s['name'])}: cron {escape(s['cron'])}, next run "
-                      f"{s['next_at']} (UTC), run by the server at {escape(str(client.url))}")
+                      f"{s['next_at']} (UTC){server}")
         return
     existing = rec.pop("existing", False)
     if existing:

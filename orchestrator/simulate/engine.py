@@ -23,13 +23,17 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, cast
 
 from orchestrator.decision.capacity import Running, estimate_start
 from orchestrator.decision.cost import job_cost
 from orchestrator.decision.models import Capacity, Offer, PastRun, Reservation
 from orchestrator.decision.placement import OfferIndex
-from orchestrator.simulate.jobs import SimJob, true_hours
+from orchestrator.simulate.jobs import SimJob, owned_cost, true_hours
+from orchestrator.simulate.trace import Trace
+
+if TYPE_CHECKING:
+    from orchestrator.settings import Settings
 
 SPOT_PREEMPTIONS_PER_H = 0.05
 LOST_WORK_H = 0.25
@@ -71,6 +75,11 @@ class Pool:
     queue: deque = field(default_factory=deque)  # (SimJob, Choice)
     busy: list = field(default_factory=list)  # (start_h, finish_h, used)
 
+    @property
+    def gpu(self) -> str:
+        """The pool's GPU model: load_scenario refuses an owned pool without one."""
+        return cast(str, self.offer.gpu)
+
     def capacity(self, now_h: float, need: float) -> Capacity:
         jobs = [Running(0.0, used, None if est is None else max(0.0, (est - (now_h - start)) * 3600))
                 for used, start, est in self.running.values()]
@@ -89,7 +98,7 @@ class View:
         self.history: dict[str, list[PastRun]] = {}
 
     @property
-    def settings(self):
+    def settings(self) -> Settings:
         return self.sim.settings
 
     @property
@@ -115,12 +124,12 @@ class View:
         due = self.reservations()
         if len(self.pools) == 1:
             cap = fits[0].capacity(self.now_h, need)
-            free = {self.pools[0].offer.gpu: self.pools[0].free if not self.pools[0].queue else 0.0}
+            free = {self.pools[0].gpu: self.pools[0].free if not self.pools[0].queue else 0.0}
             return Capacity(onprem_free=free, wait_minutes=cap.wait_minutes, source=cap.source,
                             can_start_now=cap.can_start_now, reservations=due)
         caps = [p.capacity(self.now_h, need) for p in fits]
         waits = [c.wait_minutes for c in caps if c.wait_minutes is not None]
-        free = {p.offer.gpu: (p.free if not p.queue else 0.0) for p in self.pools}
+        free = {p.gpu: (p.free if not p.queue else 0.0) for p in self.pools}
         return Capacity(onprem_free=free, wait_minutes=min(waits) if waits else None,
                         source="; ".join(c.source for c in caps), reservations=due)
 
@@ -159,18 +168,17 @@ def preemptions(seed: int, index: int, hours: float, rate: float, lost: float) -
 class Simulation:
     """One trace, one scenario, shared by every policy run."""
 
-    trace: object  # trace.Trace
+    trace: Trace
     jobs: list[SimJob]
     offers: tuple[Offer, ...]
-    settings: object  # the policy's Settings (hybrid, the scenario's pools and clouds)
+    settings: Settings  # the policy's (hybrid, the scenario's pools and clouds)
     seed: int = 1
     spot_rate: float = SPOT_PREEMPTIONS_PER_H
-    index: OfferIndex = None
     ownership_usd: float = 0.0  # owned GPUs' purchase spread over the period's days
+    index: OfferIndex = field(init=False)  # of `offers`, built once for every policy
 
     def __post_init__(self):
-        if self.index is None:
-            self.index = OfferIndex(self.offers)
+        self.index = OfferIndex(self.offers)
         self.scheduled = sorted((sj for sj in self.jobs if sj.job.kind == "steady"),
                                 key=lambda sj: sj.job.arrival_h)
 
@@ -206,7 +214,7 @@ class Simulation:
             pool.busy.append((t, t + h, choice.used))
             o = out[sj.job.index]
             o.start_h, o.finish_h, o.wait_h = t, t + h, t - sj.job.arrival_h
-            o.cost, o.power = job_cost(choice.offer, h, choice.used, 0.0)
+            o.cost, o.power = owned_cost(choice.offer, h, choice.used)
             finish_at(t + h, sj, choice, pool, h)
 
         while heap:
@@ -263,11 +271,11 @@ class Simulation:
 
 
 def _p95(values: list[float]) -> Optional[float]:
-    """Nearest-rank 95th percentile."""
+    """Nearest-rank 95th percentile, rounded to 3 places; None for no values."""
     if not values:
         return None
     v = sorted(values)
-    return v[max(0, math.ceil(0.95 * len(v)) - 1)]
+    return round(v[max(0, math.ceil(0.95 * len(v)) - 1)], 3)
 
 
 @dataclass
@@ -314,7 +322,7 @@ class PolicyRun:
             "cash_total": round(self.cash_total, 2),
             "chargeback_total": round(self.chargeback_total, 2),
             "mean_wait_h": round(sum(waits) / len(waits), 3) if waits else None,
-            "p95_wait_h": None if not waits else round(_p95(waits), 3),
+            "p95_wait_h": _p95(waits),
             "exploratory_p95_wait_h": self._p95_of("exploratory"),
             "exploratory_max_wait_h": max((o.wait_h for o in self.outcomes
                                            if o.kind == "exploratory" and o.wait_h is not None),
@@ -329,5 +337,4 @@ class PolicyRun:
         }
 
     def _p95_of(self, kind: str) -> Optional[float]:
-        waits = [o.wait_h for o in self.outcomes if o.kind == kind and o.wait_h is not None]
-        return None if not waits else round(_p95(waits), 3)
+        return _p95([o.wait_h for o in self.outcomes if o.kind == kind and o.wait_h is not None])

@@ -27,9 +27,22 @@ class SimJob:
 
 def true_hours(job: TraceJob, gpu: Optional[str], used: float,
                speeds: Mapping[str, float] | None) -> float:
-    """True run hours of a job on `used` x `gpu`: its work scaled by relative speed."""
-    ref = relative_speed(job.gpu, speeds)
-    return job.gpu_hours * ref / (relative_speed(gpu, speeds) * max(used, 1e-9))
+    """True run hours of a job on `used` x `gpu`: its work scaled by relative speed.
+    Both speeds are known: the trace admits known GPUs only, and `accelerators` offers
+    no slower or unknown ones."""
+    ref, speed = relative_speed(job.gpu, speeds), relative_speed(gpu, speeds)
+    if ref is None or speed is None:
+        raise ValueError(f"no relative speed for {job.gpu if ref is None else gpu}")
+    return job.gpu_hours * ref / (speed * max(used, 1e-9))
+
+
+def owned_cost(offer: Offer, hours: float, used: float) -> tuple[float, float]:
+    """(full, power) USD of a run on owned GPUs: `job_cost`, whose marginal cost is the
+    power there (it is None only for the cloud)."""
+    full, power = job_cost(offer, hours, used, 0.0)
+    if power is None:
+        raise ValueError(f"a {offer.target} offer has no owned power cost")
+    return full, power
 
 
 def accelerators(job: TraceJob, offers: Sequence[Offer],

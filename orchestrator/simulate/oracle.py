@@ -28,8 +28,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
 from orchestrator.decision.cost import job_cost
+from orchestrator.simulate.jobs import owned_cost
+
+if TYPE_CHECKING:
+    from orchestrator.simulate.engine import Simulation
 
 
 @dataclass
@@ -70,7 +75,7 @@ class OracleResult:
                 "lower_bound": True, "solver": self.status}
 
 
-def lower_bound(sim, end_h: float) -> OracleResult:
+def lower_bound(sim: Simulation, end_h: float) -> OracleResult:
     """Solve the relaxation with HiGHS (scipy.optimize.linprog)."""
     import numpy as np
     from scipy.optimize import linprog
@@ -82,9 +87,14 @@ def lower_bound(sim, end_h: float) -> OracleResult:
     full_of: list[float] = []  # per variable: USD per unit under the per-use chargeback
     n_b = max([1, math.ceil(end_h)] + [math.ceil(sj.job.due_h) for sj in sim.jobs
                                           if math.isfinite(sj.job.due_h)])
-    cost, lo, hi = [], [], []
-    eq_r, eq_c, eq_v = [], [], []
-    ub_r, ub_c = [], []
+    cost: list[float] = []  # per variable: cash, USD per unit
+    lo: list[float] = []
+    hi: list[Optional[float]] = []  # None: unbounded
+    eq_r: list[int] = []  # the equality rows (one per job), as (row, column, value)
+    eq_c: list[int] = []
+    eq_v: list[float] = []
+    ub_r: list[int] = []  # the capacity rows (one per pool and hour), as (row, column); value 1
+    ub_c: list[int] = []
     per_var: list[tuple[int, float, int, float]] = []  # (job, USD per unit, bucket, fraction per unit)
     for j, sj in enumerate(sim.jobs):
         a = sj.job.arrival_h
@@ -92,12 +102,12 @@ def lower_bound(sim, end_h: float) -> OracleResult:
                      for o, u in sj.candidates
                      if o.target == "cloud" and (sj.job.checkpoints or not o.spot)), default=math.inf)
         end = sj.job.due_h if math.isfinite(cloud) and math.isfinite(sj.job.due_h) else end_h
-        owned_costs = []
+        owned_costs: list[float] = []
         for o, u in sj.candidates:
             if o.target != "onprem":
                 continue
             h = sim.hours(sj, o.gpu, u)
-            full, c = job_cost(o, h, u, 0.0)
+            full, c = owned_cost(o, h, u)
             owned_costs.append(c)
             g = h * u
             stop = min(end, a + startup / 60.0 + h) if sj.kind == "exploratory" else end
@@ -110,8 +120,11 @@ def lower_bound(sim, end_h: float) -> OracleResult:
                 full_of.append(full / g)
                 lo.append(0.0)
                 hi.append(u * overlap)
-                eq_r.append(j), eq_c.append(v), eq_v.append(1.0 / g)
-                ub_r.append(pool_ix[o] * n_b + b), ub_c.append(v)
+                eq_r.append(j)
+                eq_c.append(v)
+                eq_v.append(1.0 / g)
+                ub_r.append(pool_ix[o] * n_b + b)
+                ub_c.append(v)
                 per_var.append((j, c / g, b, 1.0 / g))
         if not math.isfinite(cloud):
             cloud = min(owned_costs, default=math.inf)  # run late on owned GPUs
@@ -122,7 +135,9 @@ def lower_bound(sim, end_h: float) -> OracleResult:
         full_of.append(cloud)
         lo.append(0.0)
         hi.append(None)
-        eq_r.append(j), eq_c.append(v), eq_v.append(1.0)
+        eq_r.append(j)
+        eq_c.append(v)
+        eq_v.append(1.0)
         per_var.append((j, cloud, -1, 1.0))
     n_v, n_j = len(cost), len(sim.jobs)
     a_eq = coo_matrix((eq_v, (eq_r, eq_c)), shape=(n_j, n_v)).tocsr()

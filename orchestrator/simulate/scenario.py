@@ -55,8 +55,8 @@ def parse_onprem(text: str):
                          "numbers", hint) from None
     if count < 1 or price < 0 or (watts is not None and watts < 0):
         raise InputError(f"--onprem {text}: COUNT must be 1 or more, PRICE and WATTS 0 or more", hint)
-    return OwnedGpus(gpu=parts[0].strip(), count=count, purchase_price=price,
-                     **({} if watts is None else {"watts": watts}))
+    return OwnedGpus.model_validate({"gpu": parts[0].strip(), "count": count, "purchase_price": price,
+                                     **({} if watts is None else {"watts": watts})})
 
 
 def load_scenario(settings, onprem: Sequence[str] = (), clouds: Optional[str] = None,

@@ -33,7 +33,7 @@ KINDS = ("auto", "exploratory", "steady")
 # Hours-from-start traces are placed on this Monday, so weekdays and dates mean something.
 DEFAULT_START = datetime(2025, 1, 6, tzinfo=timezone.utc).timestamp()
 _TRUE, _FALSE = ("true", "yes", "1", "y", "t"), ("false", "no", "0", "n", "f")
-_HINT = "the trace format is in the README (orch simulate); `orch simulate --generate FILE` writes an example"
+_HINT = "the trace format is in docs/simulate.md; `orch simulate --generate FILE` writes an example"
 
 
 @dataclass(frozen=True, slots=True)

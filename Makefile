@@ -69,6 +69,7 @@ demo: $(STAMP)
 # both take seconds and say what to fix by file and line.
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 test: $(STAMP) browser postgres lint
 	$(BIN)/python -m pytest tests

@@ -1,0 +1,156 @@
+"""The import rules of docs/architecture.md, enforced: each layer imports only the layers
+below it, and the known exceptions are listed by name so that the list can only shrink."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Each layer: the modules (dotted prefixes) it holds. The longest matching prefix wins.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "runner": ("jobs",),
+    "base": ("orchestrator.errors", "orchestrator.failpoints", "orchestrator.inputs",
+             "orchestrator.redact"),
+    "config": ("orchestrator.spec", "orchestrator.settings", "orchestrator.checks"),
+    "decision": ("orchestrator.decision", "orchestrator.ledger"),
+    "store": ("orchestrator.store", "orchestrator.store_pg", "orchestrator.records"),
+    "offers": ("providers.catalog", "providers.local_offer"),
+    "backends": ("providers",),
+    "service": ("orchestrator.service", "orchestrator.planning", "orchestrator.fingerprint",
+                "orchestrator.resume", "orchestrator.run_metrics", "orchestrator.doctor",
+                "orchestrator.upload", "orchestrator.upload_gc"),
+    "client": ("orchestrator.client",),
+    "server": ("orchestrator.server",),
+    "simulate": ("orchestrator.simulate",),
+    "cli": ("orchestrator.cli", "orchestrator.__main__", "orchestrator.plots"),
+    "package": ("orchestrator",),
+}
+
+# What each layer may import, besides itself.
+BELOW: dict[str, set[str]] = {
+    "runner": set(),
+    "base": set(),
+    "config": {"base", "runner"},  # the runner's built-in job names
+    "decision": {"base", "config"},
+    "store": {"base"},
+    "offers": {"base", "decision"},
+    "backends": {"base", "config", "decision", "offers", "runner"},
+    "service": {"base", "config", "decision", "store", "offers", "backends", "runner"},
+    "client": {"base", "config", "decision", "store", "service", "package"},
+    "server": {"base", "config", "decision", "store", "service", "package"},
+    "simulate": {"base", "config", "decision", "offers"},
+    # the runner's event format, which `orch submit` follows
+    "cli": {"base", "config", "decision", "client", "server", "simulate", "package", "runner"},
+    "package": set(),
+}
+
+# Known exceptions (issue 16): importing module -> the layer it should not reach. Remove an
+# entry when its import goes; the test fails on a stale entry as on a new exception.
+DEBTS: set[tuple[str, str]] = {
+    # The server runs jobs through the embedded client rather than the service itself.
+    ("orchestrator.server.scheduler", "client"),
+    # `orch schedule pause/rm` on the embedded client call the server's schedule rules.
+    ("orchestrator.client", "server"),
+    # Commands that bypass the client, so ORCH_SERVER does not reach them.
+    ("orchestrator.cli.advise", "store"),
+    ("orchestrator.cli.artifacts", "service"),
+    ("orchestrator.cli.doctor", "service"),
+    ("orchestrator.cli.doctor", "store"),
+    ("orchestrator.cli.local", "service"),
+    ("orchestrator.cli.plan", "service"),
+    ("orchestrator.cli.schedule", "store"),
+    ("orchestrator.cli.serve", "store"),
+    ("orchestrator.cli.token", "store"),
+    ("orchestrator.cli.cluster", "backends"),
+    ("orchestrator.cli.plan", "backends"),
+    ("orchestrator.cli.artifacts", "backends"),
+    ("orchestrator.cli.advise", "offers"),
+}
+
+
+def layer_of(module: str) -> str:
+    best, found = -1, None
+    for name, prefixes in LAYERS.items():
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > best:
+                best, found = len(p), name
+    assert found is not None, f"{module} is in no layer: add it to LAYERS and docs/architecture.md"
+    return found
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports() -> dict[str, set[str]]:
+    """Each module of orchestrator/, providers/ and jobs/ -> the project modules it imports
+    (at any depth: a function-level import counts as much as a top-level one)."""
+    out: dict[str, set[str]] = {}
+    for top in ("orchestrator", "providers", "jobs"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            mod, seen = _module(path), set()
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    # `from orchestrator import store` imports orchestrator.store
+                    names = [f"{node.module}.{a.name}" if node.module in ("orchestrator", "providers", "jobs")
+                             else node.module for a in node.names]
+                else:
+                    continue
+                seen.update(n for n in names if n.split(".")[0] in ("orchestrator", "providers", "jobs"))
+            out[mod] = seen
+    return out
+
+
+def _crossings() -> set[tuple[str, str]]:
+    found = set()
+    for mod, targets in imports().items():
+        here = layer_of(mod)
+        for target in targets:
+            there = layer_of(target)
+            if there != here and there not in BELOW[here]:
+                found.add((mod, there))
+    return found
+
+
+def test_every_layer_imports_only_what_is_below_it():
+    new = sorted(_crossings() - DEBTS)
+    assert not new, ("imports across the layers of docs/architecture.md: "
+                     + "; ".join(f"{m} imports the {layer} layer" for m, layer in new))
+
+
+def test_the_list_of_known_exceptions_is_current():
+    stale = sorted(DEBTS - _crossings())
+    assert not stale, f"no longer true, remove from DEBTS: {stale}"
+
+
+def test_the_decision_core_and_the_runner_import_no_sdk_at_module_level():
+    """decision/ and the job file are pure (no ray, sky, boto3, torch, fastapi); the runner
+    imports torch and ray only inside the functions that run on the target (its built-in
+    training loops, jobs/builtin/, are user code and import what they use)."""
+    sdks = {"ray", "sky", "boto3", "botocore", "torch", "fastapi", "uvicorn", "psycopg"}
+    bad = []
+    for top, allowed in (("orchestrator/decision", set()), ("orchestrator/spec", set()),
+                         ("jobs", set())):
+        root = REPO / top
+        paths = sorted(root.rglob("*.py")) if root.is_dir() else [root.with_suffix(".py")]
+        for path in paths:
+            if "builtin" in path.parts:
+                continue
+            tree = ast.parse(path.read_text())
+            for node in tree.body:  # module level only
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                bad += [f"{path.relative_to(REPO)}: {n}" for n in names
+                        if n.split(".")[0] in sdks - allowed]
+    assert not bad, bad
+
+
+def test_no_module_is_over_400_lines():
+    long = {str(p.relative_to(REPO)): n for top in ("orchestrator", "providers", "jobs")
+            for p in (REPO / top).rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, f"split these (one job per module, a few hundred lines): {long}"

@@ -15,6 +15,7 @@ from orchestrator.decision.classify import classify
 from orchestrator.decision.cost import HoursEstimator, onprem_offer
 from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
 from orchestrator.decision.placement import decide
+from orchestrator.errors import InputError
 
 
 def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None,
@@ -61,10 +62,56 @@ def plan_job(spec, settings, *, fingerprint: str, history: Sequence[PastRun] = (
         capacity = cluster_capacity(spec, settings, now, cluster)
         capacity = dataclasses.replace(capacity, reservations=schedule_holds(settings, now,
                                                                              spec.name))
+    elif capacity is None and settings.onprem:  # an inventory, no cluster read: the schedules
+        holds = schedule_holds(settings, now, spec.name)  # due on those GPUs still hold them
+        capacity = Capacity(source="the [[onprem]] inventory", reservations=holds) if holds else None
     if spent_this_month is None:
         spent_this_month = month_spend(settings, now)
     return decide(spec, kind, offers, capacity, settings, estimator=est,
                   spent_this_month=spent_this_month, notes=cluster_notes(settings, cluster, offers))
+
+
+def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,
+         history: Optional[Sequence[PastRun]] = None) -> tuple[Decision, list[str]]:
+    """The one planning path: `orch plan`, `orch submit`, schedules and `orch serve` all
+    place a job here, so a plan shows the choice a submit makes. (The decision, and the
+    notes about it that the record keeps in its reasons and warnings.)
+
+    The history and the month's spend are read once, the offers gathered once. A cloud
+    choice needs credentials for that cloud: checked here, once a cloud is chosen (a
+    local-only plan never pays SkyPilot's import), and without them the job is planned
+    again without the clouds that are not enabled, saying so and how to enable one."""
+    if history is None:
+        history = history_for(fingerprint, settings)
+    decision = plan_job(spec, settings, fingerprint=fingerprint, history=history,
+                        code_dirty=code_dirty)
+    if decision.target != "cloud" or decision.choice is None:
+        return decision, []
+    from providers.cloud import enabled_clouds
+
+    cloud = decision.choice.offer.cloud
+    enabled, why = enabled_clouds(settings.clouds)
+    if cloud in enabled:
+        return decision, []
+    off = "; ".join(f"{c}: {w}" for c, w in why.items())
+    which = "no configured cloud has credentials here" if not enabled else f"{cloud} has no credentials here"
+    again = plan_job(spec, settings.model_copy(update={"clouds": enabled}), fingerprint=fingerprint,
+                     history=history, code_dirty=code_dirty)
+    if again.choice is None:
+        raise InputError(f"{spec.source_file or spec.name}: the cheapest place for this job is "
+                         f"{cloud}, but {which} ({off}), and without it: {again.refusal}",
+                         "run `sky check` to enable a cloud (SkyPilot shows what each needs), "
+                         "or allow owned hardware in placement.allow")
+    where = again.choice.offer.cloud if again.target == "cloud" else again.target
+    return again, [f"{which} ({off}); `sky check` enables a cloud. Instead: {where}"]
+
+
+def as_record(decision: Decision, notes: Sequence[str]) -> dict:
+    """The decision as `orch plan --json` shows it and a job's record keeps it."""
+    record = decision.to_dict()
+    record["reasons"] = [*notes, *record["reasons"]]
+    record["warnings"] = list(notes)
+    return record
 
 
 def wants_cluster(spec, settings) -> bool:

@@ -78,10 +78,8 @@ class Local:
         check_runnable(spec)
         self.orch.resume_point(spec)
         fp, dirty = fp_mod.fingerprint(spec)
-        history = planning.history_for(fp, self.settings)
-        decision = planning.plan_job(spec, self.settings, fingerprint=fp, history=history,
-                                     code_dirty=dirty)
-        return {**decision.to_dict(), "fingerprint": fp}
+        decision, notes = planning.plan(spec, self.settings, fingerprint=fp, code_dirty=dirty)
+        return {**planning.as_record(decision, notes), "fingerprint": fp}
 
     def jobs(self, limit: int = 50) -> list[dict]:
         from orchestrator.records import JobRecord

@@ -18,51 +18,22 @@ from orchestrator.store import TERMINAL, new_job_id
 
 class Submitting(LaunchBuilder):
     def place(self, spec: JobSpec, fp: str, dirty: bool) -> dict:
-        """Where the job runs and why: the same decision `orch plan` shows."""
+        """Where the job runs and why: the decision `orch plan` shows (planning.plan)."""
         from orchestrator import planning
+        from orchestrator.decision.matching import MULTI_NODE_CLOUD
 
-        history = planning.history_for(fp, self.settings)
-        decision = planning.plan_job(spec, self.settings, fingerprint=fp, history=history,
-                                     code_dirty=dirty)
+        decision, notes = planning.plan(spec, self.settings, fingerprint=fp, code_dirty=dirty)
         if decision.choice is None:
+            if spec.num_nodes > 1 and any(MULTI_NODE_CLOUD in (a.excluded or "")
+                                          for a in decision.alternatives):
+                raise spec.error("num_nodes", MULTI_NODE_CLOUD, "ask for more GPUs per node "
+                                 "(e.g. H100:8) instead of more nodes, or allow on-prem")
             raise InputError(f"{spec.source_file or spec.name}: no place to run this job: "
                              f"{decision.refusal}",
                              "`orch plan FILE` lists every alternative and why it was excluded")
-        notes: list[str] = []
-        if decision.target == "cloud":
-            decision, notes = self._with_enabled_clouds(spec, fp, dirty, history, decision)
-        if decision.target == "cloud" and spec.num_nodes > 1:
-            # Each node would run the runner and start a Ray of its own; joining them into
-            # one cluster on the VMs is not built yet.
-            raise spec.error("num_nodes", "cloud jobs run on one node for now",
-                             "ask for more GPUs per node (e.g. H100:8) instead of more nodes")
-        record = decision.to_dict()
-        record["reasons"] = notes + record["reasons"]
-        record["warnings"] = notes
+        record = planning.as_record(decision, notes)
         record["alternatives"] = record["alternatives"][:10]  # the record keeps the best few
         return record
-
-    def _with_enabled_clouds(self, spec, fp, dirty, history, decision):
-        """A cloud choice needs credentials for that cloud. Without them, say so and how to
-        enable one (`sky check`), and re-plan without the clouds that are not enabled."""
-        from orchestrator import planning
-        from providers.cloud import enabled_clouds
-
-        enabled, why = enabled_clouds(self.settings.clouds)
-        if decision.choice.offer.cloud in enabled:
-            return decision, []
-        off = "; ".join(f"{c}: {w}" for c, w in why.items())
-        settings = self.settings.model_copy(update={"clouds": enabled})
-        again = planning.plan_job(spec, settings, fingerprint=fp, history=history, code_dirty=dirty)
-        if again.choice is None:
-            raise InputError(f"{spec.source_file or spec.name}: the cheapest place for this job is "
-                             f"{decision.choice.offer.cloud}, but no configured cloud is enabled "
-                             f"({off}), and without the cloud: {again.refusal}",
-                             "run `sky check` to enable a cloud (SkyPilot shows what each needs), "
-                             "or allow owned hardware in placement.allow")
-        note = (f"no cloud is enabled for {decision.choice.offer.cloud} ({off}); `sky check` "
-                f"enables one. Instead: {again.target}")
-        return again, [note]
 
     def submit(self, spec: JobSpec, idempotency_key: Optional[str] = None) -> dict:
         """Check, record (PENDING, with its idempotency key), then launch, storing the

@@ -193,8 +193,8 @@ def test_exploratory_job_without_cloud_credentials_runs_locally(ray_home, tmp_pa
                     ORCH_CATALOG_DIR=str(ROOT / "examples" / "catalog"),
                     ORCH_EXPLORATORY_BACKFILL="false")
     assert proc.returncode == 0, proc.stderr
-    assert "no cloud is enabled" in proc.stderr and "sky check" in proc.stderr
+    assert "no configured cloud has credentials here" in proc.stderr and "sky check" in proc.stderr
     assert "Instead: local" in proc.stderr and "Traceback" not in proc.stderr
     rec, _ = wait_for(ray_home, proc.stdout.strip(), {"SUCCEEDED", "FAILED", "CANCELLED"})
     assert rec["status"] == "SUCCEEDED" and rec["target"] == "local"
-    assert any("no cloud is enabled" in r for r in rec["decision"]["reasons"])
+    assert any("no configured cloud has credentials" in r for r in rec["decision"]["reasons"])

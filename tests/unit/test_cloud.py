@@ -192,7 +192,7 @@ def test_no_cloud_credentials_is_a_clear_refusal(orch_home, tmp_path):
                     ORCH_MODE="hybrid", ORCH_CLOUDS="lambda,runpod,aws",
                     ORCH_CATALOG_DIR=str(ROOT / "examples" / "catalog"), HOME=str(tmp_path))
     assert proc.returncode == 2, proc.stderr
-    assert "no configured cloud is enabled" in proc.stderr and "sky check" in proc.stderr
+    assert "no configured cloud has credentials here" in proc.stderr and "sky check" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert time.monotonic() - start < 60
     assert not (orch_home / "orch.db").exists()

@@ -49,6 +49,9 @@ def env(tmp_path, monkeypatch):
         monkeypatch.setenv(k, v)
     monkeypatch.setattr("orchestrator.fingerprint.fingerprint", lambda spec: ("fp-tiny", True))
     monkeypatch.setattr("providers.local_offer.detect_gpus", lambda: {})
+    # Credentials for every configured cloud (SkyPilot's own check, the cloud's boundary);
+    # test_a_plan_without_cloud_credentials_says_so_and_chooses_again has none.
+    monkeypatch.setattr("providers.cloud.enabled_clouds", lambda clouds: (list(clouds), {}))
 
     def refuse(*a, **k):
         raise AssertionError("orch plan must not start processes or open connections")
@@ -206,3 +209,27 @@ def test_plan_of_a_steady_retrain_uses_idle_owned_gpus_at_their_power(env, monke
                  "full cost for the record: 2.78 USD per job = 2.54 USD amortized purchase + "
                  "0.24 USD power"):
         assert line in " ".join(text.split()), line
+
+
+
+def test_a_plan_without_cloud_credentials_says_so_and_chooses_again(env, monkeypatch):
+    """`orch plan` shows what `orch submit` would do: with no credentials for the cheapest
+    cloud, the choice is made again without it, and the plan says why."""
+    from orchestrator.errors import InputError
+
+    job = env.parent / "a100.yaml"
+    job.write_text("name: a100\nrun: python train.py\nresources: {accelerators: {A100: 1, A100-80GB: 1}}\n"
+                   "estimate: {hours: 1, gpu: A100}\ncheckpoint: {storage: 's3://bucket/ckpt'}\n")
+    first = json.loads(invoke("plan", str(job), "--json").stdout)["choice"]["cloud"]
+    others = [c for c in ("lambda", "runpod") if c != first]
+    monkeypatch.setattr("providers.cloud.enabled_clouds",
+                        lambda clouds: ([c for c in clouds if c != first], {first: "no API key"}))
+    d = json.loads(invoke("plan", str(job), "--json").stdout)
+    assert d["target"] == "cloud" and d["choice"]["cloud"] == others[0]
+    assert d["warnings"] == [f"{first} has no credentials here ({first}: no API key); `sky check` "
+                             "enables a cloud. Instead: " + others[0]]
+    assert d["reasons"][0] == d["warnings"][0]
+    monkeypatch.setattr("providers.cloud.enabled_clouds", lambda clouds: ([], {c: "none" for c in clouds}))
+    r = invoke("plan", str(job), "--json")
+    assert isinstance(r.exception, InputError) and "sky check" in r.exception.hint
+    assert "no configured cloud has credentials here" in r.exception.message

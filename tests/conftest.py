@@ -39,6 +39,34 @@ def run_orch(home: Path, *args: str, timeout: float = 600, **env: str) -> subpro
                           text=True, timeout=timeout, cwd=str(ROOT), stdin=subprocess.DEVNULL)
 
 
+@contextlib.contextmanager
+def environment(env: dict):
+    """os.environ replaced by `env` for the block, then restored."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def status_in_process(home: Path, job_id: str, **env: str) -> dict:
+    """`orch status ID --json` of this home, answered in this process by the same client the
+    CLI uses (records.JobDetail): for the loops that wait on a job, which would otherwise
+    start an orch process a second and take the CPU from the job they wait for."""
+    from orchestrator.client import Local
+    from orchestrator.settings import load_settings
+
+    with environment(orch_env(home, **env)):
+        local = Local(load_settings())
+        try:
+            return local.job(job_id)
+        finally:
+            local.close()
+
+
 def run_json(home: Path, *args: str, **kw) -> object:
     proc = run_orch(home, *args, "--json", **kw)
     assert proc.returncode == 0, proc.stderr

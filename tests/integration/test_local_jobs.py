@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, run_json, run_orch
+from tests.conftest import ROOT, run_json, run_orch, status_in_process
 from tests.integration.conftest import train_processes
 
 pytestmark = pytest.mark.integration
@@ -19,7 +19,7 @@ def wait_for(home, job_id, statuses, timeout=240):
     deadline = time.monotonic() + timeout
     seen = []
     while time.monotonic() < deadline:
-        rec = run_json(home, "status", job_id)
+        rec = status_in_process(home, job_id)
         if not seen or seen[-1] != rec["status"]:
             seen.append(rec["status"])
         if rec["status"] in statuses:
@@ -78,7 +78,7 @@ def test_cancel_running_job_leaves_no_workers(ray_home, tmp_path):
     job_id = run_orch(ray_home, "submit", str(job), "--detach").stdout.strip()
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:  # wait until training really runs
-        rec = run_json(ray_home, "status", job_id)
+        rec = status_in_process(ray_home, job_id)
         if rec["metrics"].get("reports"):
             break
         assert rec["status"] in ("PENDING", "RUNNING"), rec

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from jobs import events
-from tests.conftest import ROOT, run_orch
+from tests.conftest import ROOT, run_orch, status_in_process
 from tests.integration.conftest import train_processes
 
 pytestmark = pytest.mark.integration
@@ -44,9 +44,8 @@ def orch(cluster, home, *args, **env):
 
 
 def status(cluster, home, job_id):
-    proc = orch(cluster, home, "status", job_id, "--json")
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return status_in_process(home, job_id, ORCH_MODE="hybrid", ORCH_RAY_ADDRESS=cluster.address,
+                             ORCH_RAY_TOKEN_FILE=str(cluster.token_file))
 
 
 def job_file(tmp_path, name, *, epochs=3, workers=2, placement="spread", allow="[onprem]",

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from jobs import events
-from tests.conftest import run_json, run_orch
+from tests.conftest import run_json, run_orch, status_in_process
 from tests.moto_server import CREDENTIALS, moto_s3  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,7 @@ def _job(tmp_path, name, bucket, extra=""):
 def _wait_for_epoch(home, job_id, epoch, env, timeout=300):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        rec = run_json(home, "status", job_id, **env)
+        rec = status_in_process(home, job_id, **env)
         if (rec["metrics"].get("epoch") or 0) >= epoch:
             return rec
         assert rec["status"] in ("PENDING", "RUNNING"), rec

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from jobs import events
-from tests.conftest import run_json, run_orch
+from tests.conftest import run_orch, status_in_process
 from tests.integration.conftest import train_processes
 from tests.integration.test_local_jobs import wait_for
 
@@ -53,7 +53,7 @@ def test_a_killed_worker_is_restarted_and_training_resumes(ray_home, tmp_path):
     job_id = run_orch(ray_home, "submit", str(job), "--detach").stdout.strip()
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        rec = run_json(ray_home, "status", job_id)
+        rec = status_in_process(ray_home, job_id)
         if (rec["metrics"].get("reports") or 0) >= 2:
             break
         time.sleep(1)

@@ -1,11 +1,24 @@
-"""The small interface every place a job can run implements."""
+"""The one interface every place a job can run implements: `Backend`, with its contract
+in each method's docstring, and the optional capabilities a backend adds as mixins.
+
+A backend answers two kinds of question. What a job's launch looks like there (its
+runner's Python, its default checkpoint storage, ...) is known without reaching the
+backend: class attributes and classmethods, so `orch plan` can show a launch and a test
+can build one with no cluster. What happens to a job there goes through an instance,
+built from the settings by `providers.registry`."""
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
-from typing import Optional, Protocol
+from typing import TYPE_CHECKING, ClassVar, Optional
 
 from orchestrator.redact import looks_secret
+
+if TYPE_CHECKING:
+    from orchestrator.settings import Settings
+    from orchestrator.spec import JobSpec
+    from providers.ray_cluster import ClusterSnapshot
 
 
 @dataclass(frozen=True)
@@ -50,31 +63,108 @@ class BackendState:
     info: Optional[dict] = None  # facts to keep with the job (a cloud job's cost ledger)
 
 
-class Provider(Protocol):
-    name: str
+class Backend(abc.ABC):
+    """A place jobs run, known by orch's job id: the service holds no other handle on it.
 
+    Every call may be repeated safely (the service retries them and bounds their time),
+    and any failure to reach the backend is a BackendError naming what to do."""
+
+    name: str  # the target it serves: "local", "onprem", "cloud"
+    address: str  # where it is, as the job's record keeps it ("" before a local Ray starts)
+
+    # How long after a job's record the backend may still have no trace of a launch that
+    # did happen: a Ray submit is there when it returns, a cloud launch request is not.
+    launch_grace_s: ClassVar[float] = 0.0
+    # Each job rents its machine (a cloud VM), billed from its start-up; otherwise the
+    # hardware is owned and a job holds it from its submission on.
+    rented: ClassVar[bool] = False
+
+    @classmethod
+    def default_storage(cls, settings: Settings) -> Optional[str]:
+        """Where a `train:` job keeps its checkpoints when its job file does not say; None:
+        Ray Train's default folder on the node that runs it."""
+        return None
+
+    @classmethod
+    def runner_command(cls) -> str:
+        """The shell line that starts orch's runner (`jobs.runner`) there: here the first
+        `python3` on the machine's PATH."""
+        return "python3 -m jobs.runner"
+
+    @classmethod
+    def shell_prelude(cls) -> str:
+        """Shell lines run before the job's own (its setup: and run:): none here."""
+        return ""
+
+    @classmethod
+    def adapt_launch(cls, launch: Launch, spec: JobSpec, decision: dict) -> Launch:
+        """`launch` with what this backend needs beyond the command, from the job file and
+        its placement `decision`: nothing here."""
+        return launch
+
+    @abc.abstractmethod
     def prepare(self) -> None:
-        """Make the target ready to accept a job (may start a local Ray; may block seconds)."""
+        """Make the backend ready to accept a job: may start a local Ray and block for
+        seconds; raises BackendError when it cannot be reached or started."""
 
+    @abc.abstractmethod
     def submit(self, launch: Launch) -> str:
-        """Start the job and return the backend's id for it. Submitting the same job_id
-        twice never starts it twice: the second call returns the existing id."""
+        """Start the job and return the backend's id for it (orch's job id). Submitting
+        the same job_id twice never starts it twice: a job the backend already has, ended
+        or not, is left as it is and its id returned. Raises BackendError when the backend
+        refuses the job or cannot be reached."""
 
+    @abc.abstractmethod
     def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
         """The job's state as the backend sees it; `info` is what orch kept from earlier
-        calls. Raises BackendError when the backend cannot be reached."""
+        calls (and from `HasLaunchInfo`). A job the backend never had or no longer knows
+        is FAILED with a message saying it "has no job" (which the service reads as never
+        launched), unless a launch of it may still be on its way (then PENDING, or FAILED
+        with the launch's error once it failed). Raises BackendError when the backend
+        cannot be reached."""
 
+    @abc.abstractmethod
     def logs(self, backend_id: str) -> str:
-        """Everything the job printed so far."""
+        """Everything the job printed so far, ended or not. Raises BackendError when the
+        backend cannot give them (Ray: also for a job it does not know)."""
 
+    @abc.abstractmethod
     def cancel(self, backend_id: str) -> None:
-        """Ask the backend to stop the job; a job that already ended is left as it is."""
+        """Ask the backend to stop the job and return without waiting for it to end; a job
+        that already ended is left as it is, without an error. Raises BackendError when the
+        backend cannot be reached or does not know the job (Ray; SkyPilot only says so)."""
+
+    def gone(self) -> Optional[str]:
+        """Why the backend itself no longer exists, taking every job on it along (a local
+        Ray that stopped), as a message for their records; None while it exists, which a
+        remote backend always does (one that does not answer raises BackendError instead)."""
+        return None
 
 
-class HasCapacity(Protocol):
+class HasCapacity(abc.ABC):
     """A target with a fixed size (a Ray cluster), whose queue `orch serve` holds until a
-    job fits. A provider without `capacity` (the cloud) rents what each job needs."""
+    job fits. A backend without it (the cloud) rents what each job needs."""
 
-    def capacity(self):
-        """A `providers.ray_cluster.ClusterSnapshot` of what the target holds and runs now,
-        read in seconds; raises BackendError when it cannot be read."""
+    @abc.abstractmethod
+    def capacity(self) -> ClusterSnapshot:
+        """What the target holds and runs now, read in seconds; raises BackendError when
+        it cannot be read."""
+
+
+class HasLaunchInfo(abc.ABC):
+    """A backend that learns at submit what it needs later to follow the job (a cloud
+    launch request's id), which orch keeps in the job's record."""
+
+    @abc.abstractmethod
+    def launch_info(self, backend_id: str) -> dict:
+        """Facts about this process's submit of the job, given to `state` as `info`; {}
+        when this process did not submit it."""
+
+
+class KeepsLogs(abc.ABC):
+    """A backend that leaves its jobs' logs on this machine, readable after it is gone."""
+
+    @abc.abstractmethod
+    def saved_logs(self, backend_id: str) -> str:
+        """The job's log from the files the backend left; "" when there is none. Reads
+        files only, so it works when the backend is gone or does not answer."""

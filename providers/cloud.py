@@ -8,16 +8,21 @@ through `SkySDK`, which tests replace with a fake that replays managed-job state
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import jobs
 from orchestrator.decision.ledger import update_ledger
 from orchestrator.errors import BackendError
-from providers.base import BackendState, Launch
+from providers.base import Backend, BackendState, HasLaunchInfo, Launch
+
+if TYPE_CHECKING:
+    from orchestrator.settings import Settings
+    from orchestrator.spec import JobSpec
 
 # SkyPilot's managed-job states to orch's; RECOVERING is still a running job to the user.
 _STATES = {"PENDING": "PENDING", "SUBMITTED": "PENDING", "STARTING": "PENDING",
@@ -171,8 +176,13 @@ class SkySDK:
         sky.get(sky.jobs.cancel(name=name))
 
 
-class CloudProvider:
+class CloudProvider(Backend, HasLaunchInfo):
+    """Managed jobs on rented VMs; the runner starts under the VM's `python3`, into which
+    the task's setup installs what it needs."""
+
     name = "cloud"
+    launch_grace_s = 600.0  # a launch request can take minutes to reach SkyPilot's queue
+    rented = True
 
     def __init__(self, sdk=None, startup_minutes: float = 6.0, clock=time.time):
         self.sdk = sdk or SkySDK()
@@ -180,6 +190,22 @@ class CloudProvider:
         self.address = "skypilot"
         self.startup_minutes = startup_minutes
         self.requests: dict[str, str] = {}
+
+    @classmethod
+    def default_storage(cls, settings: Settings) -> Optional[str]:
+        """`cloud_storage`: a recovered spot VM resumes only from shared storage."""
+        return settings.cloud_storage
+
+    @classmethod
+    def adapt_launch(cls, launch: Launch, spec: JobSpec, decision: dict) -> Launch:
+        """The offers in cost order (the chosen one first, then the eligible cloud
+        alternatives as fallbacks), the file mounts, the nodes and the disk."""
+        offers = [decision["choice"]] + [
+            a for a in decision.get("alternatives", [])
+            if a["target"] == cls.name and a["excluded"] is None and a != decision["choice"]]
+        return dataclasses.replace(launch, offers=tuple(offers),
+                                   file_mounts=dict(spec.file_mounts), num_nodes=spec.num_nodes,
+                                   disk_size=spec.resources.disk_size)
 
     def prepare(self) -> None:
         """Nothing to start: the SDK starts SkyPilot's local API server on first use."""
@@ -198,6 +224,8 @@ class CloudProvider:
         return launch.job_id
 
     def launch_info(self, backend_id: str) -> dict:
+        """The id of this process's launch request, which `state` follows until the job
+        reaches SkyPilot's queue."""
         rid = self.requests.get(backend_id)
         return {"sky_request_id": rid} if rid else {}
 

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional
 
+from providers.base import KeepsLogs
 from providers.local_ray import LocalRay
 from providers.ray_jobs import RayJobsProvider
 
+if TYPE_CHECKING:
+    from orchestrator.settings import Settings
+    from providers.ray_cluster import ClusterSnapshot
 
-class LocalProvider(RayJobsProvider):
+
+def local_ray(settings: Settings) -> LocalRay:
+    """The local Ray instance of these settings (started or not)."""
+    return LocalRay(settings.home, cpus=settings.local.cpus,
+                    object_store_mb=settings.local.object_store_mb)
+
+
+class LocalProvider(RayJobsProvider, KeepsLogs):
+    """Jobs on this machine, under the interpreter orch runs in (the local Ray's too)."""
+
     def __init__(self, ray: LocalRay, on_start: Optional[Callable[[], None]] = None):
         self.ray = ray
         self.on_start = on_start
@@ -16,13 +32,41 @@ class LocalProvider(RayJobsProvider):
         super().__init__("local", state["dashboard_url"] if state else "", ray.headers(),
                          hint="`orch local status` shows the local Ray; `orch local up` starts it")
 
+    @classmethod
+    def default_storage(cls, settings: Settings) -> Optional[str]:
+        """ORCH_HOME/checkpoints: this machine's disk is where the job runs."""
+        return str(settings.home / "checkpoints")
+
+    @classmethod
+    def runner_command(cls) -> str:
+        """The runner under this very interpreter, which has orch and its Ray."""
+        return f"{shlex.quote(sys.executable)} -m jobs.runner"
+
+    @classmethod
+    def shell_prelude(cls) -> str:
+        """`python` in a run: or setup: line means the interpreter orch (and its Ray) runs in."""
+        return f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"\n'
+
     def prepare(self) -> None:
         state = self.ray.up(on_start=self.on_start)
         if state["dashboard_url"] != self.address:
             self.address, self.headers, self._client = state["dashboard_url"], self.ray.headers(), None
         super().prepare()
 
-    def capacity(self):
+    def gone(self) -> Optional[str]:
+        """The local Ray is not running: every job it ran ended with it."""
+        if self.running:
+            return None
+        return ("the local Ray instance stopped while the job was running "
+                "(`orch local up` starts a new one)")
+
+    def saved_logs(self, backend_id: str) -> str:
+        """A stopped local Ray leaves its session's files on disk: the job's driver log there."""
+        for path in sorted(self.ray.temp_dir().glob(f"session_*/logs/job-driver-{backend_id}.log")):
+            return path.read_text(errors="replace")
+        return ""
+
+    def capacity(self) -> ClusterSnapshot:
         """What the local Ray holds and runs now; before it is started, what it will hold
         (`local.cpus`, or every CPU, and this machine's GPUs) with nothing running."""
         if self.running:

@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import jobs
 from orchestrator.errors import BackendError
 from providers.ray_cluster import ClusterSnapshot, get_json, snapshot
 from providers.ray_jobs import RayJobsProvider
+
+if TYPE_CHECKING:
+    from orchestrator.settings import Settings
 
 HINT = ("check ORCH_RAY_ADDRESS (the dashboard's http://host:8265) and that the Ray head "
         "runs; `orch cluster status` tests the connection")
@@ -36,10 +39,25 @@ def token_for(token_file: Optional[Path]) -> Optional[str]:
 
 
 class OnPremProvider(RayJobsProvider):
+    """The cluster at `address` (its dashboard), with the token of `token_file` or Ray's."""
+
     def __init__(self, address: str, token_file: Optional[Path] = None):
         token = token_for(token_file)
         super().__init__("onprem", address, {"Authorization": f"Bearer {token}"} if token else {},
                          hint=HINT)
+
+    @classmethod
+    def default_storage(cls, settings: Settings) -> Optional[str]:
+        """`onprem_checkpoint_storage`, shared by the nodes; never ORCH_HOME: a path on the
+        user's machine means nothing to the cluster."""
+        return settings.onprem_checkpoint_storage
+
+    @classmethod
+    def runner_command(cls) -> str:
+        """The runner under the cluster Ray's own Python, not the node's first python3."""
+        from providers.ray_python import runner_command
+
+        return runner_command("jobs.runner")
 
     def prepare(self) -> None:
         # A plain HTTP probe with a timeout first: the Jobs client can hang on a dead host.

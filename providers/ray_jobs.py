@@ -13,17 +13,21 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 from jobs import secret_env
 from orchestrator.errors import BackendError
-from providers.base import BackendState, Launch
+from providers.base import Backend, BackendState, HasCapacity, Launch
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
+
+    from providers.ray_cluster import ClusterSnapshot
 
 # Ray's job states to orch's. STOPPED is what Ray calls a job stopped on request.
 _STATES = {"PENDING": "PENDING", "RUNNING": "RUNNING", "SUCCEEDED": "SUCCEEDED",
            "FAILED": "FAILED", "STOPPED": "CANCELLED"}
 
 
-class RayJobsProvider:
+class RayJobsProvider(Backend, HasCapacity):
+    """A Ray cluster's Jobs API at `address`; `hint` says what to check when it fails."""
+
     def __init__(self, name: str, address: str, headers: Optional[dict] = None,
                  hint: str = "check that the Ray cluster is running"):
         self.name = name
@@ -138,8 +142,8 @@ class RayJobsProvider:
             raise BackendError(f"cannot read logs of {backend_id} from Ray at {self.address}: {_short(e)}",
                                self.hint) from None
 
-    def capacity(self):
-        """What the cluster holds and runs now, over its dashboard (HasCapacity)."""
+    def capacity(self) -> ClusterSnapshot:
+        """What the cluster holds and runs now, over its dashboard."""
         from providers.ray_cluster import snapshot
 
         return snapshot(self.address, self.headers)

@@ -52,11 +52,12 @@ class Budgets(OrchCore):
         price = ledger.hourly(choice, self.settings.budget_basis)
         if limit is None or price is None:
             return None
-        startup = (self.settings.cloud_startup_minutes / 60.0 * price
-                   if choice.get("target") == "cloud" else 0.0)
+        target = choice.get("target")  # None for a choice no plan placed
+        rented = bool(target and self._backend_class(target).rented)
+        startup = self.settings.cloud_startup_minutes / 60.0 * price if rented else 0.0
         budget = {"limit_usd": round(limit[0], 6), "what": limit[1], "spent_usd": round(startup, 6),
                   "price_per_hour_usd": price}
-        if choice.get("target") != "cloud":
+        if not rented:
             # Owned hardware is held from submission on, as the ledger counts it; a cloud
             # VM bills from its start-up, which `spent_usd` covers, so its clock starts there.
             budget["t0"] = time.time()

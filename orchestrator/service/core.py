@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
-from orchestrator.errors import BackendError, InputError
+from orchestrator.errors import BackendError
 from orchestrator.settings import Settings
 from orchestrator.store import Store, open_store
+
+if TYPE_CHECKING:
+    from providers.base import Backend
+    from providers.local_ray import LocalRay
 
 
 class OrchCore:
     def __init__(self, settings: Settings, on_ray_start: Optional[Callable[[], None]] = None):
         self.settings = settings
         self.on_ray_start = on_ray_start
-        self._providers: dict = {}
+        self._providers: dict[str, Backend] = {}
         self._secrets: dict[str, dict] = {}  # job id -> secret values, for this process only
 
     @functools.cached_property
@@ -29,32 +33,28 @@ class OrchCore:
 
     # -- providers --------------------------------------------------------------------
 
-    def local_ray(self):
-        from providers.local_ray import LocalRay
+    def local_ray(self) -> LocalRay:
+        """This machine's local Ray instance, as the settings configure it (started or not)."""
+        from providers.local import local_ray
 
-        return LocalRay(self.settings.home, cpus=self.settings.local.cpus,
-                        object_store_mb=self.settings.local.object_store_mb)
+        return local_ray(self.settings)
 
-    def provider(self, target: str):
+    def provider(self, target: str) -> Backend:
+        """The backend of `target`, built once per Orch (providers.registry); InputError
+        for a target this orch cannot run on."""
         if target not in self._providers:
-            if target == "local":
-                from providers.local import LocalProvider
+            from providers.registry import backend_for
 
-                self._providers[target] = LocalProvider(self.local_ray(), self.on_ray_start)
-            elif target == "onprem" and self.settings.ray_address:
-                from providers.onprem import OnPremProvider
-
-                self._providers[target] = OnPremProvider(self.settings.ray_address,
-                                                         self.settings.ray_token_file)
-            elif target == "cloud":
-                from providers.cloud import CloudProvider
-
-                self._providers[target] = CloudProvider(
-                    startup_minutes=self.settings.cloud_startup_minutes)
-            else:
-                raise InputError(f"target {target!r} is not available in this version of orch",
-                                 "use placement.allow: [local] or ORCH_MODE=local")
+            self._providers[target] = backend_for(target, self.settings, self.on_ray_start)
         return self._providers[target]
+
+    @staticmethod
+    def _backend_class(target: str) -> type[Backend]:
+        """The class of `target`'s backend: what a launch looks like there, known without
+        reaching it (so tests and `orch plan` need no cluster)."""
+        from providers.registry import backend_class
+
+        return backend_class(target)
 
     def _retry(self, provider, op: str, *args):
         """Call provider.op with bounded retries and doubling waits; the last error is

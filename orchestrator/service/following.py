@@ -14,6 +14,7 @@ from orchestrator.run_metrics import add_scaling, from_log
 from orchestrator.service.budgets import Budgets
 from orchestrator.service.processes import alive
 from orchestrator.store import TERMINAL
+from providers.base import KeepsLogs
 
 
 class Following(Budgets):
@@ -28,9 +29,9 @@ class Following(Budgets):
             if not rec["backend_id"]:
                 return rec
         provider = self.provider(rec["target"])
-        if rec["target"] == "local" and not provider.running:
-            return self._finish(rec, "FAILED", "the local Ray instance stopped while the job was "
-                                               "running (`orch local up` starts a new one)")
+        gone = provider.gone()
+        if gone:
+            return self._finish(rec, "FAILED", gone)
         try:
             state = self._retry(provider, "state", rec["backend_id"], rec["info"])
         except BackendError as e:
@@ -51,10 +52,11 @@ class Following(Budgets):
             return self._enforce_budget(rec, provider)
         return rec
 
-    def _recover_launch(self, rec: dict, grace_s: float = 60.0, cloud_grace_s: float = 600.0) -> dict:
+    def _recover_launch(self, rec: dict, grace_s: float = 60.0) -> dict:
         """A job recorded but with no backend id: its `orch submit` died or is still launching.
         While that orch lives (or for `grace_s` when it cannot be checked), leave it be; then
-        ask the backend, which knows the job by orch's id, before declaring it never launched."""
+        ask the backend, which knows the job by orch's id, before declaring it never launched
+        (not before the backend's `launch_grace_s`: a launch may still be on its way)."""
         sub = (rec["info"] or {}).get("submitter")
         gone = sub is not None and not alive(sub)
         age = time.time() - rec["created_at"]
@@ -63,12 +65,12 @@ class Following(Budgets):
         never = ("never launched: the orch that submitted it stopped before the launch; "
                  "submit the job again")
         provider = self.provider(rec["target"])
-        if rec["target"] == "local" and not provider.running:
+        if provider.gone():
             return self.store.set_status(rec["id"], "FAILED", never)
         state = self._retry(provider, "state", rec["id"], None)
         if "has no job" in (state.message or ""):
-            if rec["target"] == "cloud" and age < cloud_grace_s:
-                return rec  # a launch request can take minutes to reach SkyPilot's queue
+            if age < provider.launch_grace_s:
+                return rec
             return self.store.set_status(rec["id"], "FAILED", never)
         self.store.set_status(rec["id"], rec["status"], "found on the backend after its orch "
                               "stopped: followed from here")
@@ -129,21 +131,14 @@ class Following(Budgets):
         if not rec["backend_id"]:
             return ""
         provider = self.provider(rec["target"])
-        if rec["target"] == "local" and not provider.running:
-            return self._local_driver_log(rec)
+        if isinstance(provider, KeepsLogs) and provider.gone():
+            return provider.saved_logs(rec["backend_id"])
         try:
             return provider.logs(rec["backend_id"])
         except BackendError:
-            if rec["target"] == "local":
-                return self._local_driver_log(rec)
+            if isinstance(provider, KeepsLogs):  # what it left on disk, when it does not answer
+                return provider.saved_logs(rec["backend_id"])
             raise
-
-    def _local_driver_log(self, rec: dict) -> str:
-        """A stopped local Ray leaves its session's files on disk: read the driver log there."""
-        temp = self.local_ray().temp_dir()
-        for path in sorted(temp.glob(f"session_*/logs/job-driver-{rec['backend_id']}.log")):
-            return path.read_text(errors="replace")
-        return ""
 
     def cancel(self, job_id: str, wait_s: float = 30.0) -> dict:
         rec = self.store.get(job_id)
@@ -154,7 +149,7 @@ class Following(Budgets):
         if not rec["backend_id"]:
             return self.store.set_status(rec["id"], "CANCELLED", "cancelled before launch")
         provider = self.provider(rec["target"])
-        if rec["target"] == "local" and not provider.running:
+        if provider.gone():
             return self.refresh(rec)
         self._retry(provider, "cancel", rec["backend_id"])
         deadline = time.monotonic() + wait_s

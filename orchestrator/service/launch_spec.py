@@ -1,12 +1,10 @@
 """What a provider runs for a job: its command, environment, checkpoint storage and the
-run it resumes, as one `Launch`; for a cloud VM also the offers to try and the mounts."""
+run it resumes, as one `Launch`, shaped by the target's backend class (its runner, its
+default storage); for a cloud VM also the offers to try and the mounts."""
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
-import sys
-from pathlib import Path
 from typing import Optional
 
 from orchestrator.service.budgets import Budgets
@@ -29,13 +27,8 @@ class LaunchBuilder(Budgets):
         aws = {"AWS_ENDPOINT_URL_S3": endpoint} if endpoint else {}  # S3 only, not every AWS service
         env = {**_RAY_TRAIN_ENV, **aws, **spec.env_strings(), "ORCH_JOB_ID": job_id}
         workdir = spec.workdir_path()
-        storage: Optional[str]
-        if target == "local":
-            storage = spec.checkpoint.storage or str(self.settings.home / "checkpoints")
-        elif target == "cloud":  # a recovered spot VM resumes only from shared storage
-            storage = spec.checkpoint.storage or self.settings.cloud_storage
-        else:  # a path on the user's machine means nothing to the cluster
-            storage = spec.checkpoint.storage or self.settings.onprem_checkpoint_storage
+        backend = self._backend_class(target)
+        storage = spec.checkpoint.storage or backend.default_storage(self.settings)
         resume = self.resume_point(spec, before=job_id)
         run_name = resume["run_name"] if resume else job_id
         if resume:
@@ -62,21 +55,13 @@ class LaunchBuilder(Budgets):
                 s3_endpoint_url=endpoint if endpoint and storage and storage.startswith("s3://") else None,
                 budget=Budget(**budget) if budget else None)
             env[ENV_VAR] = run.to_json()
-            if target == "onprem":  # the cluster Ray's own Python, not the node's first python3
-                from providers.ray_python import runner_command
-
-                command = runner_command("jobs.runner")
-            else:
-                python = sys.executable if target == "local" else "python3"
-                command = f"{shlex.quote(python)} -m jobs.runner"
+            command = backend.runner_command()
         else:
             assert spec.run is not None  # the spec holds exactly one of train: and run:
             command = spec.run
         if spec.setup:
             command = f"set -e\n{spec.setup}\nset +e\n{command}"
-        if target == "local":
-            # `python` in a run: or setup: line means the interpreter orch (and its Ray) runs in.
-            command = f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"\n{command}'
+        command = backend.shell_prelude() + command
         entrypoint = f"bash -c {shlex.quote(command)}"
         est_hours = ((decision or {}).get("estimate") or {}).get("hours")
         # The cluster keeps these with the job, so any orch can estimate the queue from them.
@@ -112,14 +97,11 @@ class LaunchBuilder(Budgets):
         return [r for r in jobs if r["id"] != before and r["created_at"] <= mine["created_at"]]
 
     def for_cloud(self, launch: Launch, spec: JobSpec, decision: dict) -> Launch:
-        """What a cloud VM needs beyond the command: the offers in cost order (the chosen
-        one first, then the eligible cloud alternatives as fallbacks) and the file mounts."""
-        offers = [decision["choice"]] + [
-            a for a in decision.get("alternatives", [])
-            if a["target"] == "cloud" and a["excluded"] is None and a != decision["choice"]]
-        return dataclasses.replace(launch, offers=tuple(offers),
-                                   file_mounts=dict(spec.file_mounts), num_nodes=spec.num_nodes,
-                                   disk_size=spec.resources.disk_size)
+        """What a cloud VM needs beyond the command (CloudProvider.adapt_launch): the
+        offers in cost order and the file mounts; `orch plan` shows the task it makes."""
+        from providers.cloud import CloudProvider
+
+        return CloudProvider.adapt_launch(launch, spec, decision)
 
 
 def _cpus_per_worker(spec: JobSpec) -> Optional[int]:

@@ -14,6 +14,7 @@ from orchestrator.service.launch_spec import LaunchBuilder
 from orchestrator.service.processes import alive, submitter
 from orchestrator.spec import JobSpec
 from orchestrator.store import TERMINAL, new_job_id
+from providers.base import HasLaunchInfo
 
 
 class Submitting(LaunchBuilder):
@@ -94,15 +95,14 @@ class Submitting(LaunchBuilder):
         try:
             provider.prepare()
             failpoints.reached("prepared")
-            launch = self.launch_for(rec["id"], spec, target, decision, secrets)
-            if target == "cloud":
-                launch = self.for_cloud(launch, spec, decision)
+            launch = self._backend_class(target).adapt_launch(
+                self.launch_for(rec["id"], spec, target, decision, secrets), spec, decision)
             backend_id = self._retry(provider, "submit", launch)
             failpoints.reached("launched")
         except BackendError as e:
             self.store.set_status(rec["id"], "FAILED", f"launch failed: {e.message}")
             raise
-        extra: dict = getattr(provider, "launch_info", lambda _: {})(backend_id)
+        extra = provider.launch_info(backend_id) if isinstance(provider, HasLaunchInfo) else {}
         if launch.offers:  # what the cloud ledger prices each launch with
             extra = {**extra, "offers": list(launch.offers)}
         info = {k: v for k, v in (rec["info"] or {}).items() if k != "queued"}

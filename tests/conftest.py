@@ -52,6 +52,21 @@ def environment(env: dict):
         os.environ.update(saved)
 
 
+def plan_in_process(home: Path, job_file: Path, **env: str) -> dict:
+    """`orch plan FILE --json` of this home, in this process: for a test that replaces the
+    cloud's credential check (monkeypatch providers.cloud.enabled_clouds) and keeps the rest
+    real (the cluster it reads, the catalogs)."""
+    from orchestrator.client import Local
+    from orchestrator.settings import load_settings
+
+    with environment(orch_env(home, **env)):
+        local = Local(load_settings())
+        try:
+            return local.plan(job_file)
+        finally:
+            local.close()
+
+
 def status_in_process(home: Path, job_id: str, **env: str) -> dict:
     """`orch status ID --json` of this home, answered in this process by the same client the
     CLI uses (records.JobDetail): for the loops that wait on a job, which would otherwise

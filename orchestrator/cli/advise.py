@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.cli.render import out, print_json
+from orchestrator.cli.render import local_only, out, print_json
 
 
 def advise(
@@ -35,6 +35,7 @@ def advise(
     from orchestrator.settings import config_path, load_settings
 
     settings = load_settings()
+    local_only("advise", "this machine's store")
     what_if = WhatIf(steady_hours=_at_least(steady_hours, "--steady-hours"),
                      electricity_price=_at_least(electricity_price, "--electricity-price"),
                      rent_price=_at_least(rent_price, "--rent-price"),

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from orchestrator.cli.render import err, out, print_json, table
+from orchestrator.cli.render import err, local_only, out, print_json, table
 
 
 def _size(n: float) -> str:
@@ -29,6 +29,8 @@ def artifacts(
 ) -> None:
     """List the checkpoints and files a job saved, and download them."""
     from orchestrator.service import Orch
+
+    local_only("artifacts", "this machine's store and checkpoint storage")
     from orchestrator.settings import load_settings
     from providers import artifacts as arts
 

@@ -7,7 +7,7 @@ import time
 
 import typer
 
-from orchestrator.cli.render import duration, out, print_json, table
+from orchestrator.cli.render import duration, local_only, out, print_json, table
 
 cluster_app = typer.Typer(no_args_is_help=True, help="The on-prem Ray cluster (ORCH_RAY_ADDRESS).")
 
@@ -21,6 +21,7 @@ def status(json_out: bool = typer.Option(False, "--json", help="JSON on stdout")
     from providers.onprem import OnPremProvider
 
     settings = load_settings()
+    local_only("cluster status", "the cluster at ORCH_RAY_ADDRESS, read from this machine")
     if not settings.ray_address:
         raise InputError("no on-prem cluster is configured",
                          "set ORCH_RAY_ADDRESS=http://HEAD:8265 (see infra/README.md)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from orchestrator.cli.render import out, print_json
+from orchestrator.cli.render import local_only, out, print_json
 
 _STYLE = {"ok": "[green]ok[/]     ", "problem": "[red]problem[/]", "skipped": "[dim]skipped[/]"}
 
@@ -22,6 +22,7 @@ def doctor(
     from orchestrator.settings import load_settings
 
     settings = load_settings()
+    local_only("doctor", "this machine (its store, Ray, SkyPilot and S3 access)")
     if repair_store and settings.database_url is not None:
         from orchestrator.errors import InputError
         from orchestrator.store import store_location

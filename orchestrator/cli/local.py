@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from orchestrator.cli.render import err, out, print_json
+from orchestrator.cli.render import err, local_only, out, print_json
 
 local_app = typer.Typer(no_args_is_help=True, help="Manage the local Ray instance (local-only mode).")
 
 
 def _ray():
+    local_only("local", "this machine's Ray instance")
     from orchestrator.service import Orch
     from orchestrator.settings import load_settings
 

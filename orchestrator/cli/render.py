@@ -37,6 +37,16 @@ def note(text: str) -> None:
     err.print(f"[yellow]note:[/] {escape(text)}")
 
 
+def local_only(command: str, acts_on: str) -> None:
+    """Say, when ORCH_SERVER is set, that `orch COMMAND` does not go through the server: it
+    acts on `acts_on` of this machine."""
+    from orchestrator.settings import load_settings
+
+    server = load_settings().server
+    if server:
+        note(f"`orch {command}` works on {acts_on}, not through ORCH_SERVER ({server})")
+
+
 def status_text(status: str) -> str:
     return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
 

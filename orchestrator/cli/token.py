@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from orchestrator.cli.render import err, out, print_json, table
+from orchestrator.cli.render import err, local_only, out, print_json, table
 
 token_app = typer.Typer(no_args_is_help=True, help="API tokens for `orch serve` (kept hashed "
                         "in the store; these commands write it directly).")
@@ -12,6 +12,8 @@ token_app = typer.Typer(no_args_is_help=True, help="API tokens for `orch serve` 
 
 def _store():
     from orchestrator.settings import load_settings
+
+    local_only("token", "this machine's store (run it where `orch serve` runs)")
     from orchestrator.store import open_store
 
     return open_store(load_settings())

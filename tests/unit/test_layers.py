@@ -53,7 +53,8 @@ DEBTS: set[tuple[str, str]] = {
     ("orchestrator.server.scheduler", "client"),
     # `orch schedule pause/rm` on the embedded client call the server's schedule rules.
     ("orchestrator.client", "server"),
-    # Commands that bypass the client, so ORCH_SERVER does not reach them.
+    # Commands that bypass the client, so ORCH_SERVER does not reach them (each says so:
+    # cli/render.local_only).
     ("orchestrator.cli.advise", "store"),
     ("orchestrator.cli.artifacts", "service"),
     ("orchestrator.cli.doctor", "service"),

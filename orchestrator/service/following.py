@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from orchestrator import redact
+from orchestrator.decision import reconcile
 from orchestrator.errors import BackendError, OrchError
 from orchestrator.run_metrics import add_scaling, from_log
 from orchestrator.service.budgets import Budgets
@@ -29,9 +30,9 @@ class Following(Budgets):
             if not rec["backend_id"]:
                 return rec
         provider = self.provider(rec["target"])
-        gone = provider.gone()
-        if gone:
-            return self._finish(rec, "FAILED", gone)
+        step = reconcile.launched(gone=provider.gone(), backend_status=None)
+        if step.action == "finish":
+            return self._finish(rec, step.status or "FAILED", step.message)
         try:
             state = self._retry(provider, "state", rec["backend_id"], rec["info"])
         except BackendError as e:
@@ -42,38 +43,37 @@ class Following(Budgets):
         info = rec["info"] or {}
         if state.info and any(info.get(k) != v for k, v in state.info.items()):
             rec = self.store.update(rec["id"], info={**info, **state.info})
-        if state.status in TERMINAL:
-            status = "CANCELLED" if rec["cancel_requested"] else state.status
-            return self._finish(rec, status, (rec["info"] or {}).get("budget_stop") or state.message)
-        if state.status == "RUNNING":
+        step = reconcile.launched(gone=None, backend_status=state.status, backend_message=state.message,
+                                  cancel_requested=bool(rec["cancel_requested"]),
+                                  budget_stop=(rec["info"] or {}).get("budget_stop"))
+        if step.action == "finish":
+            return self._finish(rec, step.status or "FAILED", step.message)
+        if step.action == "running":
             metrics = from_log(self._redact(rec, self._retry(provider, "logs", rec["backend_id"])),
                                rec["metrics"])
-            rec = self.store.set_status(rec["id"], "RUNNING", state.message, metrics=metrics)
+            rec = self.store.set_status(rec["id"], "RUNNING", step.message, metrics=metrics)
             return self._enforce_budget(rec, provider)
         return rec
 
     def _recover_launch(self, rec: dict, grace_s: float = 60.0) -> dict:
-        """A job recorded but with no backend id: its `orch submit` died or is still launching.
-        While that orch lives (or for `grace_s` when it cannot be checked), leave it be; then
-        ask the backend, which knows the job by orch's id, before declaring it never launched
-        (not before the backend's `launch_grace_s`: a launch may still be on its way)."""
+        """A job recorded but with no backend id: its `orch submit` died or is still
+        launching (decision.reconcile.unlaunched says what to do; this carries it out)."""
         sub = (rec["info"] or {}).get("submitter")
-        gone = sub is not None and not alive(sub)
-        age = time.time() - rec["created_at"]
-        if not gone and age < grace_s:
+        facts = dict(age_s=time.time() - rec["created_at"], submitter_gone=sub is not None and not alive(sub),
+                     grace_s=grace_s)
+        step = reconcile.unlaunched(**facts, backend_gone=False, backend_knows=None, launch_grace_s=0.0)
+        if step.action == "keep":
             return rec  # a live submit may still be starting Ray or uploading the workdir
-        never = ("never launched: the orch that submitted it stopped before the launch; "
-                 "submit the job again")
         provider = self.provider(rec["target"])
-        if provider.gone():
-            return self.store.set_status(rec["id"], "FAILED", never)
-        state = self._retry(provider, "state", rec["id"], None)
-        if "has no job" in (state.message or ""):
-            if age < provider.launch_grace_s:
-                return rec
-            return self.store.set_status(rec["id"], "FAILED", never)
-        self.store.set_status(rec["id"], rec["status"], "found on the backend after its orch "
-                              "stopped: followed from here")
+        gone = bool(provider.gone())
+        knows = None if gone else "has no job" not in (self._retry(provider, "state", rec["id"], None).message or "")
+        step = reconcile.unlaunched(**facts, backend_gone=gone, backend_knows=knows,
+                                    launch_grace_s=provider.launch_grace_s)
+        if step.action == "keep":
+            return rec
+        if step.action == "fail":
+            return self.store.set_status(rec["id"], "FAILED", step.message)
+        self.store.set_status(rec["id"], rec["status"], step.message)
         return self.store.update(rec["id"], backend_id=rec["id"], address=provider.address)
 
     def _finish(self, rec: dict, status: str, message: Optional[str]) -> dict:

@@ -52,34 +52,31 @@ def environment(env: dict):
         os.environ.update(saved)
 
 
-def plan_in_process(home: Path, job_file: Path, **env: str) -> dict:
-    """`orch plan FILE --json` of this home, in this process: for a test that replaces the
-    cloud's credential check (monkeypatch providers.cloud.enabled_clouds) and keeps the rest
-    real (the cluster it reads, the catalogs)."""
+def _in_process(home: Path, env: dict, ask):
+    """`ask(client)` on this home's embedded client, in this process, under the environment
+    `orch` would get (orch_env): the same answers as the CLI's `--json`."""
     from orchestrator.client import Local
     from orchestrator.settings import load_settings
 
     with environment(orch_env(home, **env)):
         local = Local(load_settings())
         try:
-            return local.plan(job_file)
+            return ask(local)
         finally:
             local.close()
+
+
+def plan_in_process(home: Path, job_file: Path, **env: str) -> dict:
+    """`orch plan FILE --json`, in this process: for a test that replaces the cloud's
+    credential check (monkeypatch providers.cloud.enabled_clouds) and keeps the rest real
+    (the cluster it reads, the catalogs)."""
+    return _in_process(home, env, lambda local: local.plan(job_file))
 
 
 def status_in_process(home: Path, job_id: str, **env: str) -> dict:
-    """`orch status ID --json` of this home, answered in this process by the same client the
-    CLI uses (records.JobDetail): for the loops that wait on a job, which would otherwise
-    start an orch process a second and take the CPU from the job they wait for."""
-    from orchestrator.client import Local
-    from orchestrator.settings import load_settings
-
-    with environment(orch_env(home, **env)):
-        local = Local(load_settings())
-        try:
-            return local.job(job_id)
-        finally:
-            local.close()
+    """`orch status ID --json`, in this process: for the loops that wait on a job, which
+    would otherwise start an orch process a second and take the CPU from the job."""
+    return _in_process(home, env, lambda local: local.job(job_id))
 
 
 def run_json(home: Path, *args: str, **kw) -> object:

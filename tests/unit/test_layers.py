@@ -15,7 +15,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
              "orchestrator.redact"),
     "config": ("orchestrator.spec", "orchestrator.settings", "orchestrator.checks"),
     "decision": ("orchestrator.decision", "orchestrator.ledger"),
-    "store": ("orchestrator.store", "orchestrator.store_pg", "orchestrator.records"),
+    "store": ("orchestrator.store", "orchestrator.records"),
     "offers": ("providers.catalog", "providers.local_offer"),
     "backends": ("providers",),
     "service": ("orchestrator.service", "orchestrator.planning", "orchestrator.fingerprint",

@@ -152,11 +152,27 @@ def run(req: RunRequest) -> int:
         print(f"orch runner: training failed: {e}", file=sys.stderr)
         return 1
     checkpoint = getattr(result, "checkpoint", None)
+    _prune(checkpoint, req.num_to_keep)
     events.emit("result", ok=True, metrics=result.metrics or {},
                 checkpoint=where(getattr(checkpoint, "path", None)),
                 wall_s=round(time.monotonic() - started, 2))
     _print_verdict(result.metrics or {})
     return 0
+
+
+def _prune(checkpoint, keep: int) -> None:
+    """Leave `keep` checkpoints in the run's folder; a failure to tidy is said, not fatal."""
+    from jobs.storage import prune_checkpoints
+
+    if checkpoint is None:
+        return
+    try:
+        stale = prune_checkpoints(checkpoint, keep)
+    except Exception as e:  # noqa: BLE001  (the job succeeded; the storage said no)
+        print(f"orch runner: could not remove old checkpoints: {e}", file=sys.stderr)
+        return
+    if stale:
+        events.emit("pruned", checkpoints=stale)
 
 
 def _print_verdict(metrics: dict) -> None:

@@ -32,3 +32,30 @@ def display_path(path: Optional[str], args: dict) -> Optional[str]:
     if path and "storage_filesystem" in args and not path.startswith("s3://"):
         return "s3://" + path.lstrip("/")
     return path
+
+
+def prune_checkpoints(checkpoint, keep: int) -> list[str]:
+    """Delete the run's checkpoints older than its newest `keep`; return their names.
+
+    Ray Train keeps `num_to_keep` of the checkpoints it registered, newest first (orch sets no
+    score). A job cancelled while a checkpoint was on its way leaves one Ray never registered,
+    and a later job resuming the run does not know it: it stays in the bucket for good. The
+    runner calls this after a run that ended well, so the folder holds what the job file said.
+    `checkpoint` is a ray.train.Checkpoint (its filesystem and path); the one the result names
+    is always kept. Names are `checkpoint_<timestamp>`, so their order is their age.
+    """
+    import posixpath
+
+    import pyarrow.fs
+
+    fs, path = checkpoint.filesystem, checkpoint.path.rstrip("/")
+    run_dir = posixpath.dirname(path)
+    found = fs.get_file_info(pyarrow.fs.FileSelector(run_dir))
+    names = sorted(i.base_name for i in found
+                   if i.type == pyarrow.fs.FileType.Directory
+                   and i.base_name.startswith("checkpoint_"))
+    stale = [n for n in names[:max(len(names) - keep, 0)]
+             if posixpath.join(run_dir, n) != path]
+    for name in stale:
+        fs.delete_dir(posixpath.join(run_dir, name))
+    return stale

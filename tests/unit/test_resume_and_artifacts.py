@@ -254,3 +254,50 @@ def test_runner_filesystem_reaches_the_endpoint_with_the_env_credentials(moto_s3
     with args["storage_filesystem"].open_output_stream(args["storage_path"] + "/probe") as f:
         f.write(b"hello")
     assert moto_s3.keys("fs/") == {"fs/probe": 5}
+
+
+def _checkpoint_dirs(fs, run_dir: str, names) -> None:
+    for name in names:
+        fs.create_dir(f"{run_dir}/{name}")
+        with fs.open_output_stream(f"{run_dir}/{name}/state.pt") as f:
+            f.write(b"x")
+
+
+NAMES = ["checkpoint_2026-12-01_16-48-14.925715",  # left by a cancelled job, never registered
+         "checkpoint_2026-12-01_16-48-51.199321", "checkpoint_2026-12-01_16-48-53.568439"]
+
+
+def test_pruning_leaves_the_newest_checkpoints_and_the_results(tmp_path):
+    import pyarrow.fs
+    from ray.train import Checkpoint
+
+    from jobs.storage import prune_checkpoints
+
+    fs, run_dir = pyarrow.fs.LocalFileSystem(), str(tmp_path / "run")
+    _checkpoint_dirs(fs, run_dir, NAMES)
+    (tmp_path / "run" / "checkpoint_manager_snapshot.json").write_text("{}")  # not a checkpoint
+    newest = Checkpoint(f"{run_dir}/{NAMES[-1]}", filesystem=fs)
+    assert prune_checkpoints(newest, 2) == NAMES[:1]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
+        *NAMES[1:], "checkpoint_manager_snapshot.json"]
+    assert prune_checkpoints(newest, 2) == []  # nothing more to do
+    # The result's checkpoint stays even when it is not among the newest.
+    oldest = Checkpoint(f"{run_dir}/{NAMES[1]}", filesystem=fs)
+    assert prune_checkpoints(oldest, 1) == []
+    assert prune_checkpoints(Checkpoint(f"{run_dir}/{NAMES[2]}", filesystem=fs), 1) == NAMES[1:2]
+
+
+@pytest.mark.integration
+def test_pruning_on_s3_deletes_the_stale_checkpoint_folders(moto_s3, monkeypatch):  # noqa: F811
+    from ray.train import Checkpoint
+
+    from jobs.storage import prune_checkpoints
+
+    for k, v in CREDENTIALS.items():
+        monkeypatch.setenv(k, v)
+    args = storage_args(f"s3://{moto_s3.bucket}/ckpt", moto_s3.endpoint)
+    fs, run_dir = args["storage_filesystem"], args["storage_path"] + "/run"
+    _checkpoint_dirs(fs, run_dir, NAMES)
+    assert prune_checkpoints(Checkpoint(f"{run_dir}/{NAMES[-1]}", filesystem=fs), 2) == NAMES[:1]
+    left = {k for k in moto_s3.keys("ckpt/run/") if not k.endswith("/")}  # pyarrow's markers
+    assert left == {f"ckpt/run/{n}/state.pt" for n in NAMES[1:]}

@@ -118,7 +118,7 @@ class Local:
             printed = max(printed, len(lines))
             if rec["status"] in TERMINAL:
                 return
-            time.sleep(poll_s)
+            time.sleep(min(poll_s, 0.2) if self.orch.ending(text) else poll_s)
 
     def cancel(self, job_id: str) -> dict:
         from orchestrator.records import CancelledJob

@@ -125,6 +125,15 @@ class Following(Budgets):
         the saved copy."""
         return self._redact(rec, self._raw_logs(rec))
 
+    @staticmethod
+    def ending(text: str) -> bool:
+        """Whether the runner has said its result: the job ends within a second or two, so
+        a follower looks again sooner than once a second."""
+        from jobs import events
+
+        tail = text[-4096:].splitlines()[-8:]
+        return any((events.parse_line(line) or {}).get("event") == "result" for line in tail)
+
     def _raw_logs(self, rec: dict) -> str:
         if rec["status"] in TERMINAL and rec["log_path"] and Path(rec["log_path"]).exists():
             return Path(rec["log_path"]).read_text()

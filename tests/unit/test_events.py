@@ -42,3 +42,15 @@ def test_loader_choices():
     assert resolve_pin_memory("auto", "cuda") is True
     assert resolve_pin_memory("auto", "cpu") is False
     assert resolve_pin_memory(True, "cpu") is False
+
+
+def test_a_follower_looks_sooner_once_the_result_is_in_the_log(capsys):
+    from orchestrator.service.following import Following
+
+    events.emit("report", metrics={"epoch": 1}, index=1)
+    running = "workers ready\n" + capsys.readouterr().out
+    assert not Following.ending(running)
+    events.emit("result", ok=True, metrics={})
+    ended = running + capsys.readouterr().out + "orch runner: compute-bound\n"
+    assert Following.ending(ended)
+    assert not Following.ending("")

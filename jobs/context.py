@@ -64,6 +64,8 @@ class WorkerContext:
     loader_workers: int
     pin_memory: bool
     requested_loader_workers: Any = "auto"
+    requested_precision: str = "auto"
+    precision_trials: Optional[dict] = None  # seconds per step in each precision timed
     loader_tuning: Optional[dict] = None  # seconds per batch for each worker count tried
     timer: Any = field(default=None, repr=False)
     budget: Optional[Budget] = None  # see over_budget
@@ -95,6 +97,36 @@ class WorkerContext:
             if self.rank == 0:
                 events.emit("loader_tuned", chosen=self.loader_workers, seconds_per_batch=self.loader_tuning)
         return make(self.loader_workers)
+
+    def measure_precision(self, model, batch, loss_fn=None) -> str:
+        """Time a few steps of `model` on `batch` in each precision this device offers
+        (jobs/precision.py); with `precision: auto` keep the fastest safe one. Call once,
+        before the loop and before `prepare_model` (the steps leave the weights as they
+        were). Every worker ends with rank 0's choice. Returns the precision to train in."""
+        import torch
+
+        from jobs import precision as prec
+
+        cuda_bf16 = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
+        model = model.to(self.device)
+        batch = batch.to(self.device)
+        measured = prec.measure(model, batch, prec.candidates(self.device.type, cuda_bf16),
+                                self.device, loss_fn)
+        trials = {p: round(t, 6) for p, t in measured.items()}
+        choice = prec.pick(trials) if self.requested_precision == "auto" else self.precision
+        self.precision, self.precision_trials = prec.agree(choice, trials, self.device)
+        if self.rank == 0:
+            events.emit("precision", chosen=self.precision, requested=self.requested_precision,
+                        seconds_per_step=self.precision_trials)
+        return self.precision
+
+    def precision_record(self) -> dict:
+        """The precision figures for a run's metrics (the verdict reads them)."""
+        rec: dict[str, Any] = {"precision": self.precision,
+                               "precision_auto": self.requested_precision == "auto"}
+        if self.precision_trials:
+            rec["precision_trials"] = self.precision_trials
+        return rec
 
     @property
     def device_type(self) -> str:
@@ -161,6 +193,7 @@ class WorkerContext:
 
     def as_record(self) -> dict:
         rec = {"device": str(self.device), "precision": self.precision,
+               "precision_requested": self.requested_precision,
                "loader_workers": self.loader_workers, "pin_memory": self.pin_memory,
                "world_size": self.world_size}
         if self.loader_tuning:
@@ -215,6 +248,7 @@ def install(options: WorkerOptions) -> WorkerContext:
         loader_workers=resolve_loader_workers(options.loader_workers, device.type, cpus),
         pin_memory=resolve_pin_memory(options.pin_memory, device.type),
         requested_loader_workers=options.loader_workers,
+        requested_precision=options.precision,
         timer=StepTimer(device),
         budget=options.budget,
     )

@@ -1,12 +1,15 @@
 """What held a run back, from its measured step breakdown, and what would help.
 
 Pure: figures in, a verdict out. It runs at the end of every run on the target and again
-in orch when the record is read, so it imports nothing but the standard library.
+in orch when the record is read, so it imports nothing but the standard library (and the
+pure part of jobs/precision.py).
 """
 
 from __future__ import annotations
 
 from typing import Optional
+
+from jobs.precision import advice as precision_advice
 
 INPUT_BOUND = 0.30   # share of step time spent waiting for data
 COPY_HEAVY = 0.15    # share spent copying host -> device
@@ -29,6 +32,10 @@ def diagnose(m: dict, single_worker_sps: Optional[float] = None) -> Optional[dic
         efficiency = float(m["samples_per_sec"]) / (workers * single_worker_sps)
         reasons.append(f"{workers} workers give {efficiency:.0%} of {workers}x one worker's "
                        f"throughput")
+    trials = m.get("precision_trials") or {}
+    slower = precision_advice(trials, m.get("precision"))
+    if slower:  # whatever else held the run back, its steps could be this much shorter
+        advice.append(slower)
     if data >= INPUT_BOUND:
         kind = "input-bound"
         if m.get("loader_auto"):
@@ -46,8 +53,9 @@ def diagnose(m: dict, single_worker_sps: Optional[float] = None) -> Optional[dic
                       "batch per worker, or GPUs with a faster interconnect")
     else:
         kind = "compute-bound"
-        if m.get("precision") == "fp32":
-            advice.append("precision: bf16 (or fp16 on older GPUs) cuts time per step")
+        if m.get("precision") == "fp32" and device.startswith("cuda") and not trials:
+            advice.append("precision: auto times bf16 and fp16 against fp32 on this GPU at "
+                          "the start of the run and keeps the fastest")
         advice.append("a larger batch if memory allows, or a faster GPU")
         if copy >= COPY_HEAVY:
             advice.append("set data.pin_memory: true so copies overlap compute")

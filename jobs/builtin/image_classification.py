@@ -90,7 +90,11 @@ def train_loop(config: dict) -> None:
                else torch.utils.data.TensorDataset(x_train, y_train))
     loader = ray.train.torch.prepare_data_loader(ctx.data_loader(dataset, batch_size),
                                                  move_to_device=False)
-    model = ray.train.torch.prepare_model(DigitsNet(int(config.get("model_width", 1))))
+    net = DigitsNet(int(config.get("model_width", 1)))
+    ctx.measure_precision(net, x_train[:batch_size],
+                          lambda logits: F.cross_entropy(logits.float(), y_train[:batch_size]
+                                                         .to(logits.device)))
+    model = ray.train.torch.prepare_model(net)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     scaler = ctx.grad_scaler()
 
@@ -135,7 +139,7 @@ def train_loop(config: dict) -> None:
             # Every worker sees an equal shard, so the whole job's rate is world_size x ours.
             "samples_per_sec": seen * ctx.world_size / elapsed if elapsed > 0 else 0.0,
             "epoch_s": elapsed,
-            "precision": ctx.precision,
+            **ctx.precision_record(),
             "workers": ctx.world_size,
             "device": str(ctx.device),
             "loader_workers": ctx.loader_workers,

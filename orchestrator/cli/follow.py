@@ -29,6 +29,14 @@ def run_time(rec: dict) -> Optional[float]:
     return job_duration({k: when(rec.get(k)) for k in ("created_at", "started_at", "finished_at")})
 
 
+def precision_summary(ev: dict) -> str:
+    """'fp32 (auto; a step took fp32 6.1 ms, bf16 5.6 ms)' from a `precision` event."""
+    trials = ev.get("seconds_per_step") or {}
+    figures = ", ".join(f"{p} {s * 1000:.1f} ms" for p, s in trials.items())
+    how = "auto" if ev.get("requested") == "auto" else "as asked"
+    return f"{ev.get('chosen')} ({how}; a step took {figures})" if figures else str(ev.get("chosen"))
+
+
 def follow(client, rec: dict, console: Console) -> dict:
     """Print the job's log lines and progress until it finishes; return its final record
     (with history). `client` is orchestrator.client's Local or Remote."""
@@ -59,8 +67,12 @@ def follow(client, rec: dict, console: Console) -> dict:
                     progress.update(tasks[0], completed=m["epoch"], detail=metric_summary(m))
                 progress.console.print(f"[bold]report[/] {metric_summary(m) or m}")
             elif kind == "worker_setup":
+                precision = ("auto" if ev.get("precision_requested") == "auto"
+                             else ev.get("precision"))
                 progress.console.print(
                     f"[bold]workers[/] {ev.get('world_size')} on {ev.get('device')}, "
-                    f"precision {ev.get('precision')}, loader workers {ev.get('loader_workers')}, "
+                    f"precision {precision}, loader workers {ev.get('loader_workers')}, "
                     f"pin_memory {ev.get('pin_memory')}")
+            elif kind == "precision":
+                progress.console.print(f"[bold]precision[/] {precision_summary(ev)}")
     return client.job(rec["id"])

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from jobs.precision import pick
 from tests.conftest import ROOT, run_json, run_orch, status_in_process
 from tests.integration.conftest import train_processes
 
@@ -35,14 +36,19 @@ def write_job(tmp_path, text, name="job.yaml"):
     return path
 
 
-def test_quickstart_trains_with_two_bf16_workers(ray_home):
+def test_quickstart_trains_with_two_workers_in_the_precision_it_measured(ray_home):
     proc = run_orch(ray_home, "submit", "examples/quickstart.yaml", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(proc.stdout)
     m = rec["metrics"]
     assert rec["status"] == "SUCCEEDED" and rec["target"] == "local"
     assert m["accuracy"] >= 0.9
-    assert m["workers"] == 2 and m["precision"] == "bf16"
+    assert m["workers"] == 2 and m["precision_auto"]
+    # precision: auto timed fp32 and bf16 on these workers and trains in what it kept.
+    assert set(m["precision_trials"]) == {"fp32", "bf16"}
+    assert m["precision"] == pick(m["precision_trials"]), m["precision_trials"]
+    assert f"precision {m['precision']} (auto; a step took fp32 " in proc.stderr
+    assert not [a for a in m["verdict"]["advice"] if a.startswith("precision")]
     assert m["run_settings"]["world_size"] == 2
     assert m["samples_per_sec"] > 0 and m["epoch"] == m["epochs"] == 8
     assert "report epoch 8/8" in proc.stderr  # progress and logs go to stderr with --json

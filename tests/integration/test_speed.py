@@ -34,6 +34,12 @@ def test_an_input_bound_job_is_diagnosed_input_bound(ray_home, tmp_path):
     assert any("loader_workers" in a for a in m["verdict"]["advice"])
     for key in ("time_data_s", "time_copy_s", "time_compute_s", "samples_per_sec", "cpu_percent"):
         assert key in m
+    # precision: bf16 was asked: kept, timed against fp32, and the verdict says so where
+    # fp32 was much faster here (a CPU without native bf16), and only there.
+    trials = m["precision_trials"]
+    assert m["precision"] == "bf16" and not m["precision_auto"] and set(trials) == {"fp32", "bf16"}
+    line = [a for a in m["verdict"]["advice"] if a.startswith("precision: fp32")]
+    assert bool(line) == (trials["bf16"] >= 1.5 * trials["fp32"]), (trials, m["verdict"])
 
 
 def test_loader_workers_auto_tunes_a_slow_dataset(ray_home, tmp_path):

@@ -17,7 +17,8 @@ from jobs.verdict import diagnose
      "input-bound", "pin_memory: true"),
     ({"data_fraction": 0.4, "loader_workers": 2, "loader_auto": True}, None, "input-bound",
      "auto already chose 2"),
-    ({"data_fraction": 0.05, "precision": "fp32"}, None, "compute-bound", "precision: bf16"),
+    ({"data_fraction": 0.05, "precision": "fp32", "device": "cuda:0"}, None, "compute-bound",
+     "precision: auto times bf16 and fp16"),
     ({"data_fraction": 0.05, "precision": "bf16", "workers": 4, "samples_per_sec": 250}, 100.0,
      "communication-bound", "fewer workers"),
     ({"data_fraction": 0.05, "precision": "bf16", "workers": 4, "samples_per_sec": 380}, 100.0,
@@ -47,3 +48,25 @@ def test_step_timer_splits_wait_from_compute():
     assert timer.steps == 4 and timer.samples == 32
     assert s["time_data_s"] > s["time_compute_s"] > 0
     assert 0.6 < s["data_fraction"] < 1.0
+
+
+# Seconds per step measured on this kind of machine (AMD EPYC, AVX2, no native bf16).
+CPU_TRIALS = {"fp32": 0.0055, "bf16": 0.061}
+
+
+def test_an_explicit_precision_much_slower_than_another_gets_one_line():
+    m = {"data_fraction": 0.05, "precision": "bf16", "precision_trials": CPU_TRIALS}
+    lines = [a for a in diagnose(m)["advice"] if a.startswith("precision")]
+    assert lines == ["precision: fp32 (or auto): a step took 11.1x as long in bf16 as in fp32 "
+                     "on this device, measured at the start of the run"]
+    # The same line on an input-bound run: its steps would still be shorter.
+    m["data_fraction"] = 0.5
+    assert any(a.startswith("precision: fp32") for a in diagnose(m)["advice"])
+
+
+def test_no_precision_line_when_the_run_used_the_fastest_or_close_to_it():
+    for m in ({"data_fraction": 0.05, "precision": "fp32", "precision_trials": CPU_TRIALS},
+              {"data_fraction": 0.05, "precision": "fp32",
+               "precision_trials": {"fp32": 0.010, "bf16": 0.008}},  # 1.25x: not wide
+              {"data_fraction": 0.05, "precision": "fp32"}):  # CPU, no figures: no guess
+        assert not [a for a in diagnose(m)["advice"] if "precision" in a], m

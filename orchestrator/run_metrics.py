@@ -54,3 +54,34 @@ def add_scaling(metrics: dict, earlier: Sequence[dict]) -> None:
     verdict = diagnose(metrics, single)
     if verdict:
         metrics["verdict"] = verdict
+
+
+# A job's phases, in order: (name, the moment it ends). The moments come from orch's record
+# (submitted, recorded, launched, ended) and from the runner's events (their `t`).
+PHASES = ("submit_to_recorded", "recorded_to_launched", "launched_to_driver",
+          "driver_to_workers", "workers_to_first_step", "training", "last_step_to_ended")
+
+
+def phases(text: str, *, submitted: Optional[float], recorded: float,
+           launched: Optional[float], ended: float) -> dict[str, float]:
+    """Seconds in each phase of a finished job, those that can be told from its record and
+    log: submit -> recorded -> launched -> driver started (`start`) -> workers ready
+    (`worker_setup`) -> first step (first `progress`) -> last step (last `report`) -> ended.
+    A phase whose two ends are not both known is left out. `submitted` is when the process
+    that submitted started (`orch submit`'s own start-up and planning count)."""
+    first: dict[str, float] = {}
+    last_report = None
+    for ev in events.parse(text or ""):
+        t = ev.get("t")
+        if not isinstance(t, (int, float)):
+            continue
+        first.setdefault(ev["event"], t)
+        if ev["event"] == "report":
+            last_report = t
+    moments = [submitted, recorded, launched, first.get("start"), first.get("worker_setup"),
+               first.get("progress"), last_report, ended]
+    out = {}
+    for name, a, b in zip(PHASES, moments, moments[1:]):
+        if a is not None and b is not None:
+            out[name] = round(max(0.0, b - a), 2)
+    return out

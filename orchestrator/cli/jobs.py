@@ -8,7 +8,16 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from orchestrator.cli.render import duration, err, metric_summary, out, print_json, status_text, table
+from orchestrator.cli.render import (
+    duration,
+    err,
+    metric_summary,
+    out,
+    phase_summary,
+    print_json,
+    status_text,
+    table,
+)
 
 
 def _client():
@@ -65,6 +74,8 @@ def status(
         verdict = metrics.get("verdict")
         if verdict:
             out.print(f"  {'verdict':12} {verdict['kind']}: " + "; ".join(verdict["advice"]))
+        if metrics.get("phases"):
+            out.print(f"  {'time':12} {phase_summary(metrics['phases'])}")
         settings = metrics.get("run_settings")
         if settings:
             out.print(f"  {'run':12} " + ", ".join(f"{k} {v}" for k, v in settings.items()))

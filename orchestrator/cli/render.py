@@ -70,6 +70,20 @@ def job_duration(rec: dict) -> Optional[float]:
     return end - start
 
 
+PHASE_LABELS = {"submit_to_recorded": "submit→recorded", "recorded_to_launched": "→launched",
+                "launched_to_driver": "→driver", "driver_to_workers": "→workers",
+                "workers_to_first_step": "→first step", "training": "training",
+                "last_step_to_ended": "last step→ended"}
+
+
+def phase_summary(phases: dict) -> str:
+    """'submit→recorded 0.4s  →launched 0.9s ... (fixed 19.8s of 20.2s)' from a job's phases."""
+    parts = [f"{label} {phases[k]:.1f}s" for k, label in PHASE_LABELS.items() if k in phases]
+    total = sum(v for v in phases.values())
+    fixed = total - phases.get("training", 0.0)
+    return "  ".join(parts) + f"  (fixed {fixed:.1f}s of {total:.1f}s)"
+
+
 def metric_summary(metrics: dict) -> str:
     parts = []
     if "epoch" in metrics and "epochs" in metrics:

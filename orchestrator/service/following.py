@@ -11,11 +11,14 @@ from typing import Optional
 from orchestrator import redact
 from orchestrator.decision import reconcile
 from orchestrator.errors import BackendError, OrchError
-from orchestrator.run_metrics import add_scaling, from_log
+from orchestrator.run_metrics import add_scaling, from_log, phases
 from orchestrator.service.budgets import Budgets
 from orchestrator.service.processes import alive
 from orchestrator.store import TERMINAL
 from providers.base import KeepsLogs
+
+# `orch submit` records its job within seconds of starting (its imports and the plan).
+SUBMIT_START_S = 60.0
 
 
 class Following(Budgets):
@@ -83,6 +86,7 @@ class Following(Budgets):
             write_private(log_path, text)
         metrics = from_log(text, rec["metrics"])
         result = metrics.pop("_result", None)
+        metrics["phases"] = self._phases(rec, text)
         if status == "SUCCEEDED" and result and result.get("ok") is False:
             status = "FAILED"
         if status == "FAILED" and result and result.get("error"):
@@ -100,6 +104,15 @@ class Following(Budgets):
 
         # The ledger line, kept with the job: what it cost and what it passed over.
         return self.store.update(rec["id"], info={**(rec["info"] or {}), "cost": ledger.entry(rec)})
+
+    @staticmethod
+    def _phases(rec: dict, text: str) -> dict:
+        info = rec["info"] or {}
+        started = (info.get("submitter") or {}).get("started")
+        # A submitter that started long before the job is a server, not this job's submit.
+        submitted = started if started and rec["created_at"] - started < SUBMIT_START_S else None
+        return phases(text, submitted=submitted, recorded=rec["created_at"],
+                      launched=info.get("launched_at"), ended=time.time())
 
     def _scaling(self, rec: dict, metrics: dict) -> None:
         """With N workers, what they bought, against earlier one-worker runs of the same job."""

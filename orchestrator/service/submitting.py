@@ -3,6 +3,7 @@ backend, storing the backend's id as soon as it exists."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -110,6 +111,7 @@ class Submitting(LaunchBuilder):
         rec = self.store.update(rec["id"], backend_id=backend_id, address=provider.address,
                                 info={**info, "entrypoint": launch.entrypoint,
                                       "storage_path": launch.metadata.get("storage_path"),
-                                      "run_name": launch.metadata.get("run_name"), **extra})
+                                      "run_name": launch.metadata.get("run_name"),
+                                      "launched_at": round(time.time(), 3), **extra})
         failpoints.reached("stored")
         return rec

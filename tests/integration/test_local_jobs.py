@@ -10,6 +10,8 @@ import time
 import pytest
 
 from jobs.precision import pick
+from orchestrator.cli.follow import run_time
+from orchestrator.run_metrics import PHASES
 from tests.conftest import ROOT, run_json, run_orch, status_in_process
 from tests.integration.conftest import train_processes
 
@@ -57,6 +59,11 @@ def test_quickstart_trains_with_two_workers_in_the_precision_it_measured(ray_hom
     assert m["data_fraction"] < 0.3 and m["time_compute_s"] > m["time_data_s"]
     assert "compute-bound" in proc.stderr
     assert [h["status"] for h in rec["history"]] == ["PENDING", "RUNNING", "SUCCEEDED"]
+    # Where the job's time went, submit to end, kept with it and shown by `orch status ID`.
+    assert list(m["phases"]) == list(PHASES), m["phases"]
+    assert 0 < m["phases"]["training"] < sum(m["phases"].values()) <= run_time(rec) + 5
+    shown = run_orch(ray_home, "status", rec["id"]).stdout
+    assert "submit→recorded" in shown and "last step→ended" in shown, shown
     listed = {j["id"]: j for j in run_json(ray_home, "status")}
     assert listed[rec["id"]]["target"] == "local" and listed[rec["id"]]["status"] == "SUCCEEDED"
     logs = run_orch(ray_home, "logs", rec["id"])

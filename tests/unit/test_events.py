@@ -54,3 +54,38 @@ def test_a_follower_looks_sooner_once_the_result_is_in_the_log(capsys):
     ended = running + capsys.readouterr().out + "orch runner: compute-bound\n"
     assert Following.ending(ended)
     assert not Following.ending("")
+
+
+def _line(event: str, t: float, **fields) -> str:
+    import json
+
+    return events.MARKER + json.dumps({"event": event, "t": t, **fields})
+
+
+def test_a_finished_jobs_phases_from_its_record_and_events():
+    from orchestrator.run_metrics import PHASES, phases
+
+    log = "\n".join([
+        "Runtime env is setting up.",
+        _line("start", 104.0),
+        _line("worker", 112.5, rank=1), _line("worker_setup", 113.0),
+        _line("progress", 116.0, epoch=1, epochs=2, step=1, steps=9),
+        _line("report", 117.0, index=1), _line("progress", 117.2, epoch=2, epochs=2, step=1, steps=9),
+        _line("report", 118.5, index=2), _line("result", 118.9, ok=True)])
+    got = phases(log, submitted=100.0, recorded=100.5, launched=101.5, ended=119.5)
+    assert list(got) == list(PHASES)
+    assert got == {"submit_to_recorded": 0.5, "recorded_to_launched": 1.0,
+                   "launched_to_driver": 2.5, "driver_to_workers": 9.0,
+                   "workers_to_first_step": 3.0, "training": 2.5, "last_step_to_ended": 1.0}
+    # A run: job (no events) and a submit from a server: what is known, nothing made up.
+    assert phases("plain output", submitted=None, recorded=100.0, launched=100.8,
+                  ended=130.0) == {"recorded_to_launched": 0.8}
+
+
+def test_status_shows_the_phases_in_one_line():
+    from orchestrator.cli.render import phase_summary
+
+    text = phase_summary({"submit_to_recorded": 0.5, "recorded_to_launched": 1.0,
+                          "launched_to_driver": 2.5, "training": 2.5, "last_step_to_ended": 1.0})
+    assert text == ("submit→recorded 0.5s  →launched 1.0s  →driver 2.5s  training 2.5s  "
+                    "last step→ended 1.0s  (fixed 5.0s of 7.5s)")

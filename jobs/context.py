@@ -72,13 +72,23 @@ class WorkerContext:
     _last_progress: float = field(default=0.0, repr=False)
 
     def data_loader(self, dataset, batch_size: int, shuffle: bool = True, warmup_batches: int = 6):
-        """A DataLoader with this run's loader settings; with `loader_workers: auto` it first
-        times a few batches with 0, 2 and 4 loader processes and keeps the fastest."""
+        """A DataLoader with this run's loader settings and, with several workers, this
+        worker's shard (a DistributedSampler: call `loader.sampler.set_epoch(epoch)` each
+        epoch); with `loader_workers: auto` it first times a few batches with 0, 2 and 4
+        loader processes and keeps the fastest. Hand it to Ray Train as
+        `prepare_data_loader(loader, add_dist_sampler=False)`: Ray's own sampler would
+        rebuild the loader without `persistent_workers`, starting its loader processes
+        again every epoch."""
         import torch
+        from torch.utils.data.distributed import DistributedSampler
+
+        sampler = (DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank,
+                                      shuffle=shuffle) if self.world_size > 1 else None)
 
         def make(workers: int):
-            return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle,
-                                               **self.loader_kwargs(workers))
+            return torch.utils.data.DataLoader(dataset, batch_size=batch_size,
+                                               shuffle=shuffle and sampler is None,
+                                               sampler=sampler, **self.loader_kwargs(workers))
 
         if self.requested_loader_workers == "auto":
             limit = max(2, (os.cpu_count() or 2))

@@ -115,6 +115,27 @@ TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
              "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
 
 
+# Ray Train callbacks the runner leaves out, each one actor process fewer per run (Ray
+# Train 2.50-2.60; another version without them is left as it is):
+# - DatasetsCallback starts a DatasetManager actor for the run's Ray Datasets, even when
+#   there are none, as here (the loop builds its own DataLoader);
+# - PlacementGroupCleanerCallback starts a detached actor that removes the workers'
+#   placement group should the controller die while its driver lives on (as under Ray
+#   Tune); the runner's driver ends with its run, and Ray removes a finished job's groups.
+_LEFT_OUT = ("DatasetsCallback", "PlacementGroupCleanerCallback")
+
+
+def _trainer_class(base: type) -> type:
+    class Trainer(base):  # type: ignore[valid-type, misc]
+        def _create_default_callbacks(self):
+            callbacks = super()._create_default_callbacks()
+            if getattr(self, "datasets", None):  # a user's Ray Datasets need their manager
+                return [c for c in callbacks if type(c).__name__ != _LEFT_OUT[1]]
+            return [c for c in callbacks if type(c).__name__ not in _LEFT_OUT]
+
+    return Trainer
+
+
 def run(req: RunRequest) -> int:
     for key, value in TRAIN_ENV.items():
         os.environ.setdefault(key, value)
@@ -144,7 +165,7 @@ def run(req: RunRequest) -> int:
                 storage_path=req.storage_path, run_name=req.name)
     storage = storage_args(req.storage_path, req.s3_endpoint_url)
     where = functools.partial(display_path, args=storage)
-    trainer = TorchTrainer(
+    trainer = _trainer_class(TorchTrainer)(
         worker_entry,
         train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=req.num_workers, use_gpu=use_gpu,

@@ -54,6 +54,10 @@ def test_quickstart_trains_with_two_workers_in_the_precision_it_measured(ray_hom
     assert m["run_settings"]["world_size"] == 2
     assert m["samples_per_sec"] > 0 and m["epoch"] == m["epochs"] == 8
     assert "report epoch 8/8" in proc.stderr  # progress and logs go to stderr with --json
+    # No Ray tracebacks or error lines in the user's terminal: the actors that printed them
+    # at a run's start and end (PreemptionWatcher, PlacementGroupCleaner) are not started.
+    for noise in ("Traceback", "PreemptionWatcher", "PlacementGroupCleaner", " E "):
+        assert noise not in proc.stderr, proc.stderr[-3000:]
     # Data in memory, a model to train: the time goes to compute, and orch says so.
     assert m["verdict"]["kind"] == "compute-bound", m["verdict"]
     assert m["data_fraction"] < 0.3 and m["time_compute_s"] > m["time_data_s"]

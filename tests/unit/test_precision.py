@@ -70,3 +70,22 @@ def test_auto_trains_in_what_it_measured_fastest_and_an_explicit_choice_stays(ca
     assert set(explicit.precision_trials) == {"fp32", "bf16"}
     assert explicit.precision_record() == {"precision": "bf16", "precision_auto": False,
                                            "precision_trials": explicit.precision_trials}
+
+
+def test_the_loader_shards_itself_and_keeps_its_processes_across_epochs():
+    from torch.utils.data import TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+
+    data = TensorDataset(torch.arange(20).float(), torch.arange(20))
+    ctx = WorkerContext(job_id="t", rank=1, world_size=2, device=torch.device("cpu"),
+                        precision="fp32", loader_workers=2, pin_memory=False,
+                        requested_loader_workers=2)
+    loader = ctx.data_loader(data, batch_size=5)
+    assert isinstance(loader.sampler, DistributedSampler) and loader.persistent_workers
+    loader.sampler.set_epoch(0)
+    seen = sorted(int(i) for _, y in loader for i in y)
+    assert len(seen) == 10  # this worker's half; the other rank gets the rest
+    alone = WorkerContext(job_id="t", rank=0, world_size=1, device=torch.device("cpu"),
+                          precision="fp32", loader_workers=0, pin_memory=False,
+                          requested_loader_workers=0)
+    assert sorted(int(i) for _, y in alone.data_loader(data, 5) for i in y) == list(range(20))

@@ -64,3 +64,23 @@ def test_a_worker_shares_its_node_cpus_unless_the_job_file_said():
     assert cpus_for_worker(opts, 1) == node
     assert cpus_for_worker(opts, node * 4) == 1  # never below one
     assert cpus_for_worker(WorkerOptions(job_id="j", target="m:f", cpus_per_worker=6), 2) == 6
+
+
+def test_the_runners_trainer_starts_no_dataset_manager_and_no_placement_group_cleaner(tmp_path):
+    # Each is one more actor process per run (see jobs/runner.py); the real Ray Train's
+    # default callbacks, with those two left out and the others kept.
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from jobs.runner import _trainer_class
+
+    def loop(config):
+        pass
+
+    kw = dict(scaling_config=ScalingConfig(num_workers=1),
+              run_config=RunConfig(name="t", storage_path=str(tmp_path)))
+    plain = {type(c).__name__ for c in TorchTrainer(loop, **kw)._create_default_callbacks()}
+    ours = {type(c).__name__ for c in _trainer_class(TorchTrainer)(loop, **kw)._create_default_callbacks()}
+    assert {"DatasetsCallback", "PlacementGroupCleanerCallback"} <= plain
+    assert ours == plain - {"DatasetsCallback", "PlacementGroupCleanerCallback"}
+    assert "BackendSetupCallback" in ours

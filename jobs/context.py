@@ -82,8 +82,10 @@ class WorkerContext:
         import torch
         from torch.utils.data.distributed import DistributedSampler
 
-        sampler = (DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank,
-                                      shuffle=shuffle) if self.world_size > 1 else None)
+        sampler: Optional[DistributedSampler] = None
+        if self.world_size > 1:
+            sampler = DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank,
+                                         shuffle=shuffle)
 
         def make(workers: int):
             return torch.utils.data.DataLoader(dataset, batch_size=batch_size,

@@ -126,7 +126,7 @@ _LEFT_OUT = ("DatasetsCallback", "PlacementGroupCleanerCallback")
 
 
 def _trainer_class(base: type) -> type:
-    class Trainer(base):  # type: ignore[valid-type, misc]
+    class Trainer(base):  # a subclass of the class given (TorchTrainer)
         def _create_default_callbacks(self):
             callbacks = super()._create_default_callbacks()
             if getattr(self, "datasets", None):  # a user's Ray Datasets need their manager

@@ -23,6 +23,7 @@ INTERNAL_INFO = {
     "secret_digests": "salted SHA-256 digests of the secret values, from older orch versions",
     "offers": "the cloud ledger's price list (the decision's alternatives show the offers)",
     "budget_stop": "why orch stopped the job; the job's message says it",
+    "launched_at": "when its backend took it (orch's clock): one end of its phases",
 }
 
 
@@ -52,6 +53,35 @@ class RunInfo(_Public):
                                              "billed hours (orchestrator.decision.ledger)")
     cost: Optional[dict[str, Any]] = Field(default=None, description="its `orch cost` line, kept when "
                                            "it ended (orchestrator.ledger.entry)")
+
+
+class JobInfo(RunInfo):
+    """All a job's `info` holds, public (RunInfo) and private (INTERNAL_INFO): the one
+    definition of its keys. `job_info(rec)` reads a store row's; `with_info(rec, ...)` is
+    the dict a store update writes. A key an other orch version wrote is kept as it is."""
+    model_config = ConfigDict(extra="allow")
+    submitter: Optional[dict[str, Any]] = None
+    launcher: Optional[str] = None
+    env_secrets: list[str] = Field(default_factory=list)
+    secret_salt: str = ""
+    secret_hmacs: list[str] = Field(default_factory=list)
+    secret_digests: list[str] = Field(default_factory=list)
+    offers: list[Any] = Field(default_factory=list)
+    budget_stop: Optional[str] = None
+    launched_at: Optional[float] = None
+
+
+def job_info(rec: dict) -> JobInfo:
+    """The typed `info` of a store row."""
+    return JobInfo.model_validate(rec["info"] or {})
+
+
+def with_info(rec: dict, drop: tuple[str, ...] = (), **changes: Any) -> dict:
+    """The row's `info` with `changes` made (checked against JobInfo) and `drop` removed,
+    as a dict for `store.update(..., info=...)`: what was never set stays unwritten."""
+    merged = {k: v for k, v in {**(rec["info"] or {}), **changes}.items() if k not in drop}
+    JobInfo.model_validate(merged)  # a wrong type fails here, before it is stored
+    return merged
 
 
 class CloudCost(_Public):

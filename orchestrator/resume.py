@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from orchestrator.records import job_info
 from orchestrator.spec import JobSpec
 from orchestrator.store import TERMINAL
 
@@ -23,7 +24,7 @@ def resume_point(spec: JobSpec, earlier_jobs: Sequence[dict]) -> Optional[dict]:
     name = spec.name or "job"
     found = list(earlier_jobs)
     if ref == "latest":
-        found = [r for r in found if r["name"] == name and (r["info"] or {}).get("storage_path")]
+        found = [r for r in found if r["name"] == name and job_info(r).storage_path]
         if not found:
             raise spec.error(key, f"no earlier job named {name!r} kept checkpoints",
                              "`orch status` lists the jobs; give a job id instead")
@@ -35,8 +36,8 @@ def resume_point(spec: JobSpec, earlier_jobs: Sequence[dict]) -> Optional[dict]:
                              f"{ref!r} matches several jobs", "`orch status` lists the jobs "
                              "with their ids; give more of the id")
     earlier = found[0]  # newest first
-    info = earlier["info"] or {}
-    storage = info.get("storage_path")
+    info = job_info(earlier)
+    storage = info.storage_path
     if not storage:
         raise spec.error(key, f"job {earlier['id']} kept no checkpoints (a run: job, or "
                               "never launched)", "name a train: job that ran")
@@ -49,5 +50,5 @@ def resume_point(spec: JobSpec, earlier_jobs: Sequence[dict]) -> Optional[dict]:
         raise spec.error(key, f"job {earlier['id']} kept its checkpoints in {storage}, "
                               f"not in this job's checkpoint.storage {mine}",
                          f"set checkpoint.storage to {storage}, or leave it out")
-    return {"job_id": earlier["id"], "run_name": info.get("run_name") or earlier["id"],
+    return {"job_id": earlier["id"], "run_name": info.run_name or earlier["id"],
             "storage_path": storage}

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
+from orchestrator.records import job_info
 from orchestrator.store import TERMINAL, iso
 from orchestrator.upload import DIGEST_PATTERN, human, uploads_root
 
@@ -129,7 +130,7 @@ def job_uses(records: Iterable[dict]) -> list[Use]:
     out = []
     for rec in records:
         digests = _workdirs(rec.get("spec"), rec.get("source_file"))
-        named = (rec.get("info") or {}).get("upload")
+        named = job_info(rec).upload
         if isinstance(named, str):
             digests.add(named)
         at = max(t for t in (rec.get("created_at"), rec.get("finished_at"), 0.0) if t is not None)

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
 from orchestrator.errors import InputError, OrchError
+from orchestrator.records import job_info
 from orchestrator.server import cron
 from orchestrator.store import TERMINAL, iso
 
@@ -57,7 +58,7 @@ def spec_from_record(rec: dict):
     from orchestrator.spec import JobSpec, SourceMap
 
     data = dict(rec["spec"])
-    from_env = set((rec["info"] or {}).get("env_secrets") or ())
+    from_env = set(job_info(rec).env_secrets)
     lost = sorted([k for k, v in (data.get("envs") or {}).items() if v == REDACTED]
                   + [k for k in (data.get("secrets") or {}) if k not in from_env])
     if lost:
@@ -202,7 +203,7 @@ class Scheduler:
         launched: list[str] = []
         mine, elsewhere = [], []
         for rec in store.queued():
-            other = (rec["info"] or {}).get("launcher")
+            other = job_info(rec).launcher
             if other and other != self.me and launcher_alive(other):
                 elsewhere.append(rec)  # another server is launching it: it holds its room
             else:
@@ -220,7 +221,7 @@ class Scheduler:
                     store.set_status(rec["id"], "PENDING", v.message)
                     log.info("%s: %s", rec["id"], v.message)
                 continue
-            if not store.claim(rec["id"], self.me, expect=(rec["info"] or {}).get("launcher")):
+            if not store.claim(rec["id"], self.me, expect=job_info(rec).launcher):
                 continue  # cancelled, or taken by another server, meanwhile
             if v.action == "never":
                 self.forget(rec["id"])

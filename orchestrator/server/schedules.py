@@ -12,6 +12,7 @@ import os
 import time
 from typing import Optional
 
+from orchestrator.records import job_info
 from orchestrator.server import cron
 from orchestrator.store import TERMINAL, iso, public_schedule
 
@@ -122,7 +123,7 @@ def summary(local, settings, limit: int = 50) -> dict:
     jobs = []
     for pub in local.jobs(limit):  # each checked with its backend, as `orch status` does
         rec = store.get(pub["id"])
-        saved = (rec["info"] or {}).get("cost")
+        saved = job_info(rec).cost
         entry = saved if saved and rec["status"] in TERMINAL else ledger.entry(rec, now)
         verdict = (pub["metrics"] or {}).get("verdict") or {}
         jobs.append({"id": pub["id"], "name": pub["name"], "status": pub["status"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+from orchestrator.records import with_info
 from orchestrator.service.core import OrchCore
 from orchestrator.spec import JobSpec
 from orchestrator.store import store_exists
@@ -86,7 +87,7 @@ class Budgets(OrchCore):
         msg = (f"stopped by orch: {limit[1]} reached ({fmt_money(spent, self.settings.currency, self.settings.currency_rate)} "
                f"spent); raise the budget to let it run longer")
         rec = self.store.update(rec["id"], cancel_requested=1,
-                                info={**(rec["info"] or {}), "budget_stop": msg})
+                                info=with_info(rec, budget_stop=msg))
         self.store.set_status(rec["id"], "RUNNING", msg)
         self._retry(provider, "cancel", rec["backend_id"])
         return self.store.get(rec["id"])

@@ -11,6 +11,7 @@ from typing import Optional
 from orchestrator import redact
 from orchestrator.decision import reconcile
 from orchestrator.errors import BackendError, OrchError
+from orchestrator.records import job_info, with_info
 from orchestrator.run_metrics import add_scaling, from_log, phases
 from orchestrator.service.budgets import Budgets
 from orchestrator.service.processes import alive
@@ -27,7 +28,7 @@ class Following(Budgets):
         if rec["status"] in TERMINAL:
             return rec
         if not rec["backend_id"]:
-            if (rec["info"] or {}).get("queued"):
+            if job_info(rec).queued:
                 return rec  # waiting in `orch serve`'s queue: nothing was launched yet
             rec = self._recover_launch(rec)
             if not rec["backend_id"]:
@@ -43,12 +44,12 @@ class Following(Budgets):
             # last one known, since the job may well still be running there.
             self.store.set_status(rec["id"], rec["status"], f"last known {rec['status']}: {e.message}")
             raise
-        info = rec["info"] or {}
-        if state.info and any(info.get(k) != v for k, v in state.info.items()):
-            rec = self.store.update(rec["id"], info={**info, **state.info})
+        known = rec["info"] or {}
+        if state.info and any(known.get(k) != v for k, v in state.info.items()):
+            rec = self.store.update(rec["id"], info=with_info(rec, **state.info))
         step = reconcile.launched(gone=None, backend_status=state.status, backend_message=state.message,
                                   cancel_requested=bool(rec["cancel_requested"]),
-                                  budget_stop=(rec["info"] or {}).get("budget_stop"))
+                                  budget_stop=job_info(rec).budget_stop)
         if step.action == "finish":
             return self._finish(rec, step.status or "FAILED", step.message)
         if step.action == "running":
@@ -61,7 +62,7 @@ class Following(Budgets):
     def _recover_launch(self, rec: dict, grace_s: float = 60.0) -> dict:
         """A job recorded but with no backend id: its `orch submit` died or is still
         launching (decision.reconcile.unlaunched says what to do; this carries it out)."""
-        sub = (rec["info"] or {}).get("submitter")
+        sub = job_info(rec).submitter
         facts = dict(age_s=time.time() - rec["created_at"], submitter_gone=sub is not None and not alive(sub),
                      grace_s=grace_s)
         step = reconcile.unlaunched(**facts, backend_gone=False, backend_knows=None, launch_grace_s=0.0)
@@ -103,16 +104,16 @@ class Following(Budgets):
         from orchestrator import ledger
 
         # The ledger line, kept with the job: what it cost and what it passed over.
-        return self.store.update(rec["id"], info={**(rec["info"] or {}), "cost": ledger.entry(rec)})
+        return self.store.update(rec["id"], info=with_info(rec, cost=ledger.entry(rec)))
 
     @staticmethod
     def _phases(rec: dict, text: str) -> dict:
-        info = rec["info"] or {}
-        started = (info.get("submitter") or {}).get("started")
+        info = job_info(rec)
+        started = (info.submitter or {}).get("started")
         # A submitter that started long before the job is a server, not this job's submit.
         submitted = started if started and rec["created_at"] - started < SUBMIT_START_S else None
         return phases(text, submitted=submitted, recorded=rec["created_at"],
-                      launched=info.get("launched_at"), ended=time.time())
+                      launched=info.launched_at, ended=time.time())
 
     def _scaling(self, rec: dict, metrics: dict) -> None:
         """With N workers, what they bought, against earlier one-worker runs of the same job."""
@@ -125,13 +126,12 @@ class Following(Budgets):
         (AWS_SECRET_ACCESS_KEY and the like), should the job have printed one."""
         if not text:
             return text
-        info = rec["info"] or {}
+        info = job_info(rec)
         values = list((self._secrets.get(rec["id"]) or {}).values())
         values += [v for k, v in os.environ.items() if len(v) >= 8 and redact.looks_secret(k)]
-        hmacs = info.get("secret_hmacs") or ()
-        key = redact.store_key(self.settings.home, create=False) if hmacs else None
-        return redact.redact_text(text, values, info.get("secret_salt", ""), hmacs, key,
-                                  legacy=info.get("secret_digests") or ())
+        key = redact.store_key(self.settings.home, create=False) if info.secret_hmacs else None
+        return redact.redact_text(text, values, info.secret_salt, info.secret_hmacs, key,
+                                  legacy=info.secret_digests)
 
     def logs(self, rec: dict) -> str:
         """The job's log, secrets redacted: from the backend while it knows the job, else

@@ -11,6 +11,7 @@ from orchestrator import failpoints, redact
 from orchestrator.checks import check_runnable
 from orchestrator.errors import BackendError, InputError
 from orchestrator.fingerprint import fingerprint
+from orchestrator.records import job_info, with_info
 from orchestrator.service.launch_spec import LaunchBuilder
 from orchestrator.service.processes import alive, submitter
 from orchestrator.spec import JobSpec
@@ -47,11 +48,11 @@ class Submitting(LaunchBuilder):
         that did happen is found, never repeated."""
         rec, secrets = self.record(spec, idempotency_key)
         if rec.get("existing"):  # this key was submitted before
-            sub = (rec["info"] or {}).get("submitter")
+            sub = job_info(rec).submitter
             if rec["backend_id"] or rec["status"] in TERMINAL or sub is None or alive(sub):
                 return rec
             # Its orch died before storing a launch: take the launch over, as it was planned.
-            rec = self.store.update(rec["id"], info={**(rec["info"] or {}), "submitter": submitter()})
+            rec = self.store.update(rec["id"], info=with_info(rec, submitter=submitter()))
             self.store.set_status(rec["id"], "PENDING", "launch taken over by a resubmit with "
                                   "the same idempotency key")
         return self.launch(rec, spec, secrets)
@@ -106,12 +107,12 @@ class Submitting(LaunchBuilder):
         extra = provider.launch_info(backend_id) if isinstance(provider, HasLaunchInfo) else {}
         if launch.offers:  # what the cloud ledger prices each launch with
             extra = {**extra, "offers": list(launch.offers)}
-        info = {k: v for k, v in (rec["info"] or {}).items() if k != "queued"}
         # One write: the backend's id and what is needed to follow the job arrive together.
+        info = with_info(rec, drop=("queued",), entrypoint=launch.entrypoint,
+                         storage_path=launch.metadata.get("storage_path"),
+                         run_name=launch.metadata.get("run_name"),
+                         launched_at=round(time.time(), 3), **extra)
         rec = self.store.update(rec["id"], backend_id=backend_id, address=provider.address,
-                                info={**info, "entrypoint": launch.entrypoint,
-                                      "storage_path": launch.metadata.get("storage_path"),
-                                      "run_name": launch.metadata.get("run_name"),
-                                      "launched_at": round(time.time(), 3), **extra})
+                                info=info)
         failpoints.reached("stored")
         return rec

@@ -14,6 +14,7 @@ import uuid
 from typing import Any, Optional
 
 from orchestrator.errors import NotFound
+from orchestrator.records import job_info
 from orchestrator.store.base import Row, StoreBase, iso
 
 STATUSES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
@@ -158,7 +159,7 @@ class Jobs(StoreBase):
         rows = self._db.execute(
             "SELECT * FROM jobs WHERE status = 'PENDING' AND backend_id IS NULL "
             "ORDER BY priority DESC, created_at, id").fetchall()
-        return [rec for rec in map(_record, rows) if (rec["info"] or {}).get("queued")]
+        return [rec for rec in map(_record, rows) if job_info(rec).queued]
 
     def claim(self, job_id: str, launcher: str, expect: Optional[str] = None) -> bool:
         """Take a queued job for launching, as `launcher`: only while it is still queued and

@@ -9,7 +9,16 @@ import sys
 
 import pytest
 
-from orchestrator.records import INTERNAL_INFO, CancelledJob, JobDetail, JobRecord, RunInfo, SubmittedJob
+from orchestrator.records import (
+    INTERNAL_INFO,
+    CancelledJob,
+    JobDetail,
+    JobInfo,
+    JobRecord,
+    RunInfo,
+    SubmittedJob,
+    job_info,
+)
 from orchestrator.server import auth
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
@@ -38,7 +47,8 @@ def home(tmp_path, monkeypatch):
             "slot": "2027-01-15T08:00:00Z", "entrypoint": "python -m jobs.runner",
             "storage_path": "/ckpt", "run_name": "r1", "backend_start": T0,
             "backend_end": T0 + 60, "sky_request_id": "req-1", "sky_status": "SUCCEEDED",
-            "sky_job_id": 3, "infra": "runpod/US", "ledger": LEDGER, "cost": {"cost_usd": 0.2}}
+            "sky_job_id": 3, "infra": "runpod/US", "ledger": LEDGER, "cost": {"cost_usd": 0.2},
+            "launched_at": T0 - 2}
     assert set(info) == set(RunInfo.model_fields) - {"queued"} | set(INTERNAL_INFO)
     rec = store.create_job(name="j", spec={"run": "echo"}, kind="exploratory", target="cloud",
                            fingerprint="fp", owner="alice", idempotency_key="api:alice:k-77",
@@ -134,7 +144,9 @@ def test_every_info_key_a_job_gets_is_public_or_named_internal(orch, monkeypatch
     rec, seen = statuses(orch, rec, 2)
     assert seen == ["RUNNING", "SUCCEEDED"]
     known = set(RunInfo.model_fields) | set(INTERNAL_INFO)
-    assert {"secret_hmacs", "ledger", "cost", "sky_status"} <= set(rec["info"])
+    assert known == set(JobInfo.model_fields)  # one definition: the typed model
+    job_info(rec)  # the stored info reads back as the typed model
+    assert {"secret_hmacs", "ledger", "cost", "sky_status", "launched_at"} <= set(rec["info"])
     assert set(rec["info"]) <= known, set(rec["info"]) - known
     queued = {**queue_info(spec, upload="e" * 64, schedule="s", slot="t"), "launcher": "me"}
     assert set(queued) <= known, set(queued) - known

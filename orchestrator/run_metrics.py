@@ -21,6 +21,8 @@ def from_log(text: str, previous: Optional[dict] = None) -> dict:
                 metrics["checkpoint"] = ev["checkpoint"]
         elif kind == "worker_setup":
             metrics["run_settings"] = {k: v for k, v in ev.items() if k not in ("event", "t")}
+        elif kind == "precision":  # what `precision: auto` chose, and from what
+            metrics.setdefault("run_settings", {})["precision"] = ev.get("chosen")
         elif kind == "loader_tuned":  # what `loader_workers: auto` chose, and from what
             metrics.setdefault("run_settings", {}).update(
                 loader_workers=ev.get("chosen"), loader_tuning=ev.get("seconds_per_batch"))

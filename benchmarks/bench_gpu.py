@@ -225,7 +225,17 @@ def run_job(home, sampler, name, config, **kw) -> dict:
             "data_ms": _ms(m.get("time_data_s")), "copy_ms": _ms(m.get("time_copy_s")),
             "compute_ms": _ms(m.get("time_compute_s")),
             "tuning": tuned[0].get("seconds_per_batch") if tuned else None,
-            "verdict": m.get("verdict") or {}, "wall_s": run.returned - run.invoked}
+            "verdict": m.get("verdict") or {}, "wall_s": run.returned - run.invoked,
+            "accuracy": m.get("accuracy"), "trials": m.get("precision_trials") or {},
+            "phases": m.get("phases") or {}}
+
+
+def print_run_facts(label: str, r: dict) -> None:
+    """What `precision: auto` measured and kept, the accuracy, and where the time went."""
+    trials = ", ".join(f"{p} {t * 1000:.2f} ms" for p, t in r["trials"].items()) or "n/a"
+    phases = ", ".join(f"{k} {v:.1f}s" for k, v in r["phases"].items()) or "n/a"
+    print(f"{label}: precision {r['precision']} (a step took {trials}); accuracy "
+          f"{fmt(r['accuracy'], '.3f')}; phases: {phases}")
 
 
 def _ms(v):
@@ -268,6 +278,7 @@ def orch_parts(args, gpus: int) -> None:
             for lw, r in runs.items():
                 print(f"verdict with loader_workers {lw}: {r['verdict'].get('kind', 'n/a')}; advice: "
                       + "; ".join(r["verdict"].get("advice", [])))
+                print_run_facts(f"loader_workers {lw}", r)
             b, a = runs[0], runs["auto"]
             print(f"RATIO tuned / 0 loader workers: samples/s {fmt(_div(a['sps'], b['sps']), '.2f')}x, "
                   f"GPU utilization {fmt(b['util'], '.0f', ' %')} -> {fmt(a['util'], '.0f', ' %')}")
@@ -294,6 +305,8 @@ def orch_parts(args, gpus: int) -> None:
                         f"{heavy['batch_size']} per worker, loader_workers auto",
                         ["run", "samples/s", "GPU util", "util (orch's, rank 0)", "data share", "verdict",
                          "orch's efficiency"], rows)
+            for w, r in res.items():
+                print_run_facts(f"{w} worker(s)", r)
             speed = _div(res[n]["sps"], res[1]["sps"])
             print(f"RATIO {n} workers / 1 worker: {fmt(speed, '.2f')}x (efficiency "
                   f"{fmt(_div(speed, n), '.2f')})")

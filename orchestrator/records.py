@@ -72,14 +72,14 @@ class JobInfo(RunInfo):
 
 
 def job_info(rec: dict) -> JobInfo:
-    """The typed `info` of a store row."""
-    return JobInfo.model_validate(rec["info"] or {})
+    """The typed `info` of a store row (or of a row's part that has no info yet)."""
+    return JobInfo.model_validate(rec.get("info") or {})
 
 
 def with_info(rec: dict, drop: tuple[str, ...] = (), **changes: Any) -> dict:
     """The row's `info` with `changes` made (checked against JobInfo) and `drop` removed,
     as a dict for `store.update(..., info=...)`: what was never set stays unwritten."""
-    merged = {k: v for k, v in {**(rec["info"] or {}), **changes}.items() if k not in drop}
+    merged = {k: v for k, v in {**(rec.get("info") or {}), **changes}.items() if k not in drop}
     JobInfo.model_validate(merged)  # a wrong type fails here, before it is stored
     return merged
 

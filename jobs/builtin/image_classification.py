@@ -133,7 +133,9 @@ def train_loop(config: dict) -> None:
     for epoch in range(start_epoch, epochs):
         if hasattr(loader, "sampler") and hasattr(loader.sampler, "set_epoch"):
             loader.sampler.set_epoch(epoch)
-        t0, seen, loss_sum = time.perf_counter(), 0, 0.0
+        # The loss is summed on the device and read once an epoch: reading it each step
+        # would make the CPU wait for the GPU every step.
+        t0, seen, loss_sum = time.perf_counter(), 0, torch.zeros((), device=ctx.device)
         timer = ctx.timer
         timer.reset()
         for step, (xb, yb) in enumerate(timer.batches(loader), start=1):
@@ -145,16 +147,16 @@ def train_loop(config: dict) -> None:
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
-            loss_value = float(loss.detach())  # waits for the step: its time counts as compute
+            loss_sum += loss.detach() * len(yb)
             timer.step_done(len(yb))
             seen += len(yb)
-            loss_sum += loss_value * len(yb)
             ctx.progress(epoch + 1, epochs, step, steps)
+        epoch_loss = float(loss_sum) / max(seen, 1)  # waits for the last step's work
         elapsed = time.perf_counter() - t0
         metrics = {
             "epoch": epoch + 1,
             "epochs": epochs,
-            "loss": loss_sum / max(seen, 1),
+            "loss": epoch_loss,
             "accuracy": evaluate(model, x_test, y_test, ctx),
             # Every worker sees an equal shard, so the whole job's rate is world_size x ours.
             "samples_per_sec": seen * ctx.world_size / elapsed if elapsed > 0 else 0.0,

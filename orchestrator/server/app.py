@@ -224,8 +224,8 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
         """Stop a job: its submitter's token or an admin's."""
         with scheduler.session() as local:
             rec = local.orch.get(job_id)
-            if not auth.may_cancel(who, rec.get("owner")):
-                raise Forbidden(f"{rec['id']} belongs to {rec.get('owner') or 'the server (submitted without it)'}: "
+            if not auth.may_cancel(who, rec["owner"]):
+                raise Forbidden(f"{rec['id']} belongs to {rec['owner'] or 'the server (submitted without it)'}: "
                                 f"{who.name} may not cancel it",
                                 "only its submitter or an admin token (`orch token create NAME "
                                 "--admin`) can")

@@ -294,7 +294,7 @@ class Scheduler:
             except OrchError as e:
                 log.warning("%s: cancelled during its launch, and stopping it failed: %s",
                             job_id, e.message)
-        log.info("%s (%s, owner %s): launched on %s", job_id, rec["name"], rec.get("owner"),
+        log.info("%s (%s, owner %s): launched on %s", job_id, rec["name"], rec["owner"],
                  rec["target"])
         return True
 
@@ -324,7 +324,7 @@ def queued_job(rec: dict):
 
     choice = (rec["decision"] or {}).get("choice")
     return Queued(rec["id"], rec["target"], job_demand(rec["spec"] or {}, choice),
-                  rec.get("priority") or 0, rec["created_at"])
+                  rec["priority"] or 0, rec["created_at"])
 
 
 def queue_info(spec, **extra) -> dict:

@@ -135,8 +135,8 @@ def summary(local, settings, limit: int = 50) -> dict:
     line: dict[str, int] = {}
     for i, r in enumerate(store.queued()):  # each target starts its own line in order
         line[r["target"]] = line.get(r["target"], 0) + 1
-        queue.append({"position": i + 1, "id": r["id"], "name": r["name"], "owner": r.get("owner"),
-                      "priority": r.get("priority") or 0, "created_at": iso(r["created_at"]),
+        queue.append({"position": i + 1, "id": r["id"], "name": r["name"], "owner": r["owner"],
+                      "priority": r["priority"] or 0, "created_at": iso(r["created_at"]),
                       "target": r["target"], "in_line": line[r["target"]],
                       "waiting_for": r["message"]})
     month_recs = store.list(limit=1_000_000, since=ledger.month_start(now))

@@ -70,3 +70,26 @@ def test_no_precision_line_when_the_run_used_the_fastest_or_close_to_it():
                "precision_trials": {"fp32": 0.010, "bf16": 0.008}},  # 1.25x: not wide
               {"data_fraction": 0.05, "precision": "fp32"}):  # CPU, no figures: no guess
         assert not [a for a in diagnose(m)["advice"] if "precision" in a], m
+
+
+def test_on_cuda_one_step_in_ten_is_synchronized_and_splits_the_time(monkeypatch):
+    from jobs import profile
+
+    syncs = []
+    monkeypatch.setattr(profile.StepTimer, "_sync", lambda self: syncs.append(self.steps))
+    timer = profile.StepTimer()
+    timer._cuda = True  # as on a GPU, without one: only the synchronizing is watched
+    class Batch:
+        def to(self, device, non_blocking=False):
+            return self
+
+    for _ in timer.batches(range(25)):
+        timer.to_device(Batch())
+        time.sleep(0.002)  # "compute"
+        timer.step_done(4)
+    assert syncs == [0, 0, 10, 10, 20, 20]  # after the copy and after the step, of 3 steps
+    s = timer.summary()
+    assert timer.steps == 25 and timer.samples == 100
+    assert s["time_compute_s"] > s["time_copy_s"] >= 0
+    total = s["time_data_s"] + s["time_copy_s"] + s["time_compute_s"]
+    assert abs(total * 25 - (timer.data_s + timer.copy_s + timer.compute_s)) < 1e-9

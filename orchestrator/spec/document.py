@@ -57,6 +57,14 @@ def too_big(file: str, size: Optional[int]) -> SpecError:
                      "put large data in files the job reads (workdir, file_mounts)")
 
 
+def _documents(text: str) -> str:
+    """How many YAML documents `text` holds ('several' if it cannot be counted)."""
+    try:
+        return str(sum(1 for _ in yaml.compose_all(text, Loader=yaml.SafeLoader)))
+    except yaml.YAMLError:
+        return "several"
+
+
 def read_document(text: str, file: str) -> tuple[dict[str, Any], SourceMap]:
     """The job file's top-level mapping and where each key sits; SpecError for anything
     that is not a YAML mapping with text keys."""
@@ -65,6 +73,16 @@ def read_document(text: str, file: str) -> tuple[dict[str, Any], SourceMap]:
     try:
         _check_shape(text, file)
         node = yaml.compose(text, Loader=_Loader)
+    except yaml.composer.ComposerError as e:
+        if "single document" not in f"{e.context} {e.problem}":
+            raise SpecError(file, (e.problem_mark.line + 1) if e.problem_mark else None, None,
+                            f"YAML syntax error: {e.problem or e}",
+                            "check the indentation and quoting on that line") from None
+        raise SpecError(file, e.problem_mark.line + 1 if e.problem_mark else None, None,
+                        f"holds {_documents(text)} YAML documents (a SkyPilot pipeline or job "
+                        "group): orch runs one task a file",
+                        "put each stage in a file of its own and submit them in order "
+                        "(`orch submit stage1.yaml && orch submit stage2.yaml`)") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None

@@ -46,8 +46,21 @@ def load_spec(path: str | Path) -> JobSpec:
     return load_spec_text(text, str(p.resolve()) if p.is_absolute() else str(path))
 
 
+# SkyPilot files that are not tasks to run once: what to use for them instead.
+NOT_A_JOB = {
+    "service": ("a SkyPilot service: orch runs training and batch jobs, not services",
+                "serve it with `sky serve up {file}`"),
+    "pool": ("a SkyPilot pool of workers: orch runs training and batch jobs, not pools",
+             "create the pool with `sky jobs pool apply -p NAME {file}`"),
+}
+
+
 def load_spec_text(text: str, file: str = "<job>") -> JobSpec:
     data, src = read_document(text, file)
+    for key, (problem, hint) in NOT_A_JOB.items():
+        if key in data:
+            raise SpecError(file, src.line_of((key,)), key, f"makes this {problem}",
+                            hint.format(file=file))
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as e:

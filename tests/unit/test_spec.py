@@ -107,6 +107,13 @@ BAD = [
     ("", None, None, "empty"),
     ("name: 'bad name!'\nrun: echo\n", 1, "name", "letters, digits"),
     ("run: echo\nenvs:\n  1BAD: x\n", 2, "envs", "environment variable name"),
+    # SkyPilot files that are not one task to run: what to use instead.
+    ("service:\n  readiness_probe: /\n  replicas: 2\nrun: python -m http.server 8080\n", 1,
+     "service", "a SkyPilot service: orch runs training"),
+    ("name: p\npool:\n  workers: 2\nsetup: pip install vllm\n", 2, "pool",
+     "`sky jobs pool apply -p NAME"),
+    ("name: a\nrun: echo a\n---\nname: b\nrun: echo b\n---\nname: c\nrun: echo c\n", 3, None,
+     "holds 3 YAML documents (a SkyPilot pipeline"),
 ]
 
 

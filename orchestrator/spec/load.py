@@ -57,10 +57,10 @@ NOT_A_JOB = {
 
 def load_spec_text(text: str, file: str = "<job>") -> JobSpec:
     data, src = read_document(text, file)
-    for key, (problem, hint) in NOT_A_JOB.items():
-        if key in data:
-            raise SpecError(file, src.line_of((key,)), key, f"makes this {problem}",
-                            hint.format(file=file))
+    for what, (kind, instead) in NOT_A_JOB.items():
+        if what in data:
+            raise SpecError(file, src.line_of((what,)), what, f"makes this {kind}",
+                            instead.format(file=file))
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as e:

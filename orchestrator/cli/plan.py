@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.cli.given import ENV, ENV_FILE, SECRET, given
 from orchestrator.cli.render import out, print_json
 
 
@@ -16,24 +17,27 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
          json_out: bool = typer.Option(False, "--json", help="print the decision as JSON"),
          show_all: bool = typer.Option(False, "--all", help="list every alternative"),
          emit: Optional[str] = typer.Option(None, "--emit", help="sky: print the SkyPilot task "
-                                            "YAML orch would launch (valid for `sky launch`)")) -> None:
+                                            "YAML orch would launch (valid for `sky launch`)"),
+         env: list[str] = ENV, env_file: Optional[Path] = ENV_FILE,
+         secret: list[str] = SECRET) -> None:
     """Show every place the job could run, ranked by cost per job, and the choice."""
     from orchestrator.cli.render import note
     from orchestrator.client import connect
 
+    values = given(env, env_file, secret)
     client = connect(on_note=note)
-    d = client.plan(file)
+    d = client.plan(file, values)
     if emit is not None:
         from orchestrator.settings import load_settings
         from orchestrator.spec import load_spec
 
-        _emit(emit, load_spec(file), load_settings(), d)
+        _emit(emit, load_spec(file, values), load_settings(), d)
     elif json_out:
         print_json(d)
     else:
         from orchestrator.spec import load_spec
 
-        render(d, load_spec(file).name or str(file), limit=None if show_all else 40)
+        render(d, load_spec(file, values).name or str(file), limit=None if show_all else 40)
 
 
 def _emit(kind: str, spec, settings, plan: dict) -> None:

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from orchestrator.cli.given import ENV, ENV_FILE, SECRET, given
 from orchestrator.cli.render import duration, err, metric_summary, out, print_json, status_text
 
 
@@ -20,6 +21,7 @@ def submit(
                                       "to retry after a crash or a lost connection"),
     priority: int = typer.Option(0, "--priority", help="place in an `orch serve` queue: higher "
                                  "launches first (ties: submission order); alone, jobs launch at once"),
+    env: list[str] = ENV, env_file: Optional[Path] = ENV_FILE, secret: list[str] = SECRET,
 ) -> None:
     """Submit a job; in the foreground, stream its logs and progress until it ends."""
     from orchestrator.cli.follow import follow, run_time
@@ -27,10 +29,11 @@ def submit(
     from orchestrator.client import Remote, connect
 
     console = err if json_out else out
+    values = given(env, env_file, secret)
     client = connect(on_ray_start=lambda: err.print(
         "[dim]starting the local Ray instance (reused by later jobs; `orch local down` stops it)[/]"),
         on_note=note)
-    rec = client.submit(file, key=key, priority=priority)
+    rec = client.submit(file, key=key, priority=priority, given=values)
     if "schedule" in rec:  # a cron job sent to `orch serve`: it runs on its schedule
         s = rec["schedule"]
         # Only a server keeps schedules, so the client is a Remote and names it.

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from orchestrator.client.cost import cost_report, parse_since
 from orchestrator.client.protocol import Client, Note, note
 from orchestrator.client.remote import MiB, Remote
 from orchestrator.errors import BackendError, NotFound
 from orchestrator.store import TERMINAL, public_schedule, store_exists
+
+if TYPE_CHECKING:
+    from orchestrator.spec import Overrides
 
 __all__ = ["Client", "Local", "MiB", "Note", "Remote", "connect", "cost_report", "parse_since"]
 
@@ -52,11 +55,12 @@ class Local:
         if store is not None:
             store.close()
 
-    def submit(self, file: Path, key: Optional[str] = None, priority: int = 0) -> dict:
+    def submit(self, file: Path, key: Optional[str] = None, priority: int = 0,
+               given: Optional[Overrides] = None) -> dict:
         from orchestrator.records import SubmittedJob
         from orchestrator.spec import load_spec
 
-        spec = load_spec(file)
+        spec = load_spec(file, given)
         if spec.schedule.cron:  # schedules are kept and run by `orch serve` only
             note(self.on_note, f"schedule.cron {spec.schedule.cron!r} is run by `orch serve`: "
                   "alone, this job runs once, now. Submit it with ORCH_SERVER set to register "
@@ -64,10 +68,10 @@ class Local:
         rec = self.orch.submit(spec, idempotency_key=key)
         return SubmittedJob.from_row(rec, existing=bool(rec.get("existing"))).to_json()
 
-    def plan(self, file: Path) -> dict:
+    def plan(self, file: Path, given: Optional[Overrides] = None) -> dict:
         from orchestrator.spec import load_spec
 
-        return self.plan_spec(load_spec(file))
+        return self.plan_spec(load_spec(file, given))
 
     def plan_spec(self, spec) -> dict:
         from orchestrator import fingerprint as fp_mod

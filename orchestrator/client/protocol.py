@@ -4,17 +4,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Protocol
+
+if TYPE_CHECKING:
+    from orchestrator.spec import Overrides
 
 
 class Client(Protocol):
     """The operations the CLI's job commands need; each returns plain JSON data."""
 
-    def submit(self, file: Path, key: Optional[str] = None, priority: int = 0) -> dict:
+    def submit(self, file: Path, key: Optional[str] = None, priority: int = 0,
+               given: Optional[Overrides] = None) -> dict:
         """Record and start a job: its record, with "existing": True when `key` was seen
-        before; a job file with `schedule.cron` sent to a server: {"schedule": {...}}."""
+        before; a job file with `schedule.cron` sent to a server: {"schedule": {...}}.
+        `given`: the command line's --env / --secret values, over the file's."""
 
-    def plan(self, file: Path) -> dict:
+    def plan(self, file: Path, given: Optional[Overrides] = None) -> dict:
         """The `orch plan --json` shape."""
 
     def jobs(self, limit: int = 50) -> list[dict]:

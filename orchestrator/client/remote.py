@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from orchestrator.client.protocol import Note, note
 from orchestrator.errors import BackendError, InputError, NotFound, OrchError
+
+if TYPE_CHECKING:
+    from orchestrator.spec import Overrides
 
 MiB = 1 << 20
 
@@ -81,22 +84,24 @@ class Remote:
 
         return quote(job_id, safe="")
 
-    def submit(self, file: Path, key: Optional[str] = None, priority: int = 0) -> dict:
+    def submit(self, file: Path, key: Optional[str] = None, priority: int = 0,
+               given: Optional[Overrides] = None) -> dict:
         from orchestrator.spec import load_spec
 
-        spec = load_spec(file)  # bad input: the same message and exit code as without a server
+        spec = load_spec(file, given)  # bad input: the same message and exit code as alone
         return self._with_workdir(spec, "/v1/jobs", {
             "spec": Path(file).read_text(encoding="utf-8"), "file": str(Path(file).resolve()),
-            "idempotency_key": key, "priority": priority})
+            "idempotency_key": key, "priority": priority, **_given(given)})
 
-    def plan(self, file: Path) -> dict:
+    def plan(self, file: Path, given: Optional[Overrides] = None) -> dict:
         # The workdir is sent for a plan too: the fingerprint that history is matched on
         # is computed from its files (and the submit that follows sends nothing).
         from orchestrator.spec import load_spec
 
-        spec = load_spec(file)
+        spec = load_spec(file, given)
         return self._with_workdir(spec, "/v1/plan", {"spec": Path(file).read_text(encoding="utf-8"),
-                                                     "file": str(Path(file).resolve())})
+                                                     "file": str(Path(file).resolve()),
+                                                     **_given(given)})
 
     def _with_workdir(self, spec, path: str, body: dict) -> dict:
         """POST `body` with the job's workdir as {"upload": digest}, sent first unless the
@@ -205,3 +210,10 @@ class Remote:
 
     def remove_schedule(self, sched_id: str) -> dict:
         return self._json("DELETE", f"/v1/schedules/{self._id(sched_id)}")
+
+
+def _given(given: Optional[Overrides]) -> dict:
+    """The command line's --env / --secret values for the request body (none: no keys)."""
+    if not given:
+        return {}
+    return {k: v for k, v in (("env", given.envs), ("secrets", given.secrets)) if v}

@@ -45,6 +45,10 @@ class JobIn(BaseModel):
     priority: int = Field(0, ge=-1000, le=1000, description="higher launches first")
     upload: Optional[str] = Field(None, pattern=DIGEST_PATTERN, description="a workdir sent "
                                   "before (POST /v1/uploads): the job runs from it")
+    env: dict[str, str] = Field(default_factory=dict, description="`--env` values over the "
+                                "job file's envs")
+    secrets: dict[str, str] = Field(default_factory=dict, description="`--secret` values over "
+                                    "the job file's secrets; never stored")
 
 
 class PlanIn(BaseModel):
@@ -52,6 +56,8 @@ class PlanIn(BaseModel):
     spec: str = Field(..., max_length=MAX_SPEC)
     file: Optional[str] = Field(None, max_length=4096)
     upload: Optional[str] = Field(None, pattern=DIGEST_PATTERN)
+    env: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(default_factory=dict)
 
 
 class Registered(BaseModel):
@@ -129,15 +135,16 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
 
     def job_file(body):
         """(text, spec) of a submitted job file; with an upload, its workdir is the upload."""
-        from orchestrator.spec import load_spec_text
+        from orchestrator.spec import Overrides, load_spec_text
 
-        spec = load_spec_text(body.spec, body.file or "<job>")
+        given = Overrides(envs=dict(body.env), secrets=dict(body.secrets))
+        spec = load_spec_text(body.spec, body.file or "<job>", given)
         if body.upload is None:
             return body.spec, spec
         from orchestrator.upload import with_upload
 
         text = with_upload(body.spec, spec, settings.home, body.upload)
-        return text, load_spec_text(text, body.file or "<job>")
+        return text, load_spec_text(text, body.file or "<job>", given)
 
     # -- jobs --------------------------------------------------------------------------
 
@@ -148,6 +155,11 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
         text, spec = job_file(body)
         with scheduler.session() as local:
             if spec.schedule.cron:
+                if body.env or body.secrets:  # a schedule keeps the file's text, not these
+                    raise InputError("--env and --secret values are not kept with a schedule: "
+                                     "its later runs would not have them",
+                                     "write the envs into the job file; a scheduled job's "
+                                     "secrets come from the server's environment")
                 from orchestrator.server.schedules import register
 
                 return {"schedule": register(local, spec, text, body.file, who.name,

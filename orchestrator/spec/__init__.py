@@ -9,6 +9,7 @@ from orchestrator.spec.base import TARGETS, Strict, Target
 from orchestrator.spec.document import MAX_BYTES, MAX_DEPTH, MAX_VALUES, SourceMap
 from orchestrator.spec.job import JobSpec
 from orchestrator.spec.load import load_spec, load_spec_text
+from orchestrator.spec.overrides import Overrides, overrides
 from orchestrator.spec.resources import AcceleratorChoice, Resources, parse_accelerator, quantity_min
 from orchestrator.spec.sections import (
     AutoBool,
@@ -25,7 +26,7 @@ from orchestrator.spec.sections import (
 
 __all__ = [
     "MAX_BYTES", "MAX_DEPTH", "MAX_VALUES", "TARGETS", "AcceleratorChoice", "AutoBool", "AutoCount",
-    "Budget", "Checkpoint", "Data", "Estimate", "JobSpec", "Placement", "Resources", "Scaling",
-    "Schedule", "SourceMap", "Strict", "Target", "Train", "load_spec", "load_spec_text",
+    "Budget", "Checkpoint", "Data", "Estimate", "JobSpec", "Overrides", "Placement", "Resources", "Scaling",
+    "Schedule", "SourceMap", "Strict", "Target", "Train", "load_spec", "load_spec_text", "overrides",
     "parse_accelerator", "quantity_min",
 ]

@@ -14,6 +14,7 @@ from orchestrator.errors import SpecError
 from orchestrator.inputs import NotRegularFile, clip, read_regular
 from orchestrator.spec.document import MAX_BYTES, SourceMap, read_document, too_big
 from orchestrator.spec.job import JobSpec
+from orchestrator.spec.overrides import Overrides
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 _UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
 
 
-def load_spec(path: str | Path) -> JobSpec:
+def load_spec(path: str | Path, given: Optional[Overrides] = None) -> JobSpec:
     p = Path(path)
     try:
         raw = read_regular(p, MAX_BYTES + 1)  # bounded: the path may be huge
@@ -43,7 +44,7 @@ def load_spec(path: str | Path) -> JobSpec:
         raise SpecError(str(path), raw[:e.start].count(b"\n") + 1, None,
                         f"is not UTF-8 text (byte {e.start} is {raw[e.start]:#04x})",
                         "save the job file as UTF-8 text") from None
-    return load_spec_text(text, str(p.resolve()) if p.is_absolute() else str(path))
+    return load_spec_text(text, str(p.resolve()) if p.is_absolute() else str(path), given)
 
 
 # SkyPilot files that are not tasks to run once: what to use for them instead.
@@ -55,8 +56,14 @@ NOT_A_JOB = {
 }
 
 
-def load_spec_text(text: str, file: str = "<job>") -> JobSpec:
+def load_spec_text(text: str, file: str = "<job>", given: Optional[Overrides] = None) -> JobSpec:
+    """The job file's text as a JobSpec; `given`: the command line's --env and --secret
+    values, over the file's."""
     data, src = read_document(text, file)
+    if given:
+        for section, values in (("envs", given.envs), ("secrets", given.secrets)):
+            if values and isinstance(data.get(section) or {}, dict):
+                data[section] = {**(data.get(section) or {}), **values}
     for what, (kind, instead) in NOT_A_JOB.items():
         if what in data:
             raise SpecError(file, src.line_of((what,)), what, f"makes this {kind}",
@@ -73,6 +80,12 @@ def load_spec_text(text: str, file: str = "<job>") -> JobSpec:
         raise SpecError(file, src.line_of(loc), key, problem, hint) from None
     spec._source = src
     _check_together(spec, src)
+    unset = [k for k, v in spec.envs.items() if v is None]
+    if unset:  # SkyPilot refuses these at launch; orch before anything is written
+        raise SpecError(file, src.line_of(("envs", unset[0])), f"envs.{unset[0]}",
+                        "has no value: the job file leaves it to the command line",
+                        f"give it with --env {unset[0]}=VALUE (or --env-file FILE), as with "
+                        "`sky launch --env`")
     if spec.name is None and file != "<job>":
         spec.name = _default_name(file)
     return spec

@@ -207,3 +207,19 @@ def test_the_fuzzer_reached_past_validation():
     assert {201, 400} <= got["POST /v1/jobs (job files)"]
     assert {200, 400} <= got["POST /v1/plan (job files)"]
     assert sum(map(len, STATUSES.values())) >= 300  # 40 examples for most operations
+
+
+def test_env_and_secret_values_in_the_body_fill_the_job_file(api_client):
+    """What `orch plan --env` / `--secret` send through ORCH_SERVER."""
+    client, headers = api_client
+    spec = "name: e\nrun: echo $MODEL\nenvs: {MODEL: null}\nsecrets: {HF_TOKEN: null}\n"
+    missing = client.post("/v1/plan", json={"spec": spec}, headers=headers)
+    assert missing.status_code == 400 and "envs.MODEL" in missing.json()["error"]
+    given = client.post("/v1/plan", json={"spec": spec, "env": {"MODEL": "llama"},
+                                          "secrets": {"HF_TOKEN": "hf_NotARealToken123"}},
+                        headers=headers)
+    assert given.status_code == 200, given.json()
+    assert "hf_NotARealToken123" not in given.text
+    cron = client.post("/v1/jobs", json={"spec": spec + "schedule: {cron: '0 3 * * *'}\n",
+                                         "env": {"MODEL": "llama"}}, headers=headers)
+    assert cron.status_code == 400 and "not kept with a schedule" in cron.json()["error"]

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli.config_cmd import config_show
 from orchestrator.cli.plan import plan
-from orchestrator.errors import BackendError, SpecError
+from orchestrator.errors import BackendError, InputError, SpecError
 from tests.unit.test_catalog import CATALOGS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,7 +215,6 @@ def test_plan_of_a_steady_retrain_uses_idle_owned_gpus_at_their_power(env, monke
 def test_a_plan_without_cloud_credentials_says_so_and_chooses_again(env, monkeypatch):
     """`orch plan` shows what `orch submit` would do: with no credentials for the cheapest
     cloud, the choice is made again without it, and the plan says why."""
-    from orchestrator.errors import InputError
 
     job = env.parent / "a100.yaml"
     job.write_text("name: a100\nrun: python train.py\nresources: {accelerators: {A100: 1, A100-80GB: 1}}\n"
@@ -233,3 +232,29 @@ def test_a_plan_without_cloud_credentials_says_so_and_chooses_again(env, monkeyp
     r = invoke("plan", str(job), "--json")
     assert isinstance(r.exception, InputError) and "sky check" in r.exception.hint
     assert "no configured cloud has credentials here" in r.exception.message
+
+
+def test_plan_takes_env_values_from_the_command_line_as_sky_launch_does(env, tmp_path, monkeypatch):
+    # SkyPilot's habit: envs the file leaves empty are given with --env (or --env-file).
+    env.write_text(JOB + "envs:\n  MODEL: null\n  LR: '0.1'\n")
+    r = invoke("plan", str(env), "--json")
+    e = r.exception
+    assert isinstance(e, SpecError) and e.exit_code == 2 and e.key == "envs.MODEL", r.output
+    assert "has no value" in e.message and "--env MODEL=VALUE" in e.hint
+    dotenv = tmp_path / "run.env"
+    dotenv.write_text("# the model\nexport MODEL='llama-3'\nLR=0.2\n")
+    monkeypatch.setenv("WANDB_PROJECT", "exp")
+    r = invoke("plan", str(env), "--env-file", str(dotenv), "--env", "LR=0.3",
+               "--env", "WANDB_PROJECT", "--emit", "sky")
+    assert r.exit_code == 0, r.output
+    assert "MODEL: llama-3" in r.stdout and "LR: '0.3'" in r.stdout  # the file, then --env
+    assert "WANDB_PROJECT: exp" in r.stdout  # --env KEY: this shell's value
+    for args, words in ((["--env", "1X=2"], "not an environment variable name"),
+                        (["--env", "NOT_SET_ANYWHERE"], "is not set in this shell"),
+                        (["--env-file", str(tmp_path / "none.env")], "cannot read it")):
+        r = invoke("plan", str(env), *args)
+        assert isinstance(r.exception, InputError) and r.exception.exit_code == 2, r.output
+        assert words in str(r.exception), r.exception
+    dotenv.write_text("MODEL llama\n")
+    r = invoke("plan", str(env), "--env-file", str(dotenv))
+    assert isinstance(r.exception, InputError) and f"{dotenv}:1:" in str(r.exception)

@@ -109,7 +109,7 @@ def refusal(needs: Needs, index: OfferIndex, alts: list[Alternative], blockers: 
     """Nothing fits: say what the cheapest change would be."""
     if not alts:
         have = [f"{g}x{c:g}" for g, counts in index.models().items() for c in counts]
-        at = "this machine has" if local_only else "no offer has"
+        at = "this machine has no" if local_only else "no offer has"
         msg = f"nothing fits: {at} {needs.describe()}"
         if needs.choices:
             msg += f" (offered: {', '.join(have[:12]) or 'CPU only'})"

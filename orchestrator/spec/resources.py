@@ -50,7 +50,7 @@ def quantity_min(v: Any) -> Optional[float]:
 
 
 class Resources(Strict):
-    accelerators: Union[str, dict[str, float], list[str], None] = None
+    accelerators: Union[str, dict[str, Optional[float]], list[str], None] = None
     cpus: Union[int, float, str, None] = None
     memory: Union[int, float, str, None] = None
     use_spot: bool = False
@@ -73,7 +73,9 @@ class Resources(Strict):
                 if not isinstance(name, str):
                     raise ValueError(f"{name!r} is not an accelerator name: write e.g. H100")
                 parse_accelerator(f"{name}:{count}" if count is not None else str(name))
-            v = {str(k): (1 if c is None else c) for k, c in v.items()}
+            # {NAME: null} is one NAME; SkyPilot's set form {'A100:1', 'T4:4'} is a mapping
+            # of full choices to null, kept as it is (T4:1 and T4:4 may both be in it).
+            v = {str(k): c for k, c in v.items()}
         elif isinstance(v, list):
             if not v:
                 raise ValueError("an empty list: list at least one accelerator")
@@ -103,7 +105,7 @@ class Resources(Strict):
         if isinstance(a, str):
             return [parse_accelerator(a)]
         if isinstance(a, dict):
-            return [parse_accelerator(f"{k}:{c}") for k, c in a.items()]
+            return [parse_accelerator(k if c is None else f"{k}:{c}") for k, c in a.items()]
         return [parse_accelerator(x) for x in a]
 
     @property

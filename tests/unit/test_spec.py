@@ -142,3 +142,16 @@ def test_workdir_is_relative_to_the_job_file(tmp_path):
     f = tmp_path / "job.yaml"
     f.write_text("workdir: code\nrun: echo\n")
     assert load_spec(f).workdir_path() == (tmp_path / "code").resolve()
+
+
+def test_skypilots_set_form_of_accelerators_keeps_every_choice():
+    # SkyPilot's examples/multi_accelerators.yaml: an unordered set, T4:1 and T4:4 both in it.
+    spec = load_spec_text("resources:\n  accelerators: {'A100-40GB:1', 'T4:1', 'T4:4'}\n"
+                          "run: echo\n", "job.yaml")
+    assert spec.resources.accelerators == {"A100-40GB:1": None, "T4:1": None, "T4:4": None}
+    assert [(c.name, c.count) for c in spec.resources.accelerator_choices()] == [
+        ("A100-40GB", 1), ("T4", 1), ("T4", 4)]
+    assert not spec.resources.accelerators_ordered
+    named = load_spec_text("resources:\n  accelerators: {H100: null, A100: 2}\nrun: echo\n", "j.yaml")
+    assert [(c.name, c.count) for c in named.resources.accelerator_choices()] == [
+        ("H100", 1), ("A100", 2)]

@@ -83,6 +83,16 @@ def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,
     again without the clouds that are not enabled, saying so and how to enable one."""
     if history is None:
         history = history_for(fingerprint, settings)
+    decision, notes = _plan(spec, settings, fingerprint, code_dirty, history)
+    carried = spec.resources.carried()
+    if carried and decision.choice is not None and decision.target != "cloud":
+        notes.append(f"{', '.join('resources.' + k for k in carried)}: for a cloud VM; on "
+                     f"{decision.target} the job runs without {'them' if len(carried) > 1 else 'it'}")
+    return decision, notes
+
+
+def _plan(spec, settings, fingerprint: str, code_dirty: bool,
+          history: Sequence[PastRun]) -> tuple[Decision, list[str]]:
     decision = plan_job(spec, settings, fingerprint=fingerprint, history=history,
                         code_dirty=code_dirty)
     if decision.target != "cloud" or decision.choice is None:

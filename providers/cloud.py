@@ -84,6 +84,7 @@ def _resources(offer: dict, launch: Launch):
     if offer.get("spot"):
         # Preempted spot VMs come back elsewhere; errors in user code retry once.
         kw["job_recovery"] = {"strategy": "EAGER_NEXT_REGION", "max_restarts_on_errors": 1}
+    kw.update(launch.vm)  # the job file's own VM keys (image_id, ports, ...) win
     return sky.Resources(**kw)
 
 
@@ -205,7 +206,8 @@ class CloudProvider(Backend, HasLaunchInfo):
             if a["target"] == cls.name and a["excluded"] is None and a != decision["choice"]]
         return dataclasses.replace(launch, offers=tuple(offers),
                                    file_mounts=dict(spec.file_mounts), num_nodes=spec.num_nodes,
-                                   disk_size=spec.resources.disk_size)
+                                   disk_size=spec.resources.disk_size,
+                                   vm=spec.resources.for_cloud_vm())
 
     def prepare(self) -> None:
         """Nothing to start: the SDK starts SkyPilot's local API server on first use."""

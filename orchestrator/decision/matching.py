@@ -7,6 +7,7 @@ from typing import Iterable, Optional
 
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.models import Offer
+from orchestrator.spec.resources import CLOUD_ONLY
 
 
 class OfferIndex:
@@ -51,6 +52,8 @@ class Needs:
     gpu_workers: float = 1.0  # GPUs a job without `accelerators` needs to run on GPUs
     gpu_required: bool = False  # a train job with `use_gpu: true`: a GPU for each worker
     nodes: int = 1  # num_nodes
+    cloud_only: tuple[str, ...] = ()  # resources keys only a cloud VM honors (spec.CLOUD_ONLY)
+    instance_type: Optional[str] = None
 
     @classmethod
     def of(cls, spec) -> Needs:
@@ -68,7 +71,8 @@ class Needs:
                    gpu_allowed=spec.scaling.use_gpu is not False,
                    gpu_workers=float(spec.scaling.num_workers) if spec.train is not None else 1.0,
                    gpu_required=spec.train is not None and spec.scaling.use_gpu is True,
-                   nodes=spec.num_nodes)
+                   nodes=spec.num_nodes, cloud_only=r.cloud_only(),
+                   instance_type=r.instance_type)
 
     def describe(self) -> str:
         parts = [", ".join(f"{g}:{c:g}" for g, c in self.choices) or "no accelerator"]
@@ -103,6 +107,11 @@ MULTI_NODE_CLOUD = "cloud jobs run on one node for now"
 
 
 def misfit(o: Offer, needs: Needs) -> Optional[str]:
+    if needs.cloud_only and o.target != "cloud":
+        key = needs.cloud_only[0]
+        return f"resources.{key} asks for {CLOUD_ONLY[key]}, which only a cloud VM has"
+    if needs.instance_type and o.target == "cloud" and o.instance_type != needs.instance_type:
+        return f"the job asks for instance type {needs.instance_type}"
     if needs.nodes > 1 and o.target == "cloud":
         # Each VM would run the runner and a Ray of its own: joining them is not built yet.
         return f"num_nodes {needs.nodes}: {MULTI_NODE_CLOUD}"

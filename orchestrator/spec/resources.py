@@ -1,10 +1,11 @@
-"""The `resources:` section: accelerators (one, a mapping, or a preference list), CPUs, memory."""
+"""The `resources:` section: accelerators (one, a mapping, or a preference list), CPUs, memory,
+and SkyPilot's keys for a cloud VM (which pin a job to the cloud, or ride along to it)."""
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator
 
@@ -13,6 +14,16 @@ from orchestrator.spec.base import Strict
 
 _ACCEL_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_.+-]*)\s*(?::\s*([0-9]*\.?[0-9]+))?\s*$")
 _QUANTITY_RE = re.compile(r"^\d+(\.\d+)?\+?$")
+_DISK_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gb|g|gib|tb|t|tib)?\s*$", re.IGNORECASE)
+
+# SkyPilot's resources keys that only a cloud VM can honor: a job that sets one is placed
+# on the cloud, and the plan says why local and on-prem are out.
+CLOUD_ONLY = {"instance_type": "an instance type", "image_id": "a VM image",
+              "disk_tier": "a disk tier", "network_tier": "a network tier",
+              "accelerator_args": "accelerator arguments (a TPU runtime)"}
+# Keys that matter to a VM, not to a training run elsewhere: carried to a cloud VM as they
+# are, and noted when the job runs on owned hardware.
+CARRIED = ("ports", "labels", "autostop", "job_recovery")
 
 
 class AcceleratorChoice(BaseModel):
@@ -54,10 +65,44 @@ class Resources(Strict):
     cpus: Union[int, float, str, None] = None
     memory: Union[int, float, str, None] = None
     use_spot: bool = False
-    disk_size: Optional[PositiveInt] = None
+    disk_size: Optional[PositiveInt] = None  # GB; SkyPilot's '256GB' and '1TB' forms too
     cloud: Optional[str] = None
     region: Optional[str] = None
     infra: Optional[str] = None
+    # SkyPilot's, for a cloud VM (CLOUD_ONLY, CARRIED), passed to its task unchanged.
+    instance_type: Optional[str] = None
+    image_id: Union[str, dict[str, str], None] = None
+    disk_tier: Optional[Literal["low", "medium", "high", "ultra", "best"]] = None
+    network_tier: Optional[Literal["standard", "best"]] = None
+    accelerator_args: Optional[dict[str, Any]] = None
+    ports: Union[int, str, list[Union[int, str]], None] = None
+    labels: Optional[dict[str, str]] = None
+    autostop: Union[bool, int, str, dict[str, Any], None] = None
+    job_recovery: Union[str, dict[str, Any], None] = None
+
+    @field_validator("disk_size", mode="before")
+    @classmethod
+    def _check_disk_size(cls, v: Any) -> Any:
+        if not isinstance(v, str):
+            return v
+        m = _DISK_RE.match(v)
+        if not m:
+            raise ValueError(f"{clip(v)} is not a disk size: write GB as a number, or e.g. "
+                             "256GB or 1TB")
+        size = float(m.group(1)) * (1024 if (m.group(2) or "g").lower().startswith("t") else 1)
+        return math.ceil(size)
+
+    def cloud_only(self) -> tuple[str, ...]:
+        """The CLOUD_ONLY keys this job sets."""
+        return tuple(k for k in CLOUD_ONLY if getattr(self, k) is not None)
+
+    def carried(self) -> tuple[str, ...]:
+        """The CARRIED keys this job sets."""
+        return tuple(k for k in CARRIED if getattr(self, k) is not None)
+
+    def for_cloud_vm(self) -> dict[str, Any]:
+        """SkyPilot's VM keys this job sets, as sky.Resources takes them."""
+        return {k: getattr(self, k) for k in (*CLOUD_ONLY, *CARRIED) if getattr(self, k) is not None}
 
     @field_validator("accelerators", mode="before")
     @classmethod

@@ -258,3 +258,53 @@ def test_plan_takes_env_values_from_the_command_line_as_sky_launch_does(env, tmp
     dotenv.write_text("MODEL llama\n")
     r = invoke("plan", str(env), "--env-file", str(dotenv))
     assert isinstance(r.exception, InputError) and f"{dotenv}:1:" in str(r.exception)
+
+
+def test_cloud_vm_keys_pin_the_job_to_the_cloud_and_reach_its_sky_task(env, monkeypatch):
+    import copy
+
+    import sky
+    import yaml
+
+    env.write_text(JOB.replace(
+        "resources: {accelerators: {RTX4090: 1, A100-80GB: 1}}",
+        "resources:\n  accelerators: {RTX4090: 1, A100-80GB: 1}\n"
+        "  image_id: docker:pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime\n"
+        "  disk_tier: best\n  ports: [8080, '9000-9010']\n  labels: {team: ml}\n"
+        "  disk_size: 1TB"))
+    r = invoke("plan", str(env), "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["target"] == "cloud"
+    local = [a for a in d["alternatives"] if a["target"] == "local"]
+    assert all("resources.image_id asks for a VM image, which only a cloud VM has" == a["excluded"]
+               for a in local), local
+    r = invoke("plan", str(env), "--emit", "sky")
+    assert r.exit_code == 0, r.output
+    task = yaml.safe_load(r.stdout)
+    again = sky.Task.from_yaml_config(copy.deepcopy(task)).to_yaml_config()  # SkyPilot takes it
+    for cfg in (task, again):
+        res = cfg["resources"]
+        first = res["ordered"][0] if "ordered" in res else res
+        image = first["image_id"]  # SkyPilot keys an image by the offer's region
+        assert set(image.values() if isinstance(image, dict) else [image]) == {
+            "docker:pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime"}
+        assert first["disk_tier"] == "best" and first["labels"] == {"team": "ml"}
+        assert first["disk_size"] == 1024
+        assert [str(p) for p in first["ports"]] == ["8080", "9000-9010"]
+
+
+def test_keys_for_a_vm_only_are_noted_when_the_job_runs_on_owned_hardware(env, monkeypatch):
+    monkeypatch.setenv("ORCH_MODE", "local")
+    env.write_text("name: tiny\nrun: python train.py\nresources:\n  ports: 8080\n"
+                   "  autostop: 10\n")
+    r = invoke("plan", str(env), "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["target"] == "local"
+    assert "resources.ports, resources.autostop: for a cloud VM; on local the job runs " \
+           "without them" in d["warnings"]
+    env.write_text("name: tiny\nrun: python train.py\nresources:\n  instance_type: p4d.24xlarge\n")
+    r = invoke("plan", str(env), "--json")
+    d = json.loads(r.stdout)
+    assert d["choice"] is None and "resources.instance_type asks for an instance type" in str(d), d

@@ -155,3 +155,21 @@ def test_skypilots_set_form_of_accelerators_keeps_every_choice():
     named = load_spec_text("resources:\n  accelerators: {H100: null, A100: 2}\nrun: echo\n", "j.yaml")
     assert [(c.name, c.count) for c in named.resources.accelerator_choices()] == [
         ("H100", 1), ("A100", 2)]
+
+
+def test_skypilots_vm_keys_load_and_unknown_ones_still_do_not():
+    spec = load_spec_text("resources:\n  instance_type: p4d.24xlarge\n  image_id: {us-east-1: ami-1}\n"
+                          "  disk_tier: high\n  network_tier: best\n  ports: 8080\n"
+                          "  labels: {a: b}\n  autostop: {idle_minutes: 10}\n"
+                          "  job_recovery: none\n  accelerator_args: {runtime_version: v2}\n"
+                          "  disk_size: 256GB\nrun: echo\n", "job.yaml")
+    r = spec.resources
+    assert r.cloud_only() == ("instance_type", "image_id", "disk_tier", "network_tier",
+                              "accelerator_args")
+    assert r.carried() == ("ports", "labels", "autostop", "job_recovery")
+    assert r.disk_size == 256 and r.for_cloud_vm()["image_id"] == {"us-east-1": "ami-1"}
+    for doc, words in (("resources:\n  disk_tier: fastest\nrun: echo\n", "'low'"),
+                       ("resources:\n  disk_size: lots\nrun: echo\n", "256GB or 1TB"),
+                       ("resources:\n  disk_sise: 10\nrun: echo\n", "did you mean 'disk_size'")):
+        with pytest.raises(SpecError, match=words):
+            load_spec_text(doc, "job.yaml")

@@ -77,6 +77,12 @@ def test_on_cuda_one_step_in_ten_is_synchronized_and_splits_the_time(monkeypatch
 
     syncs = []
     monkeypatch.setattr(profile.StepTimer, "_sync", lambda self: syncs.append(self.steps))
+    # No GPU here: NVML and CUDA's memory counter are not what this test is about (asking
+    # torch for the latter without CUDA took seconds).
+    monkeypatch.setattr(profile, "gpu_utilization", lambda device: None)
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 0)
     timer = profile.StepTimer()
     timer._cuda = True  # as on a GPU, without one: only the synchronizing is watched
     class Batch:

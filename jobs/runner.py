@@ -122,16 +122,14 @@ TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
 # - PlacementGroupCleanerCallback starts a detached actor that removes the workers'
 #   placement group should the controller die while its driver lives on (as under Ray
 #   Tune); the runner's driver ends with its run, and Ray removes a finished job's groups.
-_LEFT_OUT = ("DatasetsCallback", "PlacementGroupCleanerCallback")
-
-
 def _trainer_class(base: type) -> type:
     class Trainer(base):  # a subclass of the class given (TorchTrainer)
         def _create_default_callbacks(self):
-            callbacks = super()._create_default_callbacks()
-            if getattr(self, "datasets", None):  # a user's Ray Datasets need their manager
-                return [c for c in callbacks if type(c).__name__ != _LEFT_OUT[1]]
-            return [c for c in callbacks if type(c).__name__ not in _LEFT_OUT]
+            left_out = {"PlacementGroupCleanerCallback"}
+            if not getattr(self, "datasets", None):  # Ray Datasets would need their manager
+                left_out.add("DatasetsCallback")
+            return [c for c in super()._create_default_callbacks()
+                    if type(c).__name__ not in left_out]
 
     return Trainer
 

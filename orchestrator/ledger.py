@@ -16,6 +16,8 @@ import io
 import time
 from typing import Iterable, Optional
 
+from orchestrator.records import JobRow
+
 GROUPS = ("name", "target", "kind", "month", "day")
 CSV_FIELDS = ("id", "name", "status", "kind", "target", "where", "gpu", "gpu_count", "started",
               "finished", "hours", "gpu_hours", "cost_usd", "cash_usd", "amortized_usd", "power_usd",
@@ -32,14 +34,13 @@ def _rate(decision: dict) -> float:
     return 1.0
 
 
-def run_window(rec: dict, now: float) -> tuple[Optional[float], Optional[float]]:
+def run_window(rec: JobRow, now: float) -> tuple[Optional[float], Optional[float]]:
     """(start, end) of the time the job held its hardware: the backend's own times when it
     reported them, else orch's; end is None while it runs, start None if it never ran."""
-    info = rec.get("info") or {}
-    start = info.get("backend_start") or rec.get("started_at")
-    end = info.get("backend_end") or rec.get("finished_at")
-    if start is None and rec.get("status") in ("SUCCEEDED", "FAILED", "CANCELLED"):
-        wall = (rec.get("metrics") or {}).get("wall_s")  # the runner's own clock
+    start = rec.info.backend_start or rec.started_at
+    end = rec.info.backend_end or rec.finished_at
+    if start is None and rec.status in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        wall = rec.metrics.get("wall_s")  # the runner's own clock
         if wall and end:
             start = end - wall
     if start is not None and end is not None and end < start:
@@ -74,7 +75,7 @@ def best_alternative(decision: dict) -> Optional[dict]:
     return min(pool, key=lambda a: a["est_cost"]) if pool else None
 
 
-def entry(rec: dict, now: Optional[float] = None) -> dict:
+def entry(rec: JobRow, now: Optional[float] = None) -> dict:
     """The ledger entry of one job; for a running job, what it has cost so far.
 
     `cost_usd` is the full cost; `cash_usd` what was paid out for it: a cloud job's bill,
@@ -82,18 +83,17 @@ def entry(rec: dict, now: Optional[float] = None) -> dict:
     purchase and power has no power figure, so its cash is its full cost: an overstatement
     (the budget is reached sooner), never a job shown as cheaper than it was."""
     now = time.time() if now is None else now
-    decision = rec.get("decision") or {}
-    choice = decision.get("choice") or {}
+    decision = rec.decision or {}
+    choice = rec.choice
     rate = _rate(decision)
-    info = rec.get("info") or {}
     start, end = run_window(rec, now)
     hours = 0.0 if start is None else max(0.0, ((end or now) - start) / 3600.0)
-    target = rec.get("target") or choice.get("target")
+    target = rec.target or choice.get("target")
     count = choice.get("count") or 0
     amortized = power = None
     recoveries = 0
     if target == "cloud":
-        ledger = info.get("ledger") or {}
+        ledger = rec.info.ledger or {}
         cost = float(ledger.get("cost_usd") or 0.0)
         recoveries = int(ledger.get("recoveries") or 0)
         if ledger.get("billed_hours") is not None:
@@ -109,11 +109,10 @@ def entry(rec: dict, now: Optional[float] = None) -> dict:
     cash = cost if target == "cloud" or power is None else power
     est = (decision.get("estimate") or {})
     out = {
-        "id": rec.get("id"), "name": rec.get("name"), "status": rec.get("status"),
-        "kind": rec.get("kind"), "target": target,
+        "id": rec.id, "name": rec.name, "status": rec.status, "kind": rec.kind, "target": target,
         "where": _where(choice) if choice else target, "gpu": choice.get("gpu"),
         "gpu_count": count, "started_at": start, "finished_at": end,
-        "created_at": rec.get("created_at"), "running": end is None and start is not None,
+        "created_at": rec.created_at, "running": end is None and start is not None,
         "hours": round(hours, 6), "gpu_hours": round(hours * (count or 0), 6),
         "cost_usd": round(cost, 6), "cash_usd": round(cash, 6),
         "amortized_usd": None if amortized is None else round(amortized, 6),

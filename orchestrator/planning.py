@@ -221,6 +221,6 @@ def history_for(fingerprint: str, settings) -> list[PastRun]:
         return []  # planning must not create the store
     store = open_store(settings)
     try:
-        return [PastRun.from_record(r) for r in store.runs_for_fingerprint(fingerprint)]
+        return [PastRun.from_row(r) for r in store.runs_for_fingerprint(fingerprint)]
     finally:
         store.close()

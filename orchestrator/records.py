@@ -9,6 +9,7 @@ to what a user or a token holder sees; it names each public field, so anything n
 
 from __future__ import annotations
 
+import time
 from typing import Any, Optional, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,6 +26,13 @@ INTERNAL_INFO = {
     "budget_stop": "why orch stopped the job; the job's message says it",
     "launched_at": "when its backend took it (orch's clock): one end of its phases",
 }
+
+
+def iso(ts: Optional[float]) -> Optional[str]:
+    """Epoch seconds as ISO 8601 UTC, as every record shows a time."""
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 class _Public(BaseModel):
@@ -57,7 +65,7 @@ class RunInfo(_Public):
 
 class JobInfo(RunInfo):
     """All a job's `info` holds, public (RunInfo) and private (INTERNAL_INFO): the one
-    definition of its keys. `job_info(rec)` reads a store row's; `with_info(rec, ...)` is
+    definition of its keys. `JobRow.info` holds a store row's; `with_info(rec, ...)` is
     the dict a store update writes. A key an other orch version wrote is kept as it is."""
     model_config = ConfigDict(extra="allow")
     submitter: Optional[dict[str, Any]] = None
@@ -71,15 +79,56 @@ class JobInfo(RunInfo):
     launched_at: Optional[float] = None
 
 
-def job_info(rec: dict) -> JobInfo:
-    """The typed `info` of a store row (or of a row's part that has no info yet)."""
-    return JobInfo.model_validate(rec.get("info") or {})
+class JobRow(BaseModel):
+    """A job as the store keeps it: every column, the JSON ones as Python values, its
+    `info` typed. What the service, the server and the decision core read; a user sees
+    `JobRecord.from_row(row)` of it."""
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    name: str
+    status: str
+    kind: Optional[str] = None
+    target: Optional[str] = None
+    fingerprint: Optional[str] = None
+    spec: dict[str, Any] = Field(default_factory=dict)
+    source_file: Optional[str] = None
+    decision: Optional[dict[str, Any]] = None
+    backend_id: Optional[str] = None
+    address: Optional[str] = None
+    log_path: Optional[str] = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    info: JobInfo = Field(default_factory=JobInfo)
+    message: Optional[str] = None
+    cancel_requested: bool = False
+    idempotency_key: Optional[str] = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    started_at: Optional[float] = None
+    finished_at: Optional[float] = None
+    owner: Optional[str] = None
+    priority: int = 0
+
+    @property
+    def placed_on(self) -> str:
+        """Its target. Every job orch records has one; a row without is not orch's."""
+        if not self.target:
+            from orchestrator.errors import StoreError
+
+            raise StoreError(f"job {self.id} has no target in the store",
+                             "`orch doctor` checks the store")
+        return self.target
+
+    @property
+    def choice(self) -> dict[str, Any]:
+        """The offer its decision chose ({} when it has none)."""
+        return (self.decision or {}).get("choice") or {}
 
 
-def with_info(rec: dict, drop: tuple[str, ...] = (), **changes: Any) -> dict:
+def with_info(rec: JobRow, drop: tuple[str, ...] = (), **changes: Any) -> dict:
     """The row's `info` with `changes` made (checked against JobInfo) and `drop` removed,
     as a dict for `store.update(..., info=...)`: what was never set stays unwritten."""
-    merged = {k: v for k, v in {**(rec.get("info") or {}), **changes}.items() if k not in drop}
+    current = rec.info.model_dump(mode="json", exclude_unset=True)
+    merged = {k: v for k, v in {**current, **changes}.items() if k not in drop}
     JobInfo.model_validate(merged)  # a wrong type fails here, before it is stored
     return merged
 
@@ -116,27 +165,22 @@ class JobRecord(_Public):
     cost: Optional[CloudCost] = Field(default=None, description="a cloud job's real cost; None elsewhere")
 
     @classmethod
-    def from_row(cls: type[R], rec: dict, **extra: Any) -> R:
+    def from_row(cls: type[R], rec: JobRow, **extra: Any) -> R:
         """The public record of a store row (`Store.get` and friends); `extra`: the fields a
         subclass adds (history, warning, ...)."""
-        from orchestrator.store import iso
-
-        info = rec.get("info") or {}
-        ledger = info.get("ledger")
+        ledger = rec.info.ledger
         cost = None
         if ledger:
             cost = CloudCost(usd=ledger["cost_usd"], billed_hours=ledger["billed_hours"],
                              recoveries=ledger["recoveries"], launches=ledger["launches"])
+        public = rec.info.model_dump(include=set(RunInfo.model_fields), exclude_unset=True)
         return cls(
-            id=rec["id"], name=rec["name"], status=rec["status"], kind=rec.get("kind"),
-            target=rec.get("target"), created_at=iso(rec.get("created_at")),
-            started_at=iso(rec.get("started_at")), finished_at=iso(rec.get("finished_at")),
-            message=rec.get("message"), metrics=rec.get("metrics") or {},
-            fingerprint=rec.get("fingerprint"), backend_id=rec.get("backend_id"),
-            log_path=rec.get("log_path"), source_file=rec.get("source_file"),
-            run=RunInfo(**{k: v for k, v in info.items() if k in RunInfo.model_fields}),
-            decision=rec.get("decision"), owner=rec.get("owner"),
-            priority=rec.get("priority") or 0, cost=cost, **extra)
+            id=rec.id, name=rec.name, status=rec.status, kind=rec.kind, target=rec.target,
+            created_at=iso(rec.created_at), started_at=iso(rec.started_at),
+            finished_at=iso(rec.finished_at), message=rec.message, metrics=rec.metrics,
+            fingerprint=rec.fingerprint, backend_id=rec.backend_id, log_path=rec.log_path,
+            source_file=rec.source_file, run=RunInfo(**public), decision=rec.decision,
+            owner=rec.owner, priority=rec.priority, cost=cost, **extra)
 
     def to_json(self) -> dict:
         return self.model_dump(mode="json")
@@ -156,7 +200,7 @@ class JobDetail(JobRecord):
                                    "backend did not answer)")
 
     @classmethod
-    def from_history(cls, rec: dict, history: list[dict],
+    def from_history(cls, rec: JobRow, history: list[dict],
                      warning: Optional[str] = None) -> JobDetail:
         return cls.from_row(rec, history=[Event(at=h["at"], status=h["status"],
                                                 message=h["message"]) for h in history],

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from orchestrator.records import job_info
+from orchestrator.records import JobRow
 from orchestrator.store import TERMINAL, iso
 from orchestrator.upload import DIGEST_PATTERN, human, uploads_root
 
@@ -125,17 +125,17 @@ def _workdirs(spec: Optional[dict], source_file: Optional[str]) -> set[str]:
     return found
 
 
-def job_uses(records: Iterable[dict]) -> list[Use]:
+def job_uses(records: Iterable[JobRow]) -> list[Use]:
     """What jobs' records say about the uploads they use."""
     out = []
     for rec in records:
-        digests = _workdirs(rec.get("spec"), rec.get("source_file"))
-        named = job_info(rec).upload
+        digests = _workdirs(rec.spec, rec.source_file)
+        named = rec.info.upload
         if isinstance(named, str):
             digests.add(named)
-        at = max(t for t in (rec.get("created_at"), rec.get("finished_at"), 0.0) if t is not None)
-        by = f"job {rec['id']} ({rec['status']})"
-        out += [Use(d, by, rec["status"] not in TERMINAL, at) for d in sorted(digests)]
+        at = max(t for t in (rec.created_at, rec.finished_at, 0.0) if t is not None)
+        by = f"job {rec.id} ({rec.status})"
+        out += [Use(d, by, rec.status not in TERMINAL, at) for d in sorted(digests)]
     return out
 
 
@@ -186,8 +186,8 @@ def uses_in(store, folders: Iterable[Folder], now: float, keep_hours: float) -> 
     if not times:
         return uses
     since = min(now - keep_hours * HOUR, *times)
-    seen = {r["id"] for r in active}  # one that finished between the two reads stays active
-    return uses + job_uses(r for r in store.list(limit=every, since=since) if r["id"] not in seen)
+    seen = {r.id for r in active}  # one that finished between the two reads stays active
+    return uses + job_uses(r for r in store.list(limit=every, since=since) if r.id not in seen)
 
 
 def _size(path: Path) -> tuple[int, int]:

@@ -24,15 +24,14 @@ class Artifact:
     size: int
 
 
-def run_location(rec: dict) -> str:
-    """Where Ray Train kept this job's run: its storage path joined with its run name."""
-    info = rec.get("info") or {}
-    storage = info.get("storage_path")
+def run_location(job_id: str, storage: Optional[str], run_name: Optional[str]) -> str:
+    """Where Ray Train kept a job's run: its storage path joined with its run name (the
+    job's id when it has none)."""
     if not storage:
-        raise InputError(f"job {rec['id']} recorded no checkpoint storage",
+        raise InputError(f"job {job_id} recorded no checkpoint storage",
                          "only train: jobs keep checkpoints; on a cluster without "
                          "checkpoint.storage they stay in Ray's default folder on its nodes")
-    return f"{storage.rstrip('/')}/{info.get('run_name') or rec['id']}"
+    return f"{storage.rstrip('/')}/{run_name or job_id}"
 
 
 def checkpoint_dirs(items: list[Artifact]) -> list[str]:

@@ -18,6 +18,14 @@ ROOT = Path(__file__).resolve().parent.parent
 ORCH = str(Path(sys.executable).with_name("orch"))
 
 
+def job_row(rec: dict):
+    """A job written as a test's dict table, as the typed store row (records.JobRow) the
+    code reads: the table's keys must be the row's fields."""
+    from orchestrator.records import JobRow
+
+    return JobRow.model_validate(rec)
+
+
 def short_tmp(prefix: str) -> Path:
     # Ray's unix sockets need a short temp path; pytest's tmp_path is too long.
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))

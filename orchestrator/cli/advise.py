@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli.render import local_only, out, print_json
+
+if TYPE_CHECKING:
+    from orchestrator.records import JobRow
 
 
 def advise(
@@ -92,7 +95,7 @@ def _prices(items: list[str], settings) -> dict[str, float]:
     return out_
 
 
-def _records(settings) -> list[dict]:
+def _records(settings) -> list[JobRow]:
     """Every job in the store; none before the store exists, which this must not create."""
     from orchestrator.store import open_store, store_exists
 
@@ -105,9 +108,9 @@ def _records(settings) -> list[dict]:
         store.close()
 
 
-def _local_gpus(records: list[dict]) -> int:
+def _local_gpus(records: list[JobRow]) -> int:
     """This workstation's GPUs, asked of nvidia-smi only when a job ever ran here."""
-    if not any(r.get("target") == "local" for r in records):
+    if not any(r.target == "local" for r in records):
         return 0
     from providers.local_offer import detect_gpus
 

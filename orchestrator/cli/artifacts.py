@@ -36,17 +36,17 @@ def artifacts(
 
     settings = load_settings()
     rec = Orch(settings).get(job_id)
-    location = arts.run_location(rec)
+    location = arts.run_location(rec.id, rec.info.storage_path, rec.info.run_name)
     source = arts.open_location(location, settings.s3_endpoint_url)
     items = source.list(prefix)
-    result = {"id": rec["id"], "location": location, "checkpoints": arts.checkpoint_dirs(items),
+    result = {"id": rec.id, "location": location, "checkpoints": arts.checkpoint_dirs(items),
               "files": [{"key": i.key, "size": i.size} for i in items],
               "total_bytes": sum(i.size for i in items)}
     if not json_out:
         if not items:
             out.print(f"nothing saved under {escape(location)}{escape('/' + prefix) if prefix else ''}")
         else:
-            out.print(f"[bold]{rec['id']}[/] {escape(location)}: {len(items)} files, "
+            out.print(f"[bold]{rec.id}[/] {escape(location)}: {len(items)} files, "
                       f"{_size(result['total_bytes'])}, {len(result['checkpoints'])} checkpoints")
             out.print(table(["KEY", "SIZE"], [(escape(i.key), _size(i.size)) for i in items]))
     if download is not None and items:

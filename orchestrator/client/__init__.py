@@ -20,6 +20,7 @@ from orchestrator.errors import BackendError, NotFound
 from orchestrator.store import TERMINAL, public_schedule, store_exists
 
 if TYPE_CHECKING:
+    from orchestrator.records import JobRow
     from orchestrator.spec import Overrides
 
 __all__ = ["Client", "Local", "MiB", "Note", "Remote", "connect", "cost_report", "parse_since"]
@@ -65,8 +66,8 @@ class Local:
             note(self.on_note, f"schedule.cron {spec.schedule.cron!r} is run by `orch serve`: "
                   "alone, this job runs once, now. Submit it with ORCH_SERVER set to register "
                   "its schedule with a server")
-        rec = self.orch.submit(spec, idempotency_key=key)
-        return SubmittedJob.from_row(rec, existing=bool(rec.get("existing"))).to_json()
+        rec, existing = self.orch.submit(spec, idempotency_key=key)
+        return SubmittedJob.from_row(rec, existing=existing).to_json()
 
     def plan(self, file: Path, given: Optional[Overrides] = None) -> dict:
         from orchestrator.spec import load_spec
@@ -98,12 +99,12 @@ class Local:
             rec = self.orch.refresh(rec)
         except BackendError as e:  # show what is known, and why it may be stale
             warning = f"last known state: {e.message}" + (f"\n  -> {e.hint}" if e.hint else "")
-        return JobDetail.from_history(rec, self.orch.store.history(rec["id"]), warning).to_json()
+        return JobDetail.from_history(rec, self.orch.store.history(rec.id), warning).to_json()
 
     def logs(self, job_id: str) -> str:
         return self.orch.logs(self.orch.refresh(self.orch.get(job_id)))
 
-    def poll(self, job_id: str) -> tuple[dict, str]:
+    def poll(self, job_id: str) -> tuple[JobRow, str]:
         """The job's record, checked with its backend, and its whole log so far."""
         rec = self.orch.refresh(self.orch.get(job_id))
         try:
@@ -115,12 +116,12 @@ class Local:
     def stream(self, job_id: str, poll_s: float = 1.0) -> Iterator[str]:
         rec, printed = self.orch.get(job_id), 0
         while True:
-            rec, text = self.poll(rec["id"])
+            rec, text = self.poll(rec.id)
             lines = text.splitlines()
             yield from lines[printed:]
             # A log that got shorter was replaced by the saved copy; keep our place.
             printed = max(printed, len(lines))
-            if rec["status"] in TERMINAL:
+            if rec.status in TERMINAL:
                 return
             time.sleep(min(poll_s, 0.2) if self.orch.ending(text) else poll_s)
 
@@ -128,9 +129,9 @@ class Local:
         from orchestrator.records import CancelledJob
 
         rec = self.orch.get(job_id)
-        if rec["status"] in TERMINAL:
+        if rec.status in TERMINAL:
             return CancelledJob.from_row(rec, already_ended=True).to_json()
-        return CancelledJob.from_row(self.orch.cancel(rec["id"])).to_json()
+        return CancelledJob.from_row(self.orch.cancel(rec.id)).to_json()
 
     def cost(self, by: str = "target", since: Optional[str] = None) -> dict:
         return cost_report(self.settings, by, since, self.orch)

@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import Optional
 
 from orchestrator.errors import InputError, OrchError
-from orchestrator.records import job_info
 from orchestrator.store import TERMINAL, store_exists
 
 
@@ -47,8 +46,8 @@ def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=
                 rec = orch.refresh(rec)  # a job that ended meanwhile is priced as ended
             except OrchError:
                 pass  # priced as last known
-            saved = job_info(rec).cost
-            e = saved if saved and rec["status"] in TERMINAL else ledger.entry(rec, now)
+            saved = rec.info.cost
+            e = saved if saved and rec.status in TERMINAL else ledger.entry(rec, now)
             entries.append({**e, "cash_usd": ledger.cash(e)})  # also one saved without it
             # Owned hardware priced at power only (a cluster with no [[onprem]] inventory).
             entries[-1]["full_cost_known"] = not ran_unpriced(rec)

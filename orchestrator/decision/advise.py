@@ -11,6 +11,7 @@ from orchestrator.decision.gpus import canonical_gpu, relative_speed
 from orchestrator.decision.models import Offer
 from orchestrator.decision.utilization import OwnedUse, owned_use
 from orchestrator.ledger import entry as ledger_entry
+from orchestrator.records import JobRow
 
 DAYS_PER_MONTH = 30.44
 HOURS_PER_MONTH = 730.0  # one GPU busy round the clock for a month
@@ -130,8 +131,8 @@ def _ref_hours(entry: dict, speeds: Mapping[str, float]) -> Optional[float]:
     return entry["gpu_hours"] * speed
 
 
-def _kind(rec: dict) -> str:
-    kind = rec.get("kind") or (rec.get("decision") or {}).get("kind")
+def _kind(rec: JobRow) -> str:
+    kind = rec.kind or (rec.decision or {}).get("kind")
     return "steady" if kind == "steady" else "exploratory"
 
 
@@ -239,9 +240,9 @@ def _candidate(cand, settings, offers, ref_per_month: float, elec: float, cap: f
     return c
 
 
-def advise(records: Sequence[dict], settings, offers: Sequence[Offer], now: float, *,
+def advise(records: Sequence[JobRow], settings, offers: Sequence[Offer], now: float, *,
            days: float = 90.0, what_if: Optional[WhatIf] = None,
-           cost_entry: Callable[[dict, float], dict] = ledger_entry,
+           cost_entry: Callable[[JobRow, float], dict] = ledger_entry,
            catalog_problem: Optional[str] = None, local_gpus: int = 0) -> Advice:
     """Buy-vs-rent advice from the job history (`Store.list()` records), the settings
     (candidates, owned GPUs, electricity price, speeds) and the cloud offers.
@@ -250,7 +251,7 @@ def advise(records: Sequence[dict], settings, offers: Sequence[Offer], now: floa
     `local_gpus`: the GPUs this workstation has, for what its use really costs."""
     what_if = what_if or WhatIf()
     speeds = settings.gpu_speeds
-    first = min((r["created_at"] for r in records if r.get("created_at") is not None), default=None)
+    first = min((r.created_at for r in records if r.created_at is not None), default=None)
     span = days if first is None else min(days, max((now - first) / _DAY, 1.0))
     start = now - span * _DAY
     months = span / DAYS_PER_MONTH
@@ -262,13 +263,13 @@ def advise(records: Sequence[dict], settings, offers: Sequence[Offer], now: floa
     unknown_speed: set[str] = set()
     entries = []  # every job that may have held hardware, running ones too: owned GPUs' use
     for rec in records:
-        if rec.get("status") == "PENDING":
+        if rec.status == "PENDING":
             continue
         # What the job cost, as `orch cost` counts it; its work is the time it held the
         # hardware (billed start-up is cost, not work).
         entry = cost_entry(rec, now)
         entries.append(entry)
-        if rec.get("status") == "RUNNING":
+        if rec.status == "RUNNING":
             running += 1
             continue
         began, ended = entry.get("started_at"), entry.get("finished_at")

@@ -12,6 +12,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from orchestrator.decision.cost import owned_hourly
 from orchestrator.decision.gpus import SPEED, canonical_gpu
 from orchestrator.decision.models import Offer
+from orchestrator.records import JobRow
 
 GPU_WATTS = 300.0  # per GPU under load, host share included: OwnedGpus.watts's default
 CPU_NODE_WATTS = 200.0  # per CPU-only node under load
@@ -118,12 +119,12 @@ def inventory_mismatch(inventory: Sequence, nodes: Iterable, address: str) -> Op
             "capacity is read from the cluster; update [[onprem]] in the settings to match")
 
 
-def ran_unpriced(rec: Mapping) -> bool:
+def ran_unpriced(rec: JobRow) -> bool:
     """Whether a job record ran on-prem on hardware whose full cost was unknown (its plan
     priced power only): what `orch cost` says once."""
-    decision = rec.get("decision") or {}
+    decision = rec.decision or {}
     choice = decision.get("choice") or {}
-    if (rec.get("target") or choice.get("target")) != "onprem":
+    if (rec.target or choice.get("target")) != "onprem":
         return False
     if choice.get("full_cost_known") is False:
         return True

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional
+
+if TYPE_CHECKING:
+    from orchestrator.records import JobRow
 
 Target = Literal["local", "onprem", "cloud"]
 Kind = Literal["exploratory", "steady"]
@@ -66,11 +69,24 @@ class PastRun:
         return self.status.lower() in ("succeeded", "success", "completed", "done")
 
     @classmethod
-    def from_record(cls, rec: Any) -> PastRun:
-        """From a store row (a mapping or an object with attributes); unknown keys ignored.
-        Missing figures come from where the store keeps them: start/finish times, the
-        job's metrics and the placement decision recorded with it."""
-        get = rec.get if isinstance(rec, Mapping) else (lambda k, d=None: getattr(rec, k, d))
+    def from_row(cls, rec: JobRow) -> PastRun:
+        """From a store row: its run time, its metrics and the decision it was placed by."""
+        choice = rec.choice
+        duration = None
+        if rec.started_at is not None and rec.finished_at is not None:
+            duration = rec.finished_at - rec.started_at
+        gpu = choice.get("gpu")
+        return cls(fingerprint=rec.fingerprint or "", status=rec.status, created_at=rec.created_at,
+                   duration_s=duration, target=rec.target or choice.get("target"), gpu=gpu,
+                   gpu_count=choice.get("count", 1 if gpu else 0),
+                   samples_per_sec=rec.metrics.get("samples_per_sec"))
+
+    @classmethod
+    def from_record(cls, rec: Mapping) -> PastRun:
+        """From a history entry given as a mapping (a test's table, an imported trace);
+        unknown keys ignored. Missing figures come from where a store row keeps them:
+        start/finish times, the job's metrics and the placement decision."""
+        get = rec.get
         created = get("created_at", 0.0)
         if isinstance(created, str):
             from datetime import datetime

@@ -169,13 +169,12 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
             check_server_secrets(spec)
             key = f"api:{who.name}:{body.idempotency_key}" if body.idempotency_key else None
             extra = {"upload": body.upload} if body.upload else {}
-            rec, _ = local.orch.record(spec, key, owner=who.name, priority=body.priority,
-                                       info=queue_info(spec, **extra))
-            existing = bool(rec.get("existing"))
+            rec, _, existing = local.orch.record(spec, key, owner=who.name, priority=body.priority,
+                                                 info=queue_info(spec, **extra))
             if not existing:
-                scheduler.hold(rec["id"], spec)
+                scheduler.hold(rec.id, spec)
                 rec = local.orch.store.set_status(
-                    rec["id"], "PENDING", f"queued by orch serve (priority {body.priority}, "
+                    rec.id, "PENDING", f"queued by orch serve (priority {body.priority}, "
                     f"submitted by {who.name})")
         scheduler.wake()
         return SubmittedJob.from_row(rec, existing=existing)
@@ -208,7 +207,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
                 if full_id is None:
                     return local.orch.get(job_id)["id"]  # NotFound: a 404 before streaming
                 rec, text = local.poll(full_id)
-                return rec["status"], text
+                return rec.status, text
 
         if not follow:
             def read():
@@ -236,13 +235,13 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
         """Stop a job: its submitter's token or an admin's."""
         with scheduler.session() as local:
             rec = local.orch.get(job_id)
-            if not auth.may_cancel(who, rec["owner"]):
-                raise Forbidden(f"{rec['id']} belongs to {rec['owner'] or 'the server (submitted without it)'}: "
+            if not auth.may_cancel(who, rec.owner):
+                raise Forbidden(f"{rec.id} belongs to {rec.owner or 'the server (submitted without it)'}: "
                                 f"{who.name} may not cancel it",
                                 "only its submitter or an admin token (`orch token create NAME "
                                 "--admin`) can")
-            out = local.cancel(rec["id"])
-        scheduler.forget(rec["id"])
+            out = local.cancel(rec.id)
+        scheduler.forget(rec.id)
         return out
 
     # -- money, schedules, the status page's data -------------------------------------

@@ -22,8 +22,8 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
-from orchestrator.errors import InputError, OrchError
-from orchestrator.records import job_info
+from orchestrator.errors import BackendError, InputError, OrchError
+from orchestrator.records import JobRow
 from orchestrator.server import cron
 from orchestrator.store import TERMINAL, iso
 
@@ -51,24 +51,24 @@ def launcher_alive(text: str) -> bool:
         return False
 
 
-def spec_from_record(rec: dict):
+def spec_from_record(rec: JobRow):
     """The job spec again from its stored (redacted) form; InputError when a secret value
     it needs was only ever in the memory of a server that has since stopped."""
     from orchestrator.redact import REDACTED
     from orchestrator.spec import JobSpec, SourceMap
 
-    data = dict(rec["spec"])
-    from_env = set(job_info(rec).env_secrets)
+    data = dict(rec.spec)
+    from_env = set(rec.info.env_secrets)
     lost = sorted([k for k, v in (data.get("envs") or {}).items() if v == REDACTED]
                   + [k for k in (data.get("secrets") or {}) if k not in from_env])
     if lost:
-        raise InputError(f"{rec['id']}: the server restarted before launching it, and the secret "
+        raise InputError(f"{rec.id}: the server restarted before launching it, and the secret "
                          f"values it was given ({', '.join(lost)}) are never stored",
                          "submit the job again, or give its secrets as `secrets: {NAME: null}` "
                          "and set them in the server's environment")
     data["secrets"] = {k: None for k in data.get("secrets") or {}}
     spec = JobSpec.model_validate(data)
-    spec._source = SourceMap(rec["source_file"] or "<job>", {})
+    spec._source = SourceMap(rec.source_file or "<job>", {})
     return spec
 
 
@@ -173,15 +173,15 @@ class Scheduler:
         key = f"cron:{s['id']}:{iso(slot)}"
         try:
             spec = load_spec_text(s["source_text"], s["source_file"] or "<job>")
-            rec, _ = local.orch.record(spec, key, owner=s["owner"], priority=s["priority"],
-                                       info=queue_info(spec, schedule=s["id"], slot=iso(slot)))
+            rec, _, existing = local.orch.record(spec, key, owner=s["owner"], priority=s["priority"],
+                                                 info=queue_info(spec, schedule=s["id"], slot=iso(slot)))
         except OrchError as e:  # the slot is used up: a job that cannot run now never will
             return None, f"slot {iso(slot)} not run: {e.message}"
-        if rec.get("existing"):
-            return rec["id"], f"slot {iso(slot)}: {rec['id']} was recorded for it before; not run again"
-        local.orch.store.set_status(rec["id"], "PENDING", f"queued by schedule {s['id']} "
+        if existing:
+            return rec.id, f"slot {iso(slot)}: {rec.id} was recorded for it before; not run again"
+        local.orch.store.set_status(rec.id, "PENDING", f"queued by schedule {s['id']} "
                                     f"({s['name']}) for its slot {iso(slot)}")
-        return rec["id"], f"slot {iso(slot)}: queued {rec['id']}"
+        return rec.id, f"slot {iso(slot)}: queued {rec.id}"
 
     # -- 2. reconcile ---------------------------------------------------------------------
 
@@ -190,7 +190,7 @@ class Scheduler:
             try:
                 local.orch.refresh(rec)
             except OrchError as e:  # its history says so; tried again next period
-                log.warning("%s: cannot check it with its backend: %s", rec["id"], e.message)
+                log.warning("%s: cannot check it with its backend: %s", rec.id, e.message)
 
     # -- 3. the queue ---------------------------------------------------------------------
 
@@ -203,57 +203,55 @@ class Scheduler:
         launched: list[str] = []
         mine, elsewhere = [], []
         for rec in store.queued():
-            other = job_info(rec).launcher
+            other = rec.info.launcher
             if other and other != self.me and launcher_alive(other):
                 elsewhere.append(rec)  # another server is launching it: it holds its room
             else:
                 mine.append(rec)
         if not mine:
             return launched
-        rooms = self.rooms(local, {r["target"] for r in mine}, elsewhere)
-        by_id = {r["id"]: r for r in mine}
+        rooms = self.rooms(local, {r.target for r in mine}, elsewhere)
+        by_id = {r.id: r for r in mine}
         for v in plan_queue([queued_job(r) for r in mine], rooms).verdicts:
             if self._stop.is_set():
                 break
             rec = by_id[v.id]
             if v.action == "wait":
-                if rec["message"] != v.message:  # once per change: the history stays readable
-                    store.set_status(rec["id"], "PENDING", v.message)
-                    log.info("%s: %s", rec["id"], v.message)
+                if rec.message != v.message:  # once per change: the history stays readable
+                    store.set_status(rec.id, "PENDING", v.message)
+                    log.info("%s: %s", rec.id, v.message)
                 continue
-            if not store.claim(rec["id"], self.me, expect=job_info(rec).launcher):
+            if not store.claim(rec.id, self.me, expect=rec.info.launcher):
                 continue  # cancelled, or taken by another server, meanwhile
             if v.action == "never":
-                self.forget(rec["id"])
-                store.set_status(rec["id"], "FAILED", v.message)
-                log.warning("%s: %s", rec["id"], v.message)
-            elif self._launch(local, store.get(rec["id"])):
-                launched.append(rec["id"])
+                self.forget(rec.id)
+                store.set_status(rec.id, "FAILED", v.message)
+                log.warning("%s: %s", rec.id, v.message)
+            elif self._launch(local, store.get(rec.id)):
+                launched.append(rec.id)
         return launched
 
-    def rooms(self, local, targets: set, elsewhere: list[dict]) -> dict:
+    def rooms(self, local, targets: set, elsewhere: list[JobRow]) -> dict:
         """The room of each target that has one (a provider with `capacity`); None for the
         rest. Held there: what the backend reports used, or what orch's unfinished jobs on
         it ask for (launched, or being launched by another server), whichever is more."""
         from orchestrator.decision.queue import Demand, Room
 
         active = [r for r in local.orch.store.list(limit=1_000_000, statuses=("PENDING", "RUNNING"))
-                  if r["backend_id"]] + elsewhere
+                  if r.backend_id] + elsewhere
         rooms: dict = {}
         for target in sorted(t for t in targets if t):
             try:
-                read = getattr(local.orch.provider(target), "capacity", None)
-            except OrchError:
-                read = None  # not available: the launch says so
-            if read is None:
-                rooms[target] = None
-                continue
-            try:
-                snap = read()
-            except OrchError as e:
+                snap = local.orch.capacity(target)
+            except BackendError as e:
                 rooms[target] = Room(Demand(), problem=f"cannot read its capacity: {e.message}")
                 continue
-            ours = {r["id"]: queued_job(r).demand for r in active if r["target"] == target}
+            except OrchError:
+                snap = None  # not available here: the launch says so
+            if snap is None:
+                rooms[target] = None
+                continue
+            ours = {r.id: queued_job(r).demand for r in active if r.target == target}
             for j in snap.jobs:  # orch jobs from other stores, known by their Ray metadata
                 if j.orch_id and j.orch_id not in ours:
                     ours[j.orch_id] = Demand(j.cpus, j.gpus)
@@ -273,29 +271,29 @@ class Scheduler:
         cpus = sum(inv.cpus or 0 for inv in self.settings.onprem)
         return live.most(Demand(cpus, gpus))
 
-    def _launch(self, local, rec: dict) -> bool:
-        store, job_id = local.orch.store, rec["id"]
+    def _launch(self, local, rec: JobRow) -> bool:
+        store, job_id = local.orch.store, rec.id
         try:
             with self._lock:
                 spec = self.pending.get(job_id)
             rec = local.orch.launch(rec, spec or spec_from_record(rec))
         except Exception as e:  # BackendError: launch() marked it FAILED already
             message = e.message if isinstance(e, OrchError) else f"{type(e).__name__}: {e}"
-            if store.get(job_id)["status"] not in TERMINAL:
+            if store.get(job_id).status not in TERMINAL:
                 store.set_status(job_id, "FAILED", f"launch failed: {message}")
             (log.warning if isinstance(e, OrchError) else log.exception)(
                 "%s: launch failed: %s", job_id, message)
             return False
         finally:
             self.forget(job_id)
-        if store.get(job_id)["cancel_requested"]:  # cancelled while it was being launched
+        if store.get(job_id).cancel_requested:  # cancelled while it was being launched
             try:
-                local.orch.provider(rec["target"]).cancel(rec["backend_id"])
+                local.orch.provider(rec.placed_on).cancel(rec.backend_id)
             except OrchError as e:
                 log.warning("%s: cancelled during its launch, and stopping it failed: %s",
                             job_id, e.message)
-        log.info("%s (%s, owner %s): launched on %s", job_id, rec["name"], rec["owner"],
-                 rec["target"])
+        log.info("%s (%s, owner %s): launched on %s", job_id, rec.name, rec.owner,
+                 rec.target)
         return True
 
     # -- 4. uploads nobody needs --------------------------------------------------------
@@ -318,13 +316,12 @@ class Scheduler:
             return []
 
 
-def queued_job(rec: dict):
+def queued_job(rec: JobRow):
     """A job record as the queue policy sees it."""
     from orchestrator.decision.queue import Queued, job_demand
 
-    choice = (rec["decision"] or {}).get("choice")
-    return Queued(rec["id"], rec["target"], job_demand(rec["spec"] or {}, choice),
-                  rec["priority"] or 0, rec["created_at"])
+    return Queued(rec.id, rec.placed_on, job_demand(rec.spec, rec.choice or None),
+                  rec.priority, rec.created_at)
 
 
 def queue_info(spec, **extra) -> dict:

@@ -12,7 +12,6 @@ import os
 import time
 from typing import Optional
 
-from orchestrator.records import job_info
 from orchestrator.server import cron
 from orchestrator.store import TERMINAL, iso, public_schedule
 
@@ -64,7 +63,7 @@ def register(local, spec, text: str, file: Optional[str], owner: Optional[str],
         spec=redact.redact_spec(spec.model_dump(mode="json")), source_text=text,
         source_file=file, next_at=cron.next_slot(expr, time.time() if now is None else now),
         priority=priority)
-    return public_schedule(rec, local.orch.store.schedule_events(rec["id"]))
+    return public_schedule(rec, local.orch.store.schedule_events(rec.id))
 
 
 def _check_may_change(s: dict, who) -> None:
@@ -123,8 +122,8 @@ def summary(local, settings, limit: int = 50) -> dict:
     jobs = []
     for pub in local.jobs(limit):  # each checked with its backend, as `orch status` does
         rec = store.get(pub["id"])
-        saved = job_info(rec).cost
-        entry = saved if saved and rec["status"] in TERMINAL else ledger.entry(rec, now)
+        saved = rec.info.cost
+        entry = saved if saved and rec.status in TERMINAL else ledger.entry(rec, now)
         verdict = (pub["metrics"] or {}).get("verdict") or {}
         jobs.append({"id": pub["id"], "name": pub["name"], "status": pub["status"],
                      "target": pub["target"], "kind": pub["kind"], "owner": pub["owner"],
@@ -134,11 +133,11 @@ def summary(local, settings, limit: int = 50) -> dict:
     queue: list[dict] = []
     line: dict[str, int] = {}
     for i, r in enumerate(store.queued()):  # each target starts its own line in order
-        line[r["target"]] = line.get(r["target"], 0) + 1
-        queue.append({"position": i + 1, "id": r["id"], "name": r["name"], "owner": r["owner"],
-                      "priority": r["priority"] or 0, "created_at": iso(r["created_at"]),
-                      "target": r["target"], "in_line": line[r["target"]],
-                      "waiting_for": r["message"]})
+        line[r.target] = line.get(r.target, 0) + 1
+        queue.append({"position": i + 1, "id": r.id, "name": r.name, "owner": r.owner,
+                      "priority": r.priority or 0, "created_at": iso(r.created_at),
+                      "target": r.target, "in_line": line[r.target],
+                      "waiting_for": r.message})
     month_recs = store.list(limit=1_000_000, since=ledger.month_start(now))
     basis = settings.budget_basis  # the month counted as the monthly budget counts it
     spent = ledger.month_spend((ledger.entry(r, now) for r in month_recs), now, basis) * rate

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from orchestrator.records import with_info
+from orchestrator.records import JobRow, with_info
 from orchestrator.service.core import OrchCore
 from orchestrator.spec import JobSpec
 from orchestrator.store import store_exists
@@ -40,7 +40,7 @@ class Budgets(OrchCore):
             return 0.0
         now = time.time()
         recs = self.store.list(limit=1_000_000, since=ledger.month_start(now))
-        return ledger.month_spend((ledger.entry(r, now) for r in recs if r["id"] != exclude), now,
+        return ledger.month_spend((ledger.entry(r, now) for r in recs if r.id != exclude), now,
                                   self.settings.budget_basis)
 
     def run_budget(self, spec: JobSpec, decision: Optional[dict], job_id: str) -> Optional[dict]:
@@ -64,21 +64,21 @@ class Budgets(OrchCore):
             budget["t0"] = time.time()
         return budget
 
-    def _enforce_budget(self, rec: dict, provider) -> dict:
+    def _enforce_budget(self, rec: JobRow, provider) -> JobRow:
         """Stop a running job whose cost reached its budget. A `train:` job stops itself at
         its next checkpoint once over (the runner watches the same figures); orch stops it
         outright only past a grace for that checkpoint: 10% of the limit or 5 minutes of its
         price, whichever is more. Any other job is stopped at the limit."""
         from orchestrator import ledger
 
-        limit = self.budget_limit((rec["spec"] or {}).get("budget") or {}, rec["id"])
-        if limit is None or rec["cancel_requested"]:
+        limit = self.budget_limit(rec.spec.get("budget") or {}, rec.id)
+        if limit is None or rec.cancel_requested:
             return rec
         basis = self.settings.budget_basis
         spent = ledger.spend(ledger.entry(rec), basis)
         grace = 0.0
-        if (rec["spec"] or {}).get("train"):
-            price = ledger.hourly((rec["decision"] or {}).get("choice") or {}, basis) or 0.0
+        if rec.spec.get("train"):
+            price = ledger.hourly(rec.choice, basis) or 0.0
             grace = max(0.10 * limit[0], price * 5 / 60)
         if spent < limit[0] + grace:
             return rec
@@ -86,8 +86,8 @@ class Budgets(OrchCore):
 
         msg = (f"stopped by orch: {limit[1]} reached ({fmt_money(spent, self.settings.currency, self.settings.currency_rate)} "
                f"spent); raise the budget to let it run longer")
-        rec = self.store.update(rec["id"], cancel_requested=1,
+        rec = self.store.update(rec.id, cancel_requested=1,
                                 info=with_info(rec, budget_stop=msg))
-        self.store.set_status(rec["id"], "RUNNING", msg)
-        self._retry(provider, "cancel", rec["backend_id"])
-        return self.store.get(rec["id"])
+        self.store.set_status(rec.id, "RUNNING", msg)
+        self._retry(provider, "cancel", rec.backend_id)
+        return self.store.get(rec.id)

@@ -8,12 +8,14 @@ import time
 from typing import TYPE_CHECKING, Callable, Optional
 
 from orchestrator.errors import BackendError
+from orchestrator.records import JobRow
 from orchestrator.settings import Settings
 from orchestrator.store import Store, open_store
 
 if TYPE_CHECKING:
     from providers.base import Backend
     from providers.local_ray import LocalRay
+    from providers.ray_cluster import ClusterSnapshot
 
 
 class OrchCore:
@@ -28,7 +30,7 @@ class OrchCore:
         # Opened on first use, so a rejected job file never creates or touches the store.
         return open_store(self.settings)
 
-    def get(self, job_id: str) -> dict:
+    def get(self, job_id: str) -> JobRow:
         return self.store.get(job_id)
 
     # -- providers --------------------------------------------------------------------
@@ -47,6 +49,15 @@ class OrchCore:
 
             self._providers[target] = backend_for(target, self.settings, self.on_ray_start)
         return self._providers[target]
+
+    def capacity(self, target: str) -> Optional[ClusterSnapshot]:
+        """What `target` holds and runs now, when it has a fixed size (HasCapacity: a Ray
+        cluster); None for a target that rents what each job needs (the cloud). Raises
+        BackendError when it cannot be read."""
+        from providers.base import HasCapacity
+
+        provider = self.provider(target)
+        return provider.capacity() if isinstance(provider, HasCapacity) else None
 
     @staticmethod
     def _backend_class(target: str) -> type[Backend]:

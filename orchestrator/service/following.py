@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from orchestrator import redact
 from orchestrator.decision import reconcile
 from orchestrator.errors import BackendError, OrchError
-from orchestrator.records import job_info, with_info
+from orchestrator.records import JobRow, with_info
 from orchestrator.run_metrics import add_scaling, from_log, phases
 from orchestrator.service.budgets import Budgets
 from orchestrator.service.processes import alive
@@ -23,69 +23,68 @@ SUBMIT_START_S = 60.0
 
 
 class Following(Budgets):
-    def refresh(self, rec: dict) -> dict:
+    def refresh(self, rec: JobRow) -> JobRow:
         """Bring a job's record in step with its backend; finished jobs are left alone."""
-        if rec["status"] in TERMINAL:
+        if rec.status in TERMINAL:
             return rec
-        if not rec["backend_id"]:
-            if job_info(rec).queued:
+        if not rec.backend_id:
+            if rec.info.queued:
                 return rec  # waiting in `orch serve`'s queue: nothing was launched yet
             rec = self._recover_launch(rec)
-            if not rec["backend_id"]:
+            if not rec.backend_id:
                 return rec
-        provider = self.provider(rec["target"])
+        provider = self.provider(rec.placed_on)
         step = reconcile.launched(gone=provider.gone(), backend_status=None)
         if step.action == "finish":
             return self._finish(rec, step.status or "FAILED", step.message)
         try:
-            state = self._retry(provider, "state", rec["backend_id"], rec["info"])
+            state = self._retry(provider, "state", rec.backend_id, backend_info(rec))
         except BackendError as e:
             # The job's history says when its backend stopped answering; its state stays the
             # last one known, since the job may well still be running there.
-            self.store.set_status(rec["id"], rec["status"], f"last known {rec['status']}: {e.message}")
+            self.store.set_status(rec.id, rec.status, f"last known {rec.status}: {e.message}")
             raise
-        known = rec["info"] or {}
-        if state.info and any(known.get(k) != v for k, v in state.info.items()):
-            rec = self.store.update(rec["id"], info=with_info(rec, **state.info))
+        if state.info and any(getattr(rec.info, k, None) != v for k, v in state.info.items()):
+            rec = self.store.update(rec.id, info=with_info(rec, **state.info))
         step = reconcile.launched(gone=None, backend_status=state.status, backend_message=state.message,
-                                  cancel_requested=bool(rec["cancel_requested"]),
-                                  budget_stop=job_info(rec).budget_stop)
+                                  cancel_requested=bool(rec.cancel_requested),
+                                  budget_stop=rec.info.budget_stop)
         if step.action == "finish":
             return self._finish(rec, step.status or "FAILED", step.message)
         if step.action == "running":
-            metrics = from_log(self._redact(rec, self._retry(provider, "logs", rec["backend_id"])),
-                               rec["metrics"])
-            rec = self.store.set_status(rec["id"], "RUNNING", step.message, metrics=metrics)
+            metrics = from_log(self._redact(rec, self._retry(provider, "logs", rec.backend_id)),
+                               rec.metrics)
+            rec = self.store.set_status(rec.id, "RUNNING", step.message, metrics=metrics)
             return self._enforce_budget(rec, provider)
         return rec
 
-    def _recover_launch(self, rec: dict, grace_s: float = 60.0) -> dict:
+    def _recover_launch(self, rec: JobRow, grace_s: float = 60.0) -> JobRow:
         """A job recorded but with no backend id: its `orch submit` died or is still
         launching (decision.reconcile.unlaunched says what to do; this carries it out)."""
-        sub = job_info(rec).submitter
-        facts = dict(age_s=time.time() - rec["created_at"], submitter_gone=sub is not None and not alive(sub),
+        sub = rec.info.submitter
+        facts: dict[str, Any] = dict(age_s=time.time() - rec.created_at, submitter_gone=sub is not None and not alive(sub),
                      grace_s=grace_s)
         step = reconcile.unlaunched(**facts, backend_gone=False, backend_knows=None, launch_grace_s=0.0)
         if step.action == "keep":
             return rec  # a live submit may still be starting Ray or uploading the workdir
-        provider = self.provider(rec["target"])
+        provider = self.provider(rec.placed_on)
         gone = bool(provider.gone())
-        knows = None if gone else "has no job" not in (self._retry(provider, "state", rec["id"], None).message or "")
+        knows = None if gone else "has no job" not in (self._retry(provider, "state", rec.id, None).message or "")
         step = reconcile.unlaunched(**facts, backend_gone=gone, backend_knows=knows,
                                     launch_grace_s=provider.launch_grace_s)
         if step.action == "keep":
             return rec
         if step.action == "fail":
-            return self.store.set_status(rec["id"], "FAILED", step.message)
-        self.store.set_status(rec["id"], rec["status"], step.message)
-        return self.store.update(rec["id"], backend_id=rec["id"], address=provider.address)
+            return self.store.set_status(rec.id, "FAILED", step.message)
+        self.store.set_status(rec.id, rec.status, step.message)
+        return self.store.update(rec.id, backend_id=rec.id, address=provider.address)
 
-    def _finish(self, rec: dict, status: str, message: Optional[str]) -> dict:
+    def _finish(self, rec: JobRow, status: str, message: Optional[str]) -> JobRow:
         text = self.logs(rec)
-        log_path = self.settings.home / "logs" / f"{rec['id']}.log"
+        log_path = self.settings.home / "logs" / f"{rec.id}.log"
         if text:
             write_private(log_path, text)
-        metrics = from_log(text, rec["metrics"])
+        metrics = from_log(text, rec.metrics)
         result = metrics.pop("_result", None)
         metrics["phases"] = self._phases(rec, text)
         if status == "SUCCEEDED" and result and result.get("ok") is False:
@@ -99,41 +98,41 @@ class Following(Budgets):
                        f"{stopped.get('detail')}; last checkpoint {metrics.get('checkpoint')}")
         if status == "SUCCEEDED":
             self._scaling(rec, metrics)
-        rec = self.store.set_status(rec["id"], status, message, metrics=metrics,
-                                    log_path=str(log_path) if text else rec["log_path"])
+        rec = self.store.set_status(rec.id, status, message, metrics=metrics,
+                                    log_path=str(log_path) if text else rec.log_path)
         from orchestrator import ledger
 
         # The ledger line, kept with the job: what it cost and what it passed over.
-        return self.store.update(rec["id"], info=with_info(rec, cost=ledger.entry(rec)))
+        return self.store.update(rec.id, info=with_info(rec, cost=ledger.entry(rec)))
 
     @staticmethod
-    def _phases(rec: dict, text: str) -> dict:
-        info = job_info(rec)
+    def _phases(rec: JobRow, text: str) -> dict:
+        info = rec.info
         started = (info.submitter or {}).get("started")
         # A submitter that started long before the job is a server, not this job's submit.
-        submitted = started if started and rec["created_at"] - started < SUBMIT_START_S else None
-        return phases(text, submitted=submitted, recorded=rec["created_at"],
+        submitted = started if started and rec.created_at - started < SUBMIT_START_S else None
+        return phases(text, submitted=submitted, recorded=rec.created_at,
                       launched=info.launched_at, ended=time.time())
 
-    def _scaling(self, rec: dict, metrics: dict) -> None:
+    def _scaling(self, rec: JobRow, metrics: dict) -> None:
         """With N workers, what they bought, against earlier one-worker runs of the same job."""
-        add_scaling(metrics, [r["metrics"] or {} for r in
-                              self.store.runs_for_fingerprint(rec["fingerprint"])
-                              if r["status"] == "SUCCEEDED" and r["id"] != rec["id"]])
+        add_scaling(metrics, [r.metrics for r in
+                              self.store.runs_for_fingerprint(rec.fingerprint or "")
+                              if r.status == "SUCCEEDED" and r.id != rec.id])
 
-    def _redact(self, rec: dict, text: str) -> str:
+    def _redact(self, rec: JobRow, text: str) -> str:
         """The job's secrets out of `text`, and any credential orch's own environment holds
         (AWS_SECRET_ACCESS_KEY and the like), should the job have printed one."""
         if not text:
             return text
-        info = job_info(rec)
-        values = list((self._secrets.get(rec["id"]) or {}).values())
+        info = rec.info
+        values = list((self._secrets.get(rec.id) or {}).values())
         values += [v for k, v in os.environ.items() if len(v) >= 8 and redact.looks_secret(k)]
         key = redact.store_key(self.settings.home, create=False) if info.secret_hmacs else None
         return redact.redact_text(text, values, info.secret_salt, info.secret_hmacs, key,
                                   legacy=info.secret_digests)
 
-    def logs(self, rec: dict) -> str:
+    def logs(self, rec: JobRow) -> str:
         """The job's log, secrets redacted: from the backend while it knows the job, else
         the saved copy."""
         return self._redact(rec, self._raw_logs(rec))
@@ -147,42 +146,42 @@ class Following(Budgets):
         tail = text[-4096:].splitlines()[-8:]
         return any((events.parse_line(line) or {}).get("event") == "result" for line in tail)
 
-    def _raw_logs(self, rec: dict) -> str:
-        if rec["status"] in TERMINAL and rec["log_path"] and Path(rec["log_path"]).exists():
-            return Path(rec["log_path"]).read_text()
-        if not rec["backend_id"]:
+    def _raw_logs(self, rec: JobRow) -> str:
+        if rec.status in TERMINAL and rec.log_path and Path(rec.log_path).exists():
+            return Path(rec.log_path).read_text()
+        if not rec.backend_id:
             return ""
-        provider = self.provider(rec["target"])
+        provider = self.provider(rec.placed_on)
         if isinstance(provider, KeepsLogs) and provider.gone():
-            return provider.saved_logs(rec["backend_id"])
+            return provider.saved_logs(rec.backend_id)
         try:
-            return provider.logs(rec["backend_id"])
+            return provider.logs(rec.backend_id)
         except BackendError:
             if isinstance(provider, KeepsLogs):  # what it left on disk, when it does not answer
-                return provider.saved_logs(rec["backend_id"])
+                return provider.saved_logs(rec.backend_id)
             raise
 
-    def cancel(self, job_id: str, wait_s: float = 30.0) -> dict:
+    def cancel(self, job_id: str, wait_s: float = 30.0) -> JobRow:
         rec = self.store.get(job_id)
-        if rec["status"] in TERMINAL:
+        if rec.status in TERMINAL:
             return rec
-        self.store.update(rec["id"], cancel_requested=1)
-        rec = self.store.get(rec["id"])
-        if not rec["backend_id"]:
-            return self.store.set_status(rec["id"], "CANCELLED", "cancelled before launch")
-        provider = self.provider(rec["target"])
+        self.store.update(rec.id, cancel_requested=1)
+        rec = self.store.get(rec.id)
+        if not rec.backend_id:
+            return self.store.set_status(rec.id, "CANCELLED", "cancelled before launch")
+        provider = self.provider(rec.placed_on)
         if provider.gone():
             return self.refresh(rec)
-        self._retry(provider, "cancel", rec["backend_id"])
+        self._retry(provider, "cancel", rec.backend_id)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            rec = self.refresh(self.store.get(rec["id"]))
-            if rec["status"] in TERMINAL:
+            rec = self.refresh(self.store.get(rec.id))
+            if rec.status in TERMINAL:
                 return rec
             time.sleep(0.5)
         return rec
 
-    def list(self, limit: int = 50) -> list[dict]:
+    def list(self, limit: int = 50) -> list[JobRow]:
         out = []
         for rec in self.store.list(limit):
             try:
@@ -190,6 +189,12 @@ class Following(Budgets):
             except OrchError:
                 out.append(rec)  # shown as last known; `orch status ID` names the problem
         return out
+
+
+def backend_info(rec: JobRow) -> dict:
+    """What the job's `info` holds, as the plain dict a backend reads its own launch info
+    from (providers know no orch record)."""
+    return rec.info.model_dump(mode="json", exclude_unset=True)
 
 
 def write_private(path: Path, text: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 from typing import Optional
 
+from orchestrator.records import JobRow
 from orchestrator.service.budgets import Budgets
 from orchestrator.spec import JobSpec
 from orchestrator.store import store_exists
@@ -85,16 +86,16 @@ class LaunchBuilder(Budgets):
 
         return resume_point(spec, self._earlier_jobs(before) if spec.checkpoint.resume_from else [])
 
-    def _earlier_jobs(self, before: Optional[str]) -> list[dict]:
+    def _earlier_jobs(self, before: Optional[str]) -> list[JobRow]:
         """Every job recorded before `before` (all jobs when it is None), newest first."""
         if not store_exists(self.settings):
             return []  # no jobs yet, and a rejected job file must not create the store
         jobs = self.store.list(limit=1_000_000)
-        mine = next((r for r in jobs if r["id"] == before), None)
+        mine = next((r for r in jobs if r.id == before), None)
         if mine is None:
             return jobs  # not recorded (a test, a plan): every job is earlier
         # Later jobs too: a job submitted meanwhile must not change what this one resumes.
-        return [r for r in jobs if r["id"] != before and r["created_at"] <= mine["created_at"]]
+        return [r for r in jobs if r.id != before and r.created_at <= mine.created_at]
 
     def for_cloud(self, launch: Launch, spec: JobSpec, decision: dict) -> Launch:
         """What a cloud VM needs beyond the command (CloudProvider.adapt_launch): the

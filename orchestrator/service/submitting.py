@@ -5,18 +5,31 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from orchestrator import failpoints, redact
 from orchestrator.checks import check_runnable
 from orchestrator.errors import BackendError, InputError
 from orchestrator.fingerprint import fingerprint
-from orchestrator.records import job_info, with_info
+from orchestrator.records import JobRow, with_info
 from orchestrator.service.launch_spec import LaunchBuilder
 from orchestrator.service.processes import alive, submitter
 from orchestrator.spec import JobSpec
 from orchestrator.store import TERMINAL, new_job_id
 from providers.base import HasLaunchInfo
+
+
+class Recorded(NamedTuple):
+    """A job just recorded (`Submitting.record`), or the one its idempotency key named."""
+    rec: JobRow
+    secrets: dict  # the `secrets:` values, for its launch only: never stored
+    existing: bool  # the key was submitted before: `rec` is that earlier job
+
+
+class Submitted(NamedTuple):
+    """What a submit did: the job's record, and whether its key was submitted before."""
+    rec: JobRow
+    existing: bool
 
 
 class Submitting(LaunchBuilder):
@@ -38,7 +51,7 @@ class Submitting(LaunchBuilder):
         record["alternatives"] = record["alternatives"][:10]  # the record keeps the best few
         return record
 
-    def submit(self, spec: JobSpec, idempotency_key: Optional[str] = None) -> dict:
+    def submit(self, spec: JobSpec, idempotency_key: Optional[str] = None) -> Submitted:
         """Check, record (PENDING, with its idempotency key), then launch, storing the
         backend's id as soon as it exists. Bad input raises before anything is written.
 
@@ -46,22 +59,22 @@ class Submitting(LaunchBuilder):
         live orch, it is left alone; recorded by an orch that died before its launch, this
         call takes the launch over. The backend knows the job by orch's id, so a launch
         that did happen is found, never repeated."""
-        rec, secrets = self.record(spec, idempotency_key)
-        if rec.get("existing"):  # this key was submitted before
-            sub = job_info(rec).submitter
-            if rec["backend_id"] or rec["status"] in TERMINAL or sub is None or alive(sub):
-                return rec
+        rec, secrets, existing = self.record(spec, idempotency_key)
+        if existing:
+            sub = rec.info.submitter
+            if rec.backend_id or rec.status in TERMINAL or sub is None or alive(sub):
+                return Submitted(rec, True)
             # Its orch died before storing a launch: take the launch over, as it was planned.
-            rec = self.store.update(rec["id"], info=with_info(rec, submitter=submitter()))
-            self.store.set_status(rec["id"], "PENDING", "launch taken over by a resubmit with "
+            rec = self.store.update(rec.id, info=with_info(rec, submitter=submitter()))
+            self.store.set_status(rec.id, "PENDING", "launch taken over by a resubmit with "
                                   "the same idempotency key")
-        return self.launch(rec, spec, secrets)
+        return Submitted(self.launch(rec, spec, secrets), existing)
 
     def record(self, spec: JobSpec, idempotency_key: Optional[str] = None, *,
                owner: Optional[str] = None, priority: int = 0,
-               info: Optional[dict] = None) -> tuple[dict, dict]:
-        """Check, plan and record a job as PENDING; nothing is launched. Returns the record
-        (with "existing": True when the key was submitted before) and the `secrets:` values.
+               info: Optional[dict] = None) -> Recorded:
+        """Check, plan and record a job as PENDING; nothing is launched. Returns the record,
+        the `secrets:` values and whether the key was submitted before.
         `orch serve` records a job here and launches it when its turn in the queue comes."""
         check_runnable(spec)
         self.resume_point(spec)  # a resume_from that names no usable run: refused, nothing written
@@ -83,26 +96,24 @@ class Submitting(LaunchBuilder):
             idempotency_key=idempotency_key or f"auto-{job_id}", job_id=job_id, info=info,
             owner=owner, priority=priority)
         failpoints.reached("recorded")
-        if rec["id"] != job_id:
-            rec = {**rec, "existing": True}
-        return rec, secrets
+        return Recorded(rec, secrets, existing=rec.id != job_id)
 
-    def launch(self, rec: dict, spec: JobSpec, secrets: Optional[dict] = None) -> dict:
+    def launch(self, rec: JobRow, spec: JobSpec, secrets: Optional[dict] = None) -> JobRow:
         """Launch a recorded job as it was planned; `secrets` None: read them now."""
         secrets = spec.secret_strings() if secrets is None else secrets
-        decision = rec["decision"]
-        target = rec["target"]
+        decision = rec.decision or {}
+        target = rec.placed_on
         provider = self.provider(target)
-        self._secrets[rec["id"]] = redact.secret_env(spec.envs, secrets)
+        self._secrets[rec.id] = redact.secret_env(spec.envs, secrets)
         try:
             provider.prepare()
             failpoints.reached("prepared")
             launch = self._backend_class(target).adapt_launch(
-                self.launch_for(rec["id"], spec, target, decision, secrets), spec, decision)
+                self.launch_for(rec.id, spec, target, decision, secrets), spec, decision)
             backend_id = self._retry(provider, "submit", launch)
             failpoints.reached("launched")
         except BackendError as e:
-            self.store.set_status(rec["id"], "FAILED", f"launch failed: {e.message}")
+            self.store.set_status(rec.id, "FAILED", f"launch failed: {e.message}")
             raise
         extra = provider.launch_info(backend_id) if isinstance(provider, HasLaunchInfo) else {}
         if launch.offers:  # what the cloud ledger prices each launch with
@@ -112,7 +123,7 @@ class Submitting(LaunchBuilder):
                          storage_path=launch.metadata.get("storage_path"),
                          run_name=launch.metadata.get("run_name"),
                          launched_at=round(time.time(), 3), **extra)
-        rec = self.store.update(rec["id"], backend_id=backend_id, address=provider.address,
+        rec = self.store.update(rec.id, backend_id=backend_id, address=provider.address,
                                 info=info)
         failpoints.reached("stored")
         return rec

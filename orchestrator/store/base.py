@@ -8,12 +8,12 @@ connection's row factory decides their shape.
 
 from __future__ import annotations
 
-import time
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Protocol
 
 from orchestrator.errors import NotFound
+from orchestrator.records import iso  # noqa: F401  (re-exported: the store shows times so)
 
 DOCTOR_HINT = ("`orch doctor` shows what is wrong; `orch doctor --repair-store` moves the file "
                "aside (keeping it) and salvages every readable job, API token and schedule into "
@@ -78,12 +78,6 @@ def transaction(db: Connection) -> Iterator[Connection]:
         raise
     else:
         db.execute("COMMIT")
-
-
-def iso(ts: Optional[float]) -> Optional[str]:
-    if ts is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 class StoreBase:

@@ -1,8 +1,8 @@
 """Jobs and their status history: each status change is one transaction that updates the job
 and appends to its history, so a reader never sees one without the other.
 
-A job is a dict of its columns, the JSON ones (spec, decision, metrics, info) as Python
-values; `records.JobRecord.from_row` is what a user sees of it.
+A job is a `records.JobRow`: its columns, the JSON ones (spec, decision, metrics, info) as
+Python values; `records.JobRecord.from_row` is what a user sees of it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import uuid
 from typing import Any, Optional
 
 from orchestrator.errors import NotFound
-from orchestrator.records import job_info
+from orchestrator.records import JobRow
 from orchestrator.store.base import Row, StoreBase, iso
 
 STATUSES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
@@ -46,7 +46,7 @@ class Jobs(StoreBase):
                    source_file: Optional[str] = None, address: Optional[str] = None,
                    idempotency_key: Optional[str] = None, job_id: Optional[str] = None,
                    message: str = "recorded", info: Optional[dict] = None,
-                   owner: Optional[str] = None, priority: int = 0) -> dict:
+                   owner: Optional[str] = None, priority: int = 0) -> JobRow:
         """Record a job as PENDING before anything is launched for it. `owner` is the API
         token's name that submitted it (None: submitted embedded)."""
         now = time.time()
@@ -71,7 +71,7 @@ class Jobs(StoreBase):
                        (job_id, now, "PENDING", message))
         return self.get(job_id)
 
-    def update(self, job_id: str, **fields: Any) -> dict:
+    def update(self, job_id: str, **fields: Any) -> JobRow:
         """Change columns other than status; JSON columns take Python values."""
         if not fields:
             return self.get(job_id)
@@ -82,7 +82,7 @@ class Jobs(StoreBase):
         return self.get(job_id)
 
     def set_status(self, job_id: str, status: str, message: Optional[str] = None,
-                   **fields: Any) -> dict:
+                   **fields: Any) -> JobRow:
         """Move a job to `status` and append to its history; a finished job stays finished."""
         if status not in STATUSES:
             raise ValueError(f"unknown status {status}")
@@ -119,13 +119,13 @@ class Jobs(StoreBase):
             return self.update(job_id, **fields)
         return self.get(job_id)
 
-    def get(self, job_id: str) -> dict:
+    def get(self, job_id: str) -> JobRow:
         """A job by id, or by a unique prefix of it."""
         return _record(self._one("jobs", job_id, "job",
                                  "`orch status` lists the jobs with their ids"))
 
     def list(self, limit: int = 50, statuses: Optional[tuple] = None,
-             since: Optional[float] = None) -> builtins.list[dict]:
+             since: Optional[float] = None) -> builtins.list[JobRow]:
         """Newest first; `since`: created at or after (epoch seconds), or not yet finished."""
         q, where = "SELECT * FROM jobs", []
         args: list[Any] = []
@@ -147,19 +147,19 @@ class Jobs(StoreBase):
         return [{"at": iso(r["ts"]), "ts": r["ts"], "status": r["status"], "message": r["message"]}
                 for r in rows]
 
-    def runs_for_fingerprint(self, fingerprint: str, since: float = 0.0) -> builtins.list[dict]:
+    def runs_for_fingerprint(self, fingerprint: str, since: float = 0.0) -> builtins.list[JobRow]:
         rows = self._db.execute(
             "SELECT * FROM jobs WHERE fingerprint = ? AND created_at >= ? ORDER BY created_at",
             (fingerprint, since)).fetchall()
         return [_record(r) for r in rows]
 
-    def queued(self) -> builtins.list[dict]:
+    def queued(self) -> builtins.list[JobRow]:
         """Jobs an `orch serve` recorded and has not launched yet, in launch order:
         priority first (highest), then submission time."""
         rows = self._db.execute(
             "SELECT * FROM jobs WHERE status = 'PENDING' AND backend_id IS NULL "
             "ORDER BY priority DESC, created_at, id").fetchall()
-        return [rec for rec in map(_record, rows) if job_info(rec).queued]
+        return [rec for rec in map(_record, rows) if rec.info.queued]
 
     def claim(self, job_id: str, launcher: str, expect: Optional[str] = None) -> bool:
         """Take a queued job for launching, as `launcher`: only while it is still queued and
@@ -180,10 +180,13 @@ class Jobs(StoreBase):
             return True
 
 
-def _record(row: Row) -> dict:
+def _record(row: Row) -> JobRow:
     rec = {k: row[k] for k in row.keys()}
     for column, key in _JSON_COLUMNS.items():
         raw = rec.pop(column)
         rec[key] = json.loads(raw) if raw else None
     rec["cancel_requested"] = bool(rec["cancel_requested"])
-    return rec
+    rec["metrics"] = rec["metrics"] or {}
+    rec["spec"] = rec["spec"] or {}
+    rec["info"] = rec["info"] or {}
+    return JobRow.model_validate(rec)

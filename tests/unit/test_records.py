@@ -17,7 +17,6 @@ from orchestrator.records import (
     JobRecord,
     RunInfo,
     SubmittedJob,
-    job_info,
 )
 from orchestrator.server import auth
 from orchestrator.settings import Settings
@@ -145,7 +144,7 @@ def test_every_info_key_a_job_gets_is_public_or_named_internal(orch, monkeypatch
     assert seen == ["RUNNING", "SUCCEEDED"]
     known = set(RunInfo.model_fields) | set(INTERNAL_INFO)
     assert known == set(JobInfo.model_fields)  # one definition: the typed model
-    job_info(rec)  # the stored info reads back as the typed model
+    assert isinstance(rec.info, JobInfo)  # the stored info reads back as the typed model
     assert {"secret_hmacs", "ledger", "cost", "sky_status", "launched_at"} <= set(rec["info"])
     assert set(rec["info"]) <= known, set(rec["info"]) - known
     queued = {**queue_info(spec, upload="e" * 64, schedule="s", slot="t"), "launcher": "me"}

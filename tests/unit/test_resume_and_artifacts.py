@@ -168,8 +168,7 @@ def _local_run(tmp_path) -> str:
 
 
 def test_artifacts_of_a_local_storage_path(tmp_path):
-    rec = {"id": "orch-aaa", "info": {"storage_path": _local_run(tmp_path)}}
-    location = arts.run_location(rec)
+    location = arts.run_location("orch-aaa", _local_run(tmp_path), None)
     source = arts.open_location(location)
     items = source.list()
     assert [i.key for i in items][0] == "checkpoint_2026-01-01_00-00-01.000000/state.pt"
@@ -185,7 +184,7 @@ def test_artifacts_of_a_local_storage_path(tmp_path):
 
 def test_artifacts_of_a_job_without_storage_says_why():
     with pytest.raises(Exception, match="recorded no checkpoint storage"):
-        arts.run_location({"id": "orch-x", "info": {"storage_path": None}})
+        arts.run_location("orch-x", None, None)
 
 
 def test_a_key_that_would_escape_the_download_folder_is_refused(tmp_path):

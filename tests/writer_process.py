@@ -35,10 +35,10 @@ def main(home: str, writer: int, jobs: int) -> None:
         fake = FakeSky([{"status": "RUNNING", "start_at": 1.0, **WHERE},
                         {"status": "SUCCEEDED", "start_at": 1.0, "end_at": 61.0, **WHERE}])
         orch._providers["cloud"] = CloudProvider(sdk=fake, startup_minutes=6)
-        rec = orch.submit(spec, idempotency_key=f"w{writer}-{j}")
+        rec = orch.submit(spec, idempotency_key=f"w{writer}-{j}").rec
         for _ in range(2):
-            rec = orch.refresh(orch.get(rec["id"]))
-        assert rec["status"] == "SUCCEEDED", rec
+            rec = orch.refresh(orch.get(rec.id))
+        assert rec.status == "SUCCEEDED", rec
     print("ok", writer)
 
 

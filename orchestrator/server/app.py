@@ -205,7 +205,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
         def poll(full_id: Optional[str] = None):
             with scheduler.session() as local:
                 if full_id is None:
-                    return local.orch.get(job_id)["id"]  # NotFound: a 404 before streaming
+                    return local.orch.get(job_id).id  # NotFound: a 404 before streaming
                 rec, text = local.poll(full_id)
                 return rec.status, text
 

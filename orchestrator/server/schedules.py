@@ -63,7 +63,7 @@ def register(local, spec, text: str, file: Optional[str], owner: Optional[str],
         spec=redact.redact_spec(spec.model_dump(mode="json")), source_text=text,
         source_file=file, next_at=cron.next_slot(expr, time.time() if now is None else now),
         priority=priority)
-    return public_schedule(rec, local.orch.store.schedule_events(rec.id))
+    return public_schedule(rec, local.orch.store.schedule_events(rec["id"]))
 
 
 def _check_may_change(s: dict, who) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.records import JobRow
 from orchestrator.server import auth
 from orchestrator.store import iso
 from tests.conftest import ORCH, ROOT, home_store, orch_env, run_orch, short_tmp, store_at
@@ -127,10 +128,10 @@ def test_tokens_errors_plan_cost_and_cancel_rights_through_the_client(home, clie
                                fingerprint=None, owner="alice",
                                info={"queued": True, "launcher": "elsewhere/1/1.0"})
         store.close()
-        proc = as_client(server, client_home, "bob", "cancel", job["id"])
-        assert proc.returncode == 2 and f"{job['id']} belongs to alice: bob may not cancel it" in proc.stderr
-        proc = as_client(server, client_home, "alice", "cancel", job["id"])
-        assert proc.returncode == 0 and proc.stdout.strip() == f"{job['id']} CANCELLED"
+        proc = as_client(server, client_home, "bob", "cancel", job.id)
+        assert proc.returncode == 2 and f"{job.id} belongs to alice: bob may not cancel it" in proc.stderr
+        proc = as_client(server, client_home, "alice", "cancel", job.id)
+        assert proc.returncode == 0 and proc.stdout.strip() == f"{job.id} CANCELLED"
         proc = as_client(server, client_home, "alice", "status", "orch-nothere")
         assert proc.returncode == 2 and "no job 'orch-nothere'" in proc.stderr
         remote, alone = (as_client(server, client_home, "bob", "cost", "--json"),
@@ -167,13 +168,13 @@ def test_a_job_submitted_through_the_client_runs_and_a_second_client_sees_it(hom
         server.stop()
 
 
-def _cron_jobs(home: Path, sched_id: str) -> dict[str, list[dict]]:
+def _cron_jobs(home: Path, sched_id: str) -> dict[str, list[JobRow]]:
     """The jobs of a schedule, by slot (from their idempotency keys)."""
     store = store_at(home)
     try:
-        by_slot: dict[str, list[dict]] = {}
+        by_slot: dict[str, list[JobRow]] = {}
         for r in store.list(limit=1000):
-            key = r["idempotency_key"] or ""
+            key = r.idempotency_key or ""
             if key.startswith(f"cron:{sched_id}:"):
                 by_slot.setdefault(key.split(":", 2)[2], []).append(r)
         return by_slot
@@ -200,8 +201,8 @@ def test_a_cron_job_due_every_minute_runs_once_per_slot_across_restarts(home, cl
         time.sleep(3)  # three scheduler passes
         assert len(_cron_jobs(home, sched["id"])[slot]) == 1
         first = _wait("the first run to succeed", lambda: [
-            r for r in _cron_jobs(home, sched["id"])[slot] if r["status"] == "SUCCEEDED"])
-        assert first[0]["owner"] == "alice"
+            r for r in _cron_jobs(home, sched["id"])[slot] if r.status == "SUCCEEDED"])
+        assert first[0].owner == "alice"
         server.stop()
         # Down for five minutes of its clock: only the latest missed slot runs, once.
         server = Server(home, offset + 300)
@@ -213,7 +214,7 @@ def test_a_cron_job_due_every_minute_runs_once_per_slot_across_restarts(home, cl
         assert not [s for s in by_slot if iso(boundary + 60) < s < late[0]]  # none in between
         listed = json.loads(as_client(server, client_home, "bob", "status", "--json").stdout)
         assert sorted(j["id"] for j in listed if j["name"] == "tick") == sorted(
-            jobs[0]["id"] for jobs in by_slot.values())
+            jobs[0].id for jobs in by_slot.values())
     finally:
         server.stop()
     log = [e["message"] for e in store_at(home).schedule_events(sched["id"])]

@@ -93,7 +93,7 @@ def test_a_client_workdir_is_sent_and_the_job_runs_from_the_servers_copy(served,
     assert stat.S_IMODE(copy.stat().st_mode) == 0o700
     assert stat.S_IMODE((copy / "hello.py").stat().st_mode) == 0o600
     store = store_at(home)
-    assert store.get(rec["id"])["spec"]["workdir"] == str(copy)
+    assert store.get(rec["id"]).spec["workdir"] == str(copy)
     store.close()
     # The same files again (a plan sends the workdir too): found on the server, not sent.
     proc = orch_as(served, client_home, "bob", "plan", str(job))

@@ -13,7 +13,7 @@ from orchestrator.decision.models import Offer
 from orchestrator.decision.utilization import owned_use
 from orchestrator.settings import LocalMachine, OwnedGpus, Settings
 from orchestrator.store import Store
-from tests.conftest import run_json, run_orch, store_at
+from tests.conftest import job_row, run_json, run_orch, store_at
 
 DAY = 86400.0
 NOW = 1_800_000_000.0
@@ -77,8 +77,13 @@ def history() -> list[dict]:
     ]
 
 
+def rows(recs: list[dict]) -> list:
+    """The dict records as the store rows `advise` reads."""
+    return [job_row(r) for r in recs]
+
+
 def test_measured_work_cost_utilization_and_break_even():
-    a = advise(history(), settings(), OFFERS, NOW)
+    a = advise(rows(history()), settings(), OFFERS, NOW)
     assert a.months == pytest.approx(1.0) and a.history_days == pytest.approx(DAYS_PER_MONTH)
     assert a.running_jobs == 1
     # steady: 60 + 40 = 100 H100-hours in the month; 60 + 80 = 140 wall hours; 200 + 64 USD
@@ -124,18 +129,18 @@ def test_measured_work_cost_utilization_and_break_even():
 
 def test_rent_when_it_never_pays_back_or_only_after_its_lifetime():
     # rent 0.10 USD/h but power 0.8 kW x 0.25 USD = 0.20 USD/h: every hour owned costs more
-    a = advise(history(), settings(), OFFERS, NOW, what_if=WhatIf(rent_price=0.10))
+    a = advise(rows(history()), settings(), OFFERS, NOW, what_if=WhatIf(rent_price=0.10))
     [c] = a.candidates
     assert c.net_usd == pytest.approx(200 * 0.10 - 40.0)
     assert c.payback_months is None and c.verdict == "rent" and "never" in c.reason
     # Pays back, but after its lifetime: 5000 / (200 x 1.0 - 40) = 31.25 < 36; at 0.9/h
     # 5000 / (180 - 40) = 35.7; at 0.85/h 5000 / (170 - 40) = 38.5 > 36: rent
-    [c] = advise(history(), settings(), OFFERS, NOW, what_if=WhatIf(rent_price=0.85)).candidates
+    [c] = advise(rows(history()), settings(), OFFERS, NOW, what_if=WhatIf(rent_price=0.85)).candidates
     assert c.payback_months == pytest.approx(5000 / 130) and c.verdict == "rent"
     assert "after its 36-month lifetime" in c.reason
     # At 8000 USD: 8000 / 260 = 30.8 months against renting a pair, but the same work rents
     # for 240 USD on single GPUs: 8000 / (240 - 40) = 40 months > 36: rent.
-    [c] = advise(history(), settings(), OFFERS, NOW, what_if=WhatIf(prices={"RTX4090": 8000})).candidates
+    [c] = advise(rows(history()), settings(), OFFERS, NOW, what_if=WhatIf(prices={"RTX4090": 8000})).candidates
     assert c.payback_months == pytest.approx(8000 / 260)
     assert c.cheapest_rent["payback_months"] == pytest.approx(40.0)
     assert c.verdict == "rent" and "c2/r2 RTX4090 x1 rents the same work" in c.reason
@@ -145,12 +150,12 @@ def test_rent_when_it_never_pays_back_or_only_after_its_lifetime():
 def test_capacity_cap_and_utilization_cap():
     # 1000 H100-hours / 0.5 = 2000 h needed, but a month holds 730: the rest stays rented.
     # rent avoided 730 x 1.5 = 1095; power 0.8 x 730 x 0.25 = 146; 5000 / 949 = 5.27 months
-    [c] = advise(history(), settings(), OFFERS, NOW, what_if=WhatIf(steady_hours=1000)).candidates
+    [c] = advise(rows(history()), settings(), OFFERS, NOW, what_if=WhatIf(steady_hours=1000)).candidates
     assert c.hours_needed == pytest.approx(2000.0) and c.capped
     assert c.hours_per_month == pytest.approx(730.0)
     assert c.payback_months == pytest.approx(5000 / (1095 - 146))
     # at a 0.5 utilization cap: 365 h; 547.5 - 73 = 474.5 a month; 10.54 months
-    a = advise(history(), settings(), OFFERS, NOW,
+    a = advise(rows(history()), settings(), OFFERS, NOW,
                what_if=WhatIf(steady_hours=1000, utilization_cap=0.5))
     [c] = a.candidates
     assert c.hours_per_month == pytest.approx(365.0)
@@ -162,7 +167,7 @@ def test_capacity_cap_and_utilization_cap():
 
 def test_what_if_electricity_price_and_candidate_price():
     # power at 0.10 USD/kWh: 160 kWh = 16 USD; at 2600 USD: 2600 / (300 - 16) = 9.15 months
-    a = advise(history(), settings(), OFFERS, NOW,
+    a = advise(rows(history()), settings(), OFFERS, NOW,
                what_if=WhatIf(electricity_price=0.10, prices={"rtx4090": 2600}))
     [c] = a.candidates
     assert c.power_usd == pytest.approx(16.0)
@@ -174,12 +179,12 @@ def test_what_if_electricity_price_and_candidate_price():
 
 def test_rent_price_without_an_offer_of_that_size_or_model():
     # only 1-GPU offers: 2 x 0.60 = 1.20 USD/h -> 240 - 40 = 200 a month; 25 months
-    [c] = advise(history(), settings(), [OFFERS[2]], NOW).candidates
+    [c] = advise(rows(history()), settings(), [OFFERS[2]], NOW).candidates
     assert c.rent_price_per_hour_usd == pytest.approx(1.20)
     assert c.payback_months == pytest.approx(25.0)
     # no offer at all: what steady cloud work paid, 200/60 USD per H100-hour x 0.5 H100s
     # = 1.667 USD/h -> 333.33 - 40 = 293.33 a month; 5000 / 293.33 = 17.05 months
-    a = advise(history(), settings(), [], NOW, catalog_problem="no clouds are configured")
+    a = advise(rows(history()), settings(), [], NOW, catalog_problem="no clouds are configured")
     [c] = a.candidates
     assert c.rent_price_per_hour_usd == pytest.approx(200 / 60 * 0.5)
     assert c.payback_months == pytest.approx(5000 / (200 * 200 / 60 * 0.5 - 40))
@@ -187,7 +192,7 @@ def test_rent_price_without_an_offer_of_that_size_or_model():
     assert a.missing and a.missing[0].startswith("no clouds are configured")
     # and with no cloud history either: unknown, and says what to give
     owned_only = [r for r in history() if r["target"] == "onprem"]
-    [c] = advise(owned_only, settings(), [], NOW).candidates
+    [c] = advise(rows(owned_only), settings(), [], NOW).candidates
     assert c.verdict == "unknown" and "--rent-price" in c.reason
 
 
@@ -195,7 +200,7 @@ def test_window_drops_old_jobs_and_clips_long_ones():
     old = record("steady", "cloud", "H100", 1, 10, end=NOW - 100 * DAY, ledger_usd=30.0)
     # started 95 days ago and ran 240 h (10 days): its last 5 days, 120 h, are in the window
     long_ = record("steady", "onprem", "RTX4090", 1, 240, end=NOW - 85 * DAY, price_krw=1000.0)
-    a = advise([old, long_], settings(), OFFERS, NOW, days=90)
+    a = advise(rows([old, long_]), settings(), OFFERS, NOW, days=90)
     assert a.history_days == 90 and a.steady.jobs == 1
     assert a.steady.wall_hours == pytest.approx(120.0)
     assert a.steady.cost_usd == pytest.approx(120.0)  # 1 USD/h for the hours inside
@@ -238,12 +243,12 @@ def fill(store: Store, recs: list[dict]) -> None:
     for r in recs:
         rec = store.create_job(name=r["name"], spec={"run": "x"}, kind=r["kind"], target=r["target"],
                                fingerprint="fp", decision=r["decision"])
-        store.update(rec["id"], created_at=r["created_at"])
+        store.update(rec.id, created_at=r["created_at"])
         if r["status"] == "RUNNING":
-            store.set_status(rec["id"], "RUNNING", started_at=r["started_at"])
+            store.set_status(rec.id, "RUNNING", started_at=r["started_at"])
             continue
-        store.set_status(rec["id"], "RUNNING", started_at=r["started_at"])
-        store.set_status(rec["id"], r["status"], finished_at=r["finished_at"], info=r["info"])
+        store.set_status(rec.id, "RUNNING", started_at=r["started_at"])
+        store.set_status(rec.id, r["status"], finished_at=r["finished_at"], info=r["info"])
 
 
 def test_cli_json_from_a_filled_store(orch_home):
@@ -430,7 +435,7 @@ def test_owned_use_without_history_lifetime_cap_and_notes():
 
 
 def test_advise_carries_owned_use_over_its_window():
-    a = advise(history(), settings(), OFFERS, NOW)
+    a = advise(rows(history()), settings(), OFFERS, NOW)
     [p] = a.owned_use.pools
     # the same 160 of 2922.24 GPU-hours as `owned`; ownership 12000 x 730.56 / 26298
     assert p.utilization == pytest.approx(a.owned["utilization"])
@@ -439,7 +444,7 @@ def test_advise_carries_owned_use_over_its_window():
     assert "2,159 KRW, not 265 KRW" in p.verdict
     d = a.to_dict()["owned_use"]
     assert d["pools"][0]["real_per_gpu_hour_usd"] == pytest.approx(p.real_per_gpu_hour_usd)
-    a = advise(history(), settings(), OFFERS, NOW, days=10)
+    a = advise(rows(history()), settings(), OFFERS, NOW, days=10)
     assert a.owned_use.window_basis == "the last 10 days (--days)"
 
 

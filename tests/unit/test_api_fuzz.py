@@ -42,15 +42,15 @@ class Api:
         store.add_token("alice", digest)
         job = store.create_job(name="done", spec={"run": "echo hi"}, kind="exploratory",
                                target="local", fingerprint=None, owner="alice")
-        store.set_status(job["id"], "SUCCEEDED", "seeded by the fuzz test")
-        done = job["id"]
+        store.set_status(job.id, "SUCCEEDED", "seeded by the fuzz test")
+        done = job.id
         # One that claims to run on a local Ray that is not there: a lookup finishes it.
         job = store.create_job(name="lost", spec={"run": "sleep 9"}, kind="exploratory",
                                target="local", fingerprint=None, owner="alice")
-        store.update(job["id"], backend_id="raysubmit_gone")
-        store.set_status(job["id"], "RUNNING", "seeded by the fuzz test")
+        store.update(job.id, backend_id="raysubmit_gone")
+        store.set_status(job.id, "RUNNING", "seeded by the fuzz test")
         store.close()
-        self.jobs = [done, job["id"], "orch-"]  # two ids, and a prefix of both
+        self.jobs = [done, job.id, "orch-"]  # two ids, and a prefix of both
         sched = Scheduler(self.settings)
         from orchestrator.server.schedules import register
         from orchestrator.spec import load_spec_text

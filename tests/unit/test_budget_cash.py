@@ -50,8 +50,8 @@ def month_of(home, onprem_jobs: int = 0, cloud_bill: float = 0.0) -> None:
         for target, decision, info in jobs:
             job = store.create_job(name="past", spec={}, kind="steady", target=target,
                                    fingerprint="past", decision=decision)
-            store.update(job["id"], info=info)
-            store.set_status(job["id"], "SUCCEEDED")  # finished now: this month
+            store.update(job.id, info=info)
+            store.set_status(job.id, "SUCCEEDED")  # finished now: this month
     finally:
         store.close()
 

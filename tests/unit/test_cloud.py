@@ -47,8 +47,8 @@ def use_fake(orch, script, clock=None, **kw) -> FakeSky:
 def statuses(orch, rec, n):
     seen = []
     for _ in range(n):
-        rec = orch.refresh(orch.get(rec["id"]))
-        seen.append(rec["status"])
+        rec = orch.refresh(orch.get(rec.id))
+        seen.append(rec.status)
     return rec, seen
 
 
@@ -88,14 +88,14 @@ def test_pending_starting_running_succeeded(orch):
          "resources": "1x runpod([Spot], {'H100': 1})"},
         {"status": "SUCCEEDED", "start_at": T0, "end_at": T0 + 1800, "cloud": "runpod",
          "region": "US", "resources": "1x runpod([Spot], {'H100': 1})", "job_duration": 1800}])
-    rec = orch.submit(spec)
-    assert len(fake.launched) == 1 and fake.launched[0][1] == rec["id"]
+    rec = orch.submit(spec).rec
+    assert len(fake.launched) == 1 and fake.launched[0][1] == rec.id
     rec, seen = statuses(orch, rec, 4)
     assert seen == ["PENDING", "PENDING", "RUNNING", "SUCCEEDED"]
-    ledger = rec["info"]["ledger"]
+    ledger = rec.info.ledger
     assert len(ledger["launches"]) == 1 and ledger["launches"][0]["price_per_hour"] == 1.75
     assert ledger["cost_usd"] == pytest.approx(1.75 * (0.5 + 0.1))
-    assert rec["metrics"]["accuracy"] == 0.95
+    assert rec.metrics["accuracy"] == 0.95
 
 
 def test_recovery_cost_is_summed_over_both_runs(orch):
@@ -108,16 +108,16 @@ def test_recovery_cost_is_summed_over_both_runs(orch):
         {"status": "SUCCEEDED", "start_at": T0, "recovery_count": 1, "last_recovered_at": T0 + 900,
          "end_at": T0 + 2700, **where}],
         clock=[T0 + 100, T0 + 600, T0 + 1000, T0 + 2800])
-    rec = orch.submit(spec)
+    rec = orch.submit(spec).rec
     rec, seen = statuses(orch, rec, 4)
     assert seen == ["RUNNING", "RUNNING", "RUNNING", "SUCCEEDED"]
-    ledger = rec["info"]["ledger"]
+    ledger = rec.info.ledger
     first, second = ledger["launches"]
     assert (first["started_at"], first["ended_at"], first["reason"]) == (T0, T0 + 600, "preempted")
     assert (second["started_at"], second["ended_at"]) == (T0 + 900, T0 + 2700)
     assert ledger["recoveries"] == 1
     assert ledger["cost_usd"] == pytest.approx(1.75 * (600 / 3600 + 0.1) + 1.75 * (1800 / 3600 + 0.1))
-    cost = rec["info"]["cost"]  # orch cost's ledger line, kept with the job when it finished
+    cost = rec.info.cost  # orch cost's ledger line, kept with the job when it finished
     assert cost["cost_usd"] == pytest.approx(ledger["cost_usd"]) and cost["recoveries"] == 1
     assert cost["hours"] == pytest.approx((600 + 360 + 1800 + 360) / 3600)
     assert cost["target"] == "cloud" and cost["alternative"]["cost_usd"] > 0
@@ -126,9 +126,9 @@ def test_recovery_cost_is_summed_over_both_runs(orch):
 def test_recovering_is_reported_while_it_happens(orch):
     spec = load_spec_text(JOB.format(accel="H100:1"), "explore.yaml")
     use_fake(orch, [{"status": "RUNNING", "start_at": T0}, {"status": "RECOVERING", "start_at": T0}])
-    rec = orch.submit(spec)
+    rec = orch.submit(spec).rec
     rec, _ = statuses(orch, rec, 2)
-    assert rec["status"] == "RUNNING" and "recovering" in rec["message"]
+    assert rec.status == "RUNNING" and "recovering" in rec.message
 
 
 @pytest.mark.parametrize("sky_status,words", [
@@ -140,10 +140,10 @@ def test_failures_end_failed_with_a_reason(orch, sky_status, words):
     spec = load_spec_text(JOB.format(accel="{H100: 1, A100-80GB: 1}"), "explore.yaml")
     fake = use_fake(orch, [{"status": "PENDING"}, {"status": sky_status, "failure_reason": "boom"}],
                     logs="setup: pip failed\n")
-    rec = orch.submit(spec)
+    rec = orch.submit(spec).rec
     rec, seen = statuses(orch, rec, 2)
     assert seen == ["PENDING", "FAILED"]
-    assert words in rec["message"] and "boom" in rec["message"]
+    assert words in rec.message and "boom" in rec.message
     # SkyPilot got the next offers to try before giving up on capacity.
     assert len(fake.launched[0][0].resources) >= 2
 
@@ -152,21 +152,21 @@ def test_a_launch_request_that_fails_before_any_job_exists(orch):
     spec = load_spec_text(JOB.format(accel="H100:1"), "explore.yaml")
     use_fake(orch, [], request_status="FAILED",
              request_error="NoCloudAccessError: no cloud access")
-    rec = orch.submit(spec)
+    rec = orch.submit(spec).rec
     rec = orch.refresh(rec)
-    assert rec["status"] == "FAILED" and "NoCloudAccessError" in rec["message"]
+    assert rec.status == "FAILED" and "NoCloudAccessError" in rec.message
 
 
 def test_cancel_and_no_double_launch(orch):
     spec = load_spec_text(JOB.format(accel="H100:1"), "explore.yaml")
     fake = use_fake(orch, [{"status": "RUNNING", "start_at": T0}])
-    rec = orch.submit(spec)
-    launch = orch.for_cloud(orch.launch_for(rec["id"], spec, "cloud", rec["decision"]), spec,
-                            rec["decision"])
-    assert orch.provider("cloud").submit(launch) == rec["id"]  # already in SkyPilot's queue
+    rec = orch.submit(spec).rec
+    launch = orch.for_cloud(orch.launch_for(rec.id, spec, "cloud", rec.decision), spec,
+                            rec.decision)
+    assert orch.provider("cloud").submit(launch) == rec.id  # already in SkyPilot's queue
     assert len(fake.launched) == 1
-    rec = orch.cancel(rec["id"], wait_s=5)
-    assert fake.cancelled == [rec["id"]] and rec["status"] == "CANCELLED"
+    rec = orch.cancel(rec.id, wait_s=5)
+    assert fake.cancelled == [rec.id] and rec.status == "CANCELLED"
 
 
 def test_ledger_misses_no_recovery_between_polls():

@@ -24,6 +24,7 @@ from orchestrator.settings import OwnedGpus, Settings
 from orchestrator.spec import load_spec_text
 from providers.ray_cluster import ClusterSnapshot, Node
 from providers.ray_python import NO_PYTHON_EXIT, find_python, runner_command
+from tests.conftest import job_row
 
 
 def node(cpus=8, gpus=0, model=None, alive=True, i=0):
@@ -111,7 +112,8 @@ def test_an_inventory_that_disagrees_with_the_cluster_is_named(inventory, nodes,
     ({"target": "local", "decision": None}, False),
 ])
 def test_a_job_that_ran_on_an_unpriced_cluster_is_known_from_its_record(rec, unpriced):
-    assert ran_unpriced(rec) is unpriced
+    row = job_row({"id": "orch-1", "name": "j", "status": "SUCCEEDED", **rec})
+    assert ran_unpriced(row) is unpriced
 
 
 # -- planning: one read of the cluster feeds the offers, the capacity and the notes ---------

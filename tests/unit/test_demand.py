@@ -20,6 +20,7 @@ from orchestrator.settings import OwnedGpus, Settings
 from orchestrator.spec import load_spec_text
 from providers.onprem import OnPremProvider
 from providers.ray_cluster import ClusterSnapshot, _job
+from tests.conftest import job_row
 
 A100 = {"target": "onprem", "gpu": "A100", "count": 1.0}
 ON_CPU = {"target": "onprem", "gpu": None, "count": 0.0}
@@ -88,9 +89,9 @@ def test_every_path_agrees_on_what_a_job_holds(tmp_path, text, choice, holds):
     assert job_demand(spec, choice) == holds
     assert job_demand(stored, choice) == holds
     # What `orch serve`'s queue reserves for the recorded job.
-    rec = {"id": "orch-j", "target": "onprem", "spec": stored, "decision": decision,
-           "priority": 0, "created_at": 0.0}
-    assert queued_job(rec).demand == holds
+    rec = {"id": "orch-j", "name": "j", "status": "PENDING", "target": "onprem", "spec": stored,
+           "decision": decision, "priority": 0, "created_at": 0.0}
+    assert queued_job(job_row(rec)).demand == holds
     # What orch submits as the Ray job's metadata, and what any orch reads back from the
     # cluster (for its wait estimate and, for another store's jobs, the queue).
     orch = Orch(Settings(home=tmp_path / "home", mode="hybrid"))
@@ -147,9 +148,10 @@ def _agrees(tmp_path, spec, settings, d):
     decision = d.to_dict()
     meta = Orch(settings).launch_for("orch-j", spec, "onprem", decision, secrets={}).metadata
     holds = Demand(meta["cpus"], meta["gpus"])
-    rec = {"id": "orch-j", "target": "onprem", "decision": decision, "priority": 0,
-           "created_at": 0.0, "spec": redact.redact_spec(spec.model_dump(mode="json"))}
-    assert queued_job(rec).demand == holds
+    rec = {"id": "orch-j", "name": "j", "status": "PENDING", "target": "onprem",
+           "decision": decision, "priority": 0, "created_at": 0.0,
+           "spec": redact.redact_spec(spec.model_dump(mode="json"))}
+    assert queued_job(job_row(rec)).demand == holds
     again = LOAD.start(holds, "test")
     assert (0.0 if again.can_start_now else again.wait_minutes) == d.choice.wait_minutes
 

@@ -16,7 +16,7 @@ from orchestrator.decision.cost import local_offer
 from orchestrator.planning import month_spend, plan_job
 from orchestrator.settings import LocalMachine, Settings
 from orchestrator.spec import load_spec_text
-from tests.conftest import run_orch, store_at
+from tests.conftest import job_row, run_orch, store_at
 from tests.unit.test_cloud import JOB, T0, orch, statuses, use_fake  # noqa: F401 (fixture)
 
 WHERE = {"cloud": "runpod", "region": "US", "resources": "1x runpod([Spot], {'H100': 1})"}
@@ -40,7 +40,7 @@ def owned_record(**kw) -> dict:
 
 
 def test_owned_hardware_costs_amortized_plus_power_for_the_time_held():
-    e = ledger.entry(owned_record())
+    e = ledger.entry(job_row(owned_record()))
     # Ray held it 7200 s = 2 h at 0.5 USD/h (0.4 amortized + 0.1 power).
     assert e["hours"] == pytest.approx(2.0)
     assert e["cost_usd"] == pytest.approx(1.0)
@@ -57,7 +57,7 @@ def test_an_older_record_is_priced_from_the_price_it_showed_in_its_currency():
     rec["decision"]["choice"] = {**rec["decision"]["alternatives"][0], "price_per_hour": 700.0}
     rec["decision"]["estimate"] = {"hours": 1.0, "cost": 700.0, "cost_usd": 0.5}  # 1400 KRW/USD
     rec["info"] = {}  # no backend times: orch's own start and finish
-    e = ledger.entry(rec)
+    e = ledger.entry(job_row(rec))
     assert e["hours"] == pytest.approx(7270 / 3600)
     assert e["cost_usd"] == pytest.approx(0.5 * 7270 / 3600)
 
@@ -91,17 +91,17 @@ def _old_owned() -> dict:
     (owned_record(status="RUNNING", finished_at=None, info={"backend_start": T0}), 0.25, 0.05),
 ], ids=["cloud", "local", "onprem", "old-owned-record", "running"])
 def test_cash_is_the_cloud_bill_or_owned_hardwares_power(rec, cost, cash):
-    e = ledger.entry(rec, now=T0 + 1800)
+    e = ledger.entry(job_row(rec), now=T0 + 1800)
     assert (e["cost_usd"], e["cash_usd"]) == (pytest.approx(cost), pytest.approx(cash))
     assert ledger.spend(e, "full") == pytest.approx(cost)
     assert ledger.spend(e, "cash") == pytest.approx(cash)
 
 
 def test_an_entry_saved_before_cash_existed_reads_its_cash_from_its_power():
-    saved = ledger.entry(owned_record())
+    saved = ledger.entry(job_row(owned_record()))
     saved.pop("cash_usd")
     assert ledger.cash(saved) == pytest.approx(0.2)
-    cloud = ledger.entry(cloud_record())
+    cloud = ledger.entry(job_row(cloud_record()))
     cloud.pop("cash_usd")
     assert ledger.cash(cloud) == pytest.approx(3.0)
     assert ledger.group([saved, cloud], "target")[0]["cash_usd"] == pytest.approx(3.0)
@@ -110,11 +110,12 @@ def test_an_entry_saved_before_cash_existed_reads_its_cash_from_its_power():
 @pytest.mark.parametrize("basis, spent", [("cash", 3.0 + 0.2 + 0.1), ("full", 3.0 + 1.0 + 0.5)])
 def test_the_months_spend_on_each_basis(basis, spent):
     now = T0 + 10_000
-    entries = [ledger.entry(cloud_record(), now), ledger.entry(owned_record(), now),
-               ledger.entry(owned_record(id="orch-2", status="RUNNING", finished_at=None,
-                                         info={"backend_start": now - 3600}), now),
-               ledger.entry(cloud_record(id="orch-old", started_at=T0 - 90 * 86400,
-                                         finished_at=T0 - 90 * 86400 + 5400), now)]
+    records = [cloud_record(), owned_record(),
+               owned_record(id="orch-2", status="RUNNING", finished_at=None,
+                            info={"backend_start": now - 3600}),
+               cloud_record(id="orch-old", started_at=T0 - 90 * 86400,
+                            finished_at=T0 - 90 * 86400 + 5400)]
+    entries = [ledger.entry(job_row(rec), now) for rec in records]
     assert ledger.month_spend(entries, now, basis) == pytest.approx(spent)
 
 
@@ -136,18 +137,19 @@ def test_the_hourly_rate_a_running_job_counts_against_its_budget(choice, basis, 
 
 def test_a_running_job_costs_what_it_has_used_so_far():
     rec = owned_record(status="RUNNING", finished_at=None, info={"backend_start": T0})
-    e = ledger.entry(rec, now=T0 + 1800)
+    e = ledger.entry(job_row(rec), now=T0 + 1800)
     assert e["running"] and e["cost_usd"] == pytest.approx(0.25)
 
 
 def test_group_month_spend_and_csv():
     now = T0 + 10_000
-    a = ledger.entry(owned_record())
-    b = ledger.entry(owned_record(id="orch-2", name="other", kind="exploratory", status="RUNNING",
-                                  finished_at=None, info={"backend_start": now - 3600}), now)
-    c = ledger.entry(owned_record(id="orch-3", info={"backend_start": T0 - 90 * 86400,
-                                                     "backend_end": T0 - 90 * 86400 + 3600},
-                                  finished_at=T0 - 90 * 86400 + 3600), now)
+    a = ledger.entry(job_row(owned_record()))
+    b = ledger.entry(job_row(owned_record(id="orch-2", name="other", kind="exploratory",
+                                          status="RUNNING", finished_at=None,
+                                          info={"backend_start": now - 3600})), now)
+    c = ledger.entry(job_row(owned_record(id="orch-3", info={"backend_start": T0 - 90 * 86400,
+                                                             "backend_end": T0 - 90 * 86400 + 3600},
+                                          finished_at=T0 - 90 * 86400 + 3600)), now)
     by_kind = {g["kind"]: g for g in ledger.group([a, b, c], "kind")}
     assert by_kind["steady"]["jobs"] == 2
     assert by_kind["steady"]["cost_usd"] == pytest.approx(1.0 + 0.5)
@@ -203,8 +205,8 @@ def test_the_months_spend_comes_from_the_store_on_the_budgets_basis(tmp_path):
     rec = owned_record()
     job = store.create_job(name="t", spec={}, kind="steady", target="local", fingerprint="f",
                            decision=rec["decision"])
-    store.update(job["id"], info=rec["info"])
-    store.set_status(job["id"], "SUCCEEDED")  # finished now: this month
+    store.update(job.id, info=rec["info"])
+    store.set_status(job.id, "SUCCEEDED")  # finished now: this month
     import time
 
     assert month_spend(s, time.time()) == pytest.approx(0.2)  # cash: the power
@@ -225,17 +227,17 @@ def test_a_running_cloud_job_is_stopped_at_its_budget(orch):  # noqa: F811
     spec = load_spec_text(JOB.format(accel="H100:1") + "budget: {max_cost: 2.5}\n", "explore.yaml")
     fake = use_fake(orch, [{"status": "RUNNING", "start_at": T0, **WHERE}],
                     clock=[T0 + 600, T0 + 7200, T0 + 7300])
-    rec = orch.submit(spec)
+    rec = orch.submit(spec).rec
     run = json.loads(fake.launched[0][0].envs["ORCH_RUN"])
     assert run["budget"]["limit_usd"] == 2.5 and run["budget"]["spent_usd"] > 0
-    rec = orch.refresh(orch.get(rec["id"]))  # 10 min in: 1.75 x (1/6 + 0.1) = 0.47 USD
-    assert rec["status"] == "RUNNING" and not fake.cancelled
-    rec = orch.refresh(orch.get(rec["id"]))  # 2 h in: 3.68 USD > 2.5 x 1.1
-    assert fake.cancelled == [rec["id"]]
-    assert "budget.max_cost 2.50 USD reached" in rec["message"]
-    rec = orch.refresh(orch.get(rec["id"]))
-    assert rec["status"] == "CANCELLED" and "budget.max_cost" in rec["message"]
-    assert rec["info"]["cost"]["cost_usd"] == pytest.approx(rec["info"]["ledger"]["cost_usd"])
+    rec = orch.refresh(orch.get(rec.id))  # 10 min in: 1.75 x (1/6 + 0.1) = 0.47 USD
+    assert rec.status == "RUNNING" and not fake.cancelled
+    rec = orch.refresh(orch.get(rec.id))  # 2 h in: 3.68 USD > 2.5 x 1.1
+    assert fake.cancelled == [rec.id]
+    assert "budget.max_cost 2.50 USD reached" in rec.message
+    rec = orch.refresh(orch.get(rec.id))
+    assert rec.status == "CANCELLED" and "budget.max_cost" in rec.message
+    assert rec.info.cost["cost_usd"] == pytest.approx(rec.info.ledger["cost_usd"])
 
 
 def test_orch_cost_groups_writes_csv_and_refuses_bad_flags(tmp_path):
@@ -245,8 +247,8 @@ def test_orch_cost_groups_writes_csv_and_refuses_bad_flags(tmp_path):
         rec = owned_record()
         job = store.create_job(name=name, spec={}, kind=kind, target="local", fingerprint="f",
                                decision=rec["decision"])
-        store.update(job["id"], info=rec["info"])
-        store.set_status(job["id"], "SUCCEEDED")
+        store.update(job.id, info=rec["info"])
+        store.set_status(job.id, "SUCCEEDED")
     store.close()
     proc = run_orch(home, "cost", "--by", "name", "--json", "--csv", str(tmp_path / "c.csv"))
     assert proc.returncode == 0, proc.stderr

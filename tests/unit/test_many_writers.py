@@ -27,14 +27,14 @@ def test_eight_writers_leave_exactly_200_consistent_records(tmp_path):
     store = store_at(home)
     recs = store.list(limit=10_000)
     assert len(recs) == WRITERS * JOBS
-    assert len({r["idempotency_key"] for r in recs}) == WRITERS * JOBS
-    assert sorted(r["name"] for r in recs) == sorted(f"w{w}-{j}" for w in range(WRITERS)
+    assert len({r.idempotency_key for r in recs}) == WRITERS * JOBS
+    assert sorted(r.name for r in recs) == sorted(f"w{w}-{j}" for w in range(WRITERS)
                                                      for j in range(JOBS))
     for r in recs:
-        h = store.history(r["id"])
+        h = store.history(r.id)
         statuses = [e["status"] for e in h]
-        assert statuses[0] == "PENDING" and statuses[-1] == r["status"] == "SUCCEEDED", statuses
+        assert statuses[0] == "PENDING" and statuses[-1] == r.status == "SUCCEEDED", statuses
         assert [ORDER[s] for s in statuses] == sorted(ORDER[s] for s in statuses), statuses
         assert statuses.count("SUCCEEDED") == 1
         assert [e["ts"] for e in h] == sorted(e["ts"] for e in h)
-        assert r["backend_id"] == r["id"] and r["info"]["cost"]["cost_usd"] > 0
+        assert r.backend_id == r.id and r.info.cost["cost_usd"] > 0

@@ -52,10 +52,10 @@ def home(tmp_path, monkeypatch):
     rec = store.create_job(name="j", spec={"run": "echo"}, kind="exploratory", target="cloud",
                            fingerprint="fp", owner="alice", idempotency_key="api:alice:k-77",
                            info=info)
-    store.update(rec["id"], backend_id="orch-sky-1")
-    store.set_status(rec["id"], "SUCCEEDED", "done", metrics={"loss": 0.1})
+    store.update(rec.id, backend_id="orch-sky-1")
+    store.set_status(rec.id, "SUCCEEDED", "done", metrics={"loss": 0.1})
     store.close()
-    return home, token, rec["id"]
+    return home, token, rec.id
 
 
 def _cli(monkeypatch, capsys, home, *args) -> object:
@@ -139,16 +139,17 @@ def test_every_info_key_a_job_gets_is_public_or_named_internal(orch, monkeypatch
                           "secrets: {DB_PASSWORD: null}\n", "explore.yaml")
     use_fake(orch, [{"status": "RUNNING", "start_at": T0},
                     {"status": "SUCCEEDED", "start_at": T0, "end_at": T0 + 60}])
-    rec = orch.submit(spec)
+    rec = orch.submit(spec).rec
     rec, seen = statuses(orch, rec, 2)
     assert seen == ["RUNNING", "SUCCEEDED"]
     known = set(RunInfo.model_fields) | set(INTERNAL_INFO)
     assert known == set(JobInfo.model_fields)  # one definition: the typed model
     assert isinstance(rec.info, JobInfo)  # the stored info reads back as the typed model
-    assert {"secret_hmacs", "ledger", "cost", "sky_status", "launched_at"} <= set(rec["info"])
-    assert set(rec["info"]) <= known, set(rec["info"]) - known
+    stored = set(rec.info.model_dump(exclude_unset=True))  # the keys the store holds
+    assert {"secret_hmacs", "ledger", "cost", "sky_status", "launched_at"} <= stored
+    assert stored <= known, stored - known
     queued = {**queue_info(spec, upload="e" * 64, schedule="s", slot="t"), "launcher": "me"}
     assert set(queued) <= known, set(queued) - known
     shown = json.dumps(JobRecord.from_row(rec).to_json())
-    for digest in (rec["info"]["secret_salt"], *rec["info"]["secret_hmacs"]):
+    for digest in (rec.info.secret_salt, *rec.info.secret_hmacs):
         assert digest not in shown

@@ -10,6 +10,7 @@ import pytest
 from jobs.request import RunRequest
 from jobs.storage import display_path, storage_args
 from orchestrator.errors import BackendError, NotFound, SpecError
+from orchestrator.records import JobRow
 from orchestrator.service import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
@@ -32,20 +33,20 @@ def _spec(name="digits", resume=None, storage=None, file="job.yaml"):
     return load_spec_text(text, file)
 
 
-def _ran(orch, name, storage="/ckpt", status="CANCELLED", run_name=None, ago=0.0) -> dict:
+def _ran(orch, name, storage="/ckpt", status="CANCELLED", run_name=None, ago=0.0) -> JobRow:
     """A job that ran: recorded, launched with a storage path, ended."""
     rec = orch.store.create_job(name=name, spec={}, kind="exploratory", target="local",
                                 fingerprint="f")
     info = {"storage_path": storage} if storage else {}
     if run_name:
         info["run_name"] = run_name
-    orch.store.update(rec["id"], info=info, backend_id=rec["id"],
+    orch.store.update(rec.id, info=info, backend_id=rec.id,
                       created_at=time.time() - 100 + ago)
     if status != "PENDING":
-        orch.store.set_status(rec["id"], "RUNNING")
+        orch.store.set_status(rec.id, "RUNNING")
     if status not in ("PENDING", "RUNNING"):
-        orch.store.set_status(rec["id"], status)
-    return orch.get(rec["id"])
+        orch.store.set_status(rec.id, status)
+    return orch.get(rec.id)
 
 
 # -- resume_from resolution ---------------------------------------------------------------
@@ -54,9 +55,9 @@ def test_resume_from_a_job_id_and_a_unique_prefix(tmp_path):
     orch = _orch(tmp_path)
     a = _ran(orch, "digits", storage="s3://b/ckpt")
     _ran(orch, "other", storage="/elsewhere")
-    for ref in (a["id"], a["id"][:9]):
+    for ref in (a.id, a.id[:9]):
         point = orch.resume_point(_spec(resume=ref))
-        assert point == {"job_id": a["id"], "run_name": a["id"], "storage_path": "s3://b/ckpt"}
+        assert point == {"job_id": a.id, "run_name": a.id, "storage_path": "s3://b/ckpt"}
 
 
 def test_resume_latest_is_the_newest_earlier_job_of_the_name_with_storage(tmp_path):
@@ -65,14 +66,14 @@ def test_resume_latest_is_the_newest_earlier_job_of_the_name_with_storage(tmp_pa
     newest = _ran(orch, "digits", storage="/new", ago=2)
     _ran(orch, "digits", storage=None, ago=3)  # a run: job or a failed launch: no checkpoints
     _ran(orch, "other", storage="/other", ago=4)  # another name
-    assert orch.resume_point(_spec(resume="latest"))["job_id"] == newest["id"]
+    assert orch.resume_point(_spec(resume="latest"))["job_id"] == newest.id
 
 
 def test_a_resumed_run_keeps_its_first_jobs_run_name(tmp_path):
     orch = _orch(tmp_path)
     first = _ran(orch, "digits", ago=1)
-    _ran(orch, "digits", run_name=first["id"], ago=2)  # itself a resume of `first`
-    assert orch.resume_point(_spec(resume="latest"))["run_name"] == first["id"]
+    _ran(orch, "digits", run_name=first.id, ago=2)  # itself a resume of `first`
+    assert orch.resume_point(_spec(resume="latest"))["run_name"] == first.id
 
 
 def test_the_job_being_launched_and_later_jobs_are_never_resumed(tmp_path):
@@ -80,7 +81,7 @@ def test_the_job_being_launched_and_later_jobs_are_never_resumed(tmp_path):
     earlier = _ran(orch, "digits", ago=1)
     me = _ran(orch, "digits", status="PENDING", ago=2)
     _ran(orch, "digits", ago=3)  # submitted while `me` was launching
-    assert orch.resume_point(_spec(resume="latest"), before=me["id"])["job_id"] == earlier["id"]
+    assert orch.resume_point(_spec(resume="latest"), before=me.id)["job_id"] == earlier.id
 
 
 @pytest.mark.parametrize("ref,problem", [
@@ -103,12 +104,12 @@ def test_a_running_job_or_another_storage_is_refused(tmp_path):
     orch = _orch(tmp_path)
     running = _ran(orch, "digits", status="RUNNING")
     with pytest.raises(SpecError, match="still RUNNING"):
-        orch.resume_point(_spec(resume=running["id"]))
+        orch.resume_point(_spec(resume=running.id))
     done = _ran(orch, "digits", storage="s3://b/ckpt")
     with pytest.raises(SpecError, match="kept its checkpoints in s3://b/ckpt") as e:
-        orch.resume_point(_spec(resume=done["id"], storage="s3://b/other"))
+        orch.resume_point(_spec(resume=done.id, storage="s3://b/other"))
     assert e.value.key == "checkpoint.resume_from"
-    assert orch.resume_point(_spec(resume=done["id"], storage="s3://b/ckpt/"))  # same place
+    assert orch.resume_point(_spec(resume=done.id, storage="s3://b/ckpt/"))  # same place
 
 
 def test_submit_refuses_an_unknown_resume_before_writing_anything(tmp_path):
@@ -137,7 +138,7 @@ def test_a_resumed_job_runs_under_the_earlier_run_and_storage(tmp_path):
     first = _ran(orch, "digits", storage="s3://b/ckpt")
     launch = orch.launch_for("orch-next", _spec(resume="latest"), "local")
     run = json.loads(launch.env["ORCH_RUN"])
-    assert run["run_name"] == first["id"] and run["storage_path"] == "s3://b/ckpt"
+    assert run["run_name"] == first.id and run["storage_path"] == "s3://b/ckpt"
     assert run["job_id"] == "orch-next" and "AWS_ENDPOINT_URL_S3" not in launch.env
 
 
@@ -212,9 +213,9 @@ def test_orch_artifacts_cli_lists_a_local_run(orch_home, tmp_path):  # noqa: F81
 
     store = store_at(orch_home)
     rec = store.create_job(name="j", spec={}, kind="exploratory", target="local", fingerprint="f")
-    store.update(rec["id"], info={"storage_path": _local_run(tmp_path), "run_name": "orch-aaa"})
+    store.update(rec.id, info={"storage_path": _local_run(tmp_path), "run_name": "orch-aaa"})
     store.close()
-    proc = run_orch(orch_home, "artifacts", rec["id"], "--json", "--download", str(tmp_path / "dl"))
+    proc = run_orch(orch_home, "artifacts", rec.id, "--json", "--download", str(tmp_path / "dl"))
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert len(got["checkpoints"]) == 2 and got["total_bytes"] == 202

@@ -17,7 +17,7 @@ from orchestrator.records import JobRecord
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
 from providers.cloud import task_yaml
-from tests.conftest import run_orch, store_created, store_text
+from tests.conftest import job_row, run_orch, store_created, store_text
 from tests.unit.test_cloud import JOB, T0, orch, statuses, use_fake  # noqa: F401 (fixture)
 
 TOKEN = "hf_Zq8pLr2mXv9sKt4wYb7n"
@@ -72,8 +72,9 @@ def test_a_record_from_before_the_key_is_still_redacted(tmp_path):
     from orchestrator.service import Orch
 
     salt = redact.new_salt()
-    rec = {"id": "orch-old", "info": {"secret_salt": salt,
-                                      "secret_digests": [redact.legacy_digest(TOKEN, salt)]}}
+    rec = job_row({"id": "orch-old", "name": "old", "status": "SUCCEEDED",
+                   "info": {"secret_salt": salt,
+                            "secret_digests": [redact.legacy_digest(TOKEN, salt)]}})
     here = Orch(Settings(home=tmp_path / "home", mode="local"))
     assert here._redact(rec, f"token {TOKEN} ok\n") == f"token {redact.REDACTED} ok\n"
     assert not (tmp_path / "home" / redact.KEY_FILE).exists()  # reading makes no key
@@ -86,7 +87,7 @@ def test_cloud_job_secrets_never_reach_the_store_or_the_output(orch, monkeypatch
                           "explore.yaml")
     logs = f"::orch::{json.dumps({'event': 'result', 'ok': True})}\nusing {TOKEN} and {PASSWORD}\n"
     fake = use_fake(orch, [{"status": "SUCCEEDED", "start_at": T0, "end_at": T0 + 60}], logs=logs)
-    rec = orch.submit(spec)
+    rec = orch.submit(spec).rec
     task = fake.launched[0][0]
     # The job gets every value; SkyPilot is told which are secrets.
     plain = {k: v.get_secret_value() if hasattr(v, "get_secret_value") else v
@@ -94,12 +95,12 @@ def test_cloud_job_secrets_never_reach_the_store_or_the_output(orch, monkeypatch
     assert plain == {"HF_TOKEN": TOKEN, "DB_PASSWORD": PASSWORD}
     assert task.envs["EPOCHS"] == "3" and "HF_TOKEN" not in task.envs
     rec, _ = statuses(orch, rec, 1)
-    assert rec["status"] == "SUCCEEDED"
+    assert rec.status == "SUCCEEDED"
     # The digests that redact a later log read are HMACs under this store's key.
-    assert set(rec["info"]["secret_hmacs"]) == {
-        redact.digest(v, rec["info"]["secret_salt"], redact.store_key(orch.settings.home))
-        for v in (TOKEN, PASSWORD)} and "secret_digests" not in rec["info"]
-    stored = rec["spec"]
+    assert set(rec.info.secret_hmacs) == {
+        redact.digest(v, rec.info.secret_salt, redact.store_key(orch.settings.home))
+        for v in (TOKEN, PASSWORD)} and "secret_digests" not in rec.info.model_fields_set
+    stored = rec.spec
     assert stored["envs"] == {"HF_TOKEN": redact.REDACTED, "EPOCHS": 3}
     assert stored["secrets"] == {"DB_PASSWORD": redact.REDACTED}
     orch.store.close()
@@ -109,16 +110,16 @@ def test_cloud_job_secrets_never_reach_the_store_or_the_output(orch, monkeypatch
     for path in home.glob("logs/*"):
         data = path.read_bytes()
         assert TOKEN.encode() not in data and PASSWORD.encode() not in data, path
-    log = home / "logs" / f"{rec['id']}.log"
+    log = home / "logs" / f"{rec.id}.log"
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
     assert f"using {redact.REDACTED} and {redact.REDACTED}" in log.read_text()
     # A new process, without the values in memory, still shows the log redacted.
     monkeypatch.delenv("DB_PASSWORD")
-    shown = run_orch(home, "logs", rec["id"], ORCH_MODE="hybrid")
+    shown = run_orch(home, "logs", rec.id, ORCH_MODE="hybrid")
     assert shown.returncode == 0 and TOKEN not in shown.stdout and redact.REDACTED in shown.stdout
-    status = run_orch(home, "status", rec["id"], "--json", ORCH_MODE="hybrid").stdout
+    status = run_orch(home, "status", rec.id, "--json", ORCH_MODE="hybrid").stdout
     assert TOKEN not in status and PASSWORD not in status
-    for internal in ("secret_salt", "secret_hmacs", rec["info"]["secret_salt"], "submitter"):
+    for internal in ("secret_salt", "secret_hmacs", rec.info.secret_salt, "submitter"):
         assert internal not in status, internal
     assert TOKEN not in json.dumps(JobRecord.from_row(rec).to_json())
 

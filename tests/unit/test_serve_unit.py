@@ -10,12 +10,13 @@ import re
 import pytest
 
 from orchestrator.errors import InputError
+from orchestrator.records import JobRow
 from orchestrator.server import auth, cron
 from orchestrator.server.scheduler import Scheduler, queue_info, spec_from_record
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
 from orchestrator.store import NameTaken, iso
-from tests.conftest import store_at, store_text
+from tests.conftest import job_row, store_at, store_text
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z, a whole minute
 DAY = 86_400.0
@@ -104,10 +105,10 @@ def _register(sched: Scheduler, text: str = CRON_JOB, now: float = T0 + 1, owner
         return register(local, load_spec_text(text, "<job>"), text, None, owner, now=now)
 
 
-def _jobs(settings) -> list[dict]:
+def _jobs(settings) -> list[JobRow]:
     store = store_at(settings.home)
     try:
-        return sorted(store.list(limit=100), key=lambda r: r["created_at"])
+        return sorted(store.list(limit=100), key=lambda r: r.created_at)
     finally:
         store.close()
 
@@ -125,8 +126,8 @@ def test_every_minute_runs_each_slot_once_across_restarts_crashes_and_downtime(s
     first = _cron(sched, T0 + 65)
     assert len(first) == 1
     rec = _jobs(settings)[0]
-    assert rec["idempotency_key"] == f"cron:{s['id']}:2027-01-15T08:01:00Z"
-    assert rec["owner"] == "alice" and rec["info"]["queued"] is True
+    assert rec.idempotency_key == f"cron:{s['id']}:2027-01-15T08:01:00Z"
+    assert rec.owner == "alice" and rec.info.queued is True
     assert _cron(sched, T0 + 80) == []  # the same minute again
     assert _cron(Scheduler(settings), T0 + 90) == []  # a restarted server: still nothing
     # A crash after the slot's job was recorded but before the schedule moved on:
@@ -138,18 +139,18 @@ def test_every_minute_runs_each_slot_once_across_restarts_crashes_and_downtime(s
     # Down from T0+125 to T0+605: slots 180..540 (7) are skipped, 600 runs once.
     assert len(_cron(Scheduler(settings), T0 + 605)) == 1
     jobs = _jobs(settings)
-    assert [j["idempotency_key"].rsplit(":", 3)[-3:] for j in jobs] == [
+    assert [j.idempotency_key.rsplit(":", 3)[-3:] for j in jobs] == [
         ["2027-01-15T08", "01", "00Z"], ["2027-01-15T08", "02", "00Z"],
         ["2027-01-15T08", "10", "00Z"]]
     store = store_at(settings.home)
     log = [e["message"] for e in store.schedule_events(s["id"])]
     assert log[0] == "registered: cron '* * * * *'"
-    assert log[1] == f"slot 2027-01-15T08:01:00Z: queued {jobs[0]['id']}"
-    assert log[2] == (f"slot 2027-01-15T08:02:00Z: {jobs[1]['id']} was recorded for it before; "
+    assert log[1] == f"slot 2027-01-15T08:01:00Z: queued {jobs[0].id}"
+    assert log[2] == (f"slot 2027-01-15T08:02:00Z: {jobs[1].id} was recorded for it before; "
                       "not run again")
     assert log[3] == ("skipped 7 slot(s), 2027-01-15T08:03:00Z to 2027-01-15T08:09:00Z: missed "
                       "while the server was down or busy (only the latest missed slot runs)")
-    assert log[4] == f"slot 2027-01-15T08:10:00Z: queued {jobs[2]['id']}"
+    assert log[4] == f"slot 2027-01-15T08:10:00Z: queued {jobs[2].id}"
     assert store.schedule(s["id"])["next_at"] == T0 + 660
 
 
@@ -202,9 +203,9 @@ def _queue(sched: Scheduler, text: str, priority: int = 0, owner: str = "alice")
     """What POST /v1/jobs does: record, queued, the spec held in memory."""
     with sched.session() as local:
         spec = load_spec_text(text, "<job>")
-        rec, _ = local.orch.record(spec, owner=owner, priority=priority, info=queue_info(spec))
-        sched.hold(rec["id"], spec)
-        return rec["id"]
+        rec = local.orch.record(spec, owner=owner, priority=priority, info=queue_info(spec)).rec
+        sched.hold(rec.id, spec)
+        return rec.id
 
 
 def test_the_queue_launches_by_priority_then_age_each_job_once(settings, fake):
@@ -213,11 +214,12 @@ def test_the_queue_launches_by_priority_then_age_each_job_once(settings, fake):
     b = _queue(sched, "name: b\nrun: echo b\n", priority=5)
     c = _queue(sched, "name: c\nrun: echo c\n")
     with sched.session() as local:
-        assert [r["id"] for r in local.orch.store.queued()] == [b, a, c]
-        assert local.orch.refresh(local.orch.get(a))["status"] == "PENDING"  # queued: left alone
+        assert [r.id for r in local.orch.store.queued()] == [b, a, c]
+        assert local.orch.refresh(local.orch.get(a)).status == "PENDING"  # queued: left alone
         assert sched.launch_queue(local) == [b, a, c]
         assert sched.launch_queue(local) == []
-        assert local.orch.get(a)["backend_id"] == "b-" + a and "queued" not in local.orch.get(a)["info"]
+        assert local.orch.get(a).backend_id == "b-" + a
+        assert "queued" not in local.orch.get(a).info.model_dump(exclude_unset=True)
     assert [launch.job_id for launch in fake.launched] == [b, a, c]
 
 
@@ -244,7 +246,7 @@ def test_after_a_restart_a_queued_job_launches_from_the_store_unless_it_held_a_s
         lost = local.orch.get(literal)
     launch = fake.launched[0]
     assert launch.env["SEED"] == "3" and launch.secrets == {"WANDB_API_KEY": "from-env-1234"}
-    assert lost["status"] == "FAILED" and lost["message"] == (
+    assert lost.status == "FAILED" and lost.message == (
         f"launch failed: {literal}: the server restarted before launching it, and the secret "
         "values it was given (HF_TOKEN) are never stored")
 
@@ -257,8 +259,9 @@ def test_a_spec_survives_its_stored_form(settings):
             "scaling: {num_workers: 2, use_gpu: false}\nfile_mounts: {/data: 's3://b/d'}\n"
             "checkpoint: {storage: /tmp/c, num_to_keep: 1}\nbudget: {max_cost: 3}\n")
     spec = load_spec_text(text, "/srv/jobs/full.yaml")
-    rec = {"id": "orch-x", "spec": redact.redact_spec(spec.model_dump(mode="json")),
-           "info": queue_info(spec), "source_file": "/srv/jobs/full.yaml"}
+    rec = job_row({"id": "orch-x", "name": "full", "status": "PENDING",
+                   "spec": redact.redact_spec(spec.model_dump(mode="json")),
+                   "info": queue_info(spec), "source_file": "/srv/jobs/full.yaml"})
     again = spec_from_record(rec)
     assert again.model_dump(mode="json") == spec.model_dump(mode="json")
     assert again.source_file == "/srv/jobs/full.yaml"
@@ -330,8 +333,8 @@ def test_submit_queues_with_owner_and_only_owner_or_admin_cancels(api):
     # A job submitted without the server (no owner): an admin's to cancel.
     embedded = api.store.create_job(name="e", spec={}, kind=None, target="local", fingerprint=None,
                                     info={"queued": True})
-    assert api("POST", f"/v1/jobs/{embedded['id']}/cancel", "alice").status_code == 403
-    assert api("POST", f"/v1/jobs/{embedded['id']}/cancel", "root").json()["status"] == "CANCELLED"
+    assert api("POST", f"/v1/jobs/{embedded.id}/cancel", "alice").status_code == 403
+    assert api("POST", f"/v1/jobs/{embedded.id}/cancel", "root").json()["status"] == "CANCELLED"
 
 
 def test_bad_input_is_400_unknown_is_404_and_the_same_key_is_the_same_job(api):

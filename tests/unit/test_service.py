@@ -43,28 +43,28 @@ def test_a_job_whose_submit_died_before_launch_is_marked_failed(tmp_path):
     orch = _orch(tmp_path)
     rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
                                 fingerprint="f")
-    assert orch.refresh(rec)["status"] == "PENDING"  # within the grace period: maybe launching
-    orch.store.update(rec["id"], created_at=time.time() - 3600)
-    rec = orch.refresh(orch.get(rec["id"]))
-    assert rec["status"] == "FAILED" and "never launched" in rec["message"]
+    assert orch.refresh(rec).status == "PENDING"  # within the grace period: maybe launching
+    orch.store.update(rec.id, created_at=time.time() - 3600)
+    rec = orch.refresh(orch.get(rec.id))
+    assert rec.status == "FAILED" and "never launched" in rec.message
 
 
 def test_a_running_job_whose_local_ray_is_gone_ends_failed(tmp_path):
     orch = _orch(tmp_path)
     rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
                                 fingerprint="f")
-    orch.store.update(rec["id"], backend_id=rec["id"])
-    orch.store.set_status(rec["id"], "RUNNING", "running")
-    rec = orch.refresh(orch.get(rec["id"]))
-    assert rec["status"] == "FAILED" and "local Ray instance stopped" in rec["message"]
-    assert [h["status"] for h in orch.store.history(rec["id"])] == ["PENDING", "RUNNING", "FAILED"]
+    orch.store.update(rec.id, backend_id=rec.id)
+    orch.store.set_status(rec.id, "RUNNING", "running")
+    rec = orch.refresh(orch.get(rec.id))
+    assert rec.status == "FAILED" and "local Ray instance stopped" in rec.message
+    assert [h["status"] for h in orch.store.history(rec.id)] == ["PENDING", "RUNNING", "FAILED"]
 
 
 def test_cancel_before_launch(tmp_path):
     orch = _orch(tmp_path)
     rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
                                 fingerprint="f")
-    assert orch.cancel(rec["id"])["status"] == "CANCELLED"
+    assert orch.cancel(rec.id).status == "CANCELLED"
 
 
 def test_submit_uses_the_planner_and_history_makes_a_job_steady(tmp_path, monkeypatch):
@@ -81,8 +81,8 @@ def test_submit_uses_the_planner_and_history_makes_a_job_steady(tmp_path, monkey
     def run_once():
         rec = orch.store.create_job(name="nightly", spec={}, kind="exploratory", target="local",
                                     fingerprint=fp)
-        orch.store.set_status(rec["id"], "RUNNING")
-        orch.store.set_status(rec["id"], "SUCCEEDED")
+        orch.store.set_status(rec.id, "RUNNING")
+        orch.store.set_status(rec.id, "SUCCEEDED")
 
     for _ in range(3):  # three successful runs just now: one occasion, not yet steady
         run_once()
@@ -112,8 +112,8 @@ def test_a_job_this_machine_cannot_hold_is_refused_before_recording(tmp_path):
 def test_scaling_efficiency_from_a_one_worker_run(tmp_path):
     orch = _orch(tmp_path)
     one = orch.store.create_job(name="j", spec={}, kind="steady", target="local", fingerprint="fp")
-    orch.store.set_status(one["id"], "RUNNING")
-    orch.store.set_status(one["id"], "SUCCEEDED", metrics={"workers": 1, "samples_per_sec": 1000.0})
+    orch.store.set_status(one.id, "RUNNING")
+    orch.store.set_status(one.id, "SUCCEEDED", metrics={"workers": 1, "samples_per_sec": 1000.0})
     four = orch.store.create_job(name="j", spec={}, kind="steady", target="local", fingerprint="fp")
     metrics = {"workers": 4, "samples_per_sec": 2400.0, "data_fraction": 0.02, "precision": "bf16"}
     orch._scaling(four, metrics)

@@ -13,12 +13,12 @@ import pytest
 
 from orchestrator import store as store_mod
 from orchestrator.errors import NotFound, StoreError
-from orchestrator.records import JobDetail
+from orchestrator.records import JobDetail, JobRow
 from orchestrator.store import SCHEMA_VERSION, Store
 from tests.conftest import store_at, store_where
 
 
-def _new(store: Store, **kw) -> dict:
+def _new(store: Store, **kw) -> JobRow:
     args = dict(name="j", spec={"run": "echo"}, kind="exploratory", target="local", fingerprint="fp1")
     args.update(kw)
     return store.create_job(**args)
@@ -27,21 +27,21 @@ def _new(store: Store, **kw) -> dict:
 def test_record_lifecycle_and_history(tmp_path):
     store = store_at(tmp_path)
     rec = _new(store)
-    assert rec["status"] == "PENDING" and rec["id"].startswith("orch-")
-    store.update(rec["id"], backend_id="b-1")
-    store.set_status(rec["id"], "RUNNING", "started", metrics={"epoch": 1})
-    store.set_status(rec["id"], "RUNNING", "still running", metrics={"epoch": 2})
-    done = store.set_status(rec["id"], "SUCCEEDED", "done", metrics={"epoch": 3})
-    assert done["status"] == "SUCCEEDED" and done["metrics"] == {"epoch": 3}
-    assert done["started_at"] <= done["finished_at"]
+    assert rec.status == "PENDING" and rec.id.startswith("orch-")
+    store.update(rec.id, backend_id="b-1")
+    store.set_status(rec.id, "RUNNING", "started", metrics={"epoch": 1})
+    store.set_status(rec.id, "RUNNING", "still running", metrics={"epoch": 2})
+    done = store.set_status(rec.id, "SUCCEEDED", "done", metrics={"epoch": 3})
+    assert done.status == "SUCCEEDED" and done.metrics == {"epoch": 3}
+    assert done.started_at <= done.finished_at
     # A finished job stays finished: a late RUNNING or FAILED changes nothing.
-    again = store.set_status(rec["id"], "FAILED", "late")
-    assert again["status"] == "SUCCEEDED"
+    again = store.set_status(rec.id, "FAILED", "late")
+    assert again.status == "SUCCEEDED"
     # A new message in the same state is news too; a finished job's late news is not.
-    assert [(h["status"], h["message"]) for h in store.history(rec["id"])] == [
+    assert [(h["status"], h["message"]) for h in store.history(rec.id)] == [
         ("PENDING", "recorded"), ("RUNNING", "started"), ("RUNNING", "still running"),
         ("SUCCEEDED", "done")]
-    pub = JobDetail.from_history(done, store.history(rec["id"])).to_json()
+    pub = JobDetail.from_history(done, store.history(rec.id)).to_json()
     for key in ("id", "name", "status", "kind", "target", "created_at", "metrics"):
         assert key in pub
 
@@ -49,7 +49,7 @@ def test_record_lifecycle_and_history(tmp_path):
 def test_prefix_lookup_and_not_found(tmp_path):
     store = store_at(tmp_path)
     rec = _new(store)
-    assert store.get(rec["id"][:9])["id"] == rec["id"]
+    assert store.get(rec.id[:9]).id == rec.id
     with pytest.raises(NotFound):
         store.get("orch-nothere")
 
@@ -58,7 +58,7 @@ def test_idempotency_key_returns_the_same_job(tmp_path):
     store = store_at(tmp_path)
     a = _new(store, idempotency_key="k1")
     b = _new(store, idempotency_key="k1")
-    assert a["id"] == b["id"] and len(store.list()) == 1
+    assert a.id == b.id and len(store.list()) == 1
 
 
 def test_schema_version_and_a_newer_store(tmp_path):
@@ -88,15 +88,15 @@ def test_a_schema_1_store_is_migrated_with_its_jobs(tmp_path, monkeypatch):
     monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 1)
     old = store_at(tmp_path)
     rec = _new(old)
-    old.set_status(rec["id"], "SUCCEEDED", "done")
+    old.set_status(rec.id, "SUCCEEDED", "done")
     assert old.schema_version == 1 and "tokens" not in old._db.tables()
     old.close()
     monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION)
     store = store_at(tmp_path)
     assert store.schema_version == SCHEMA_VERSION == 2
-    got = store.get(rec["id"])
-    assert got["status"] == "SUCCEEDED" and got["owner"] is None and got["priority"] == 0
-    assert [h["status"] for h in store.history(rec["id"])] == ["PENDING", "SUCCEEDED"]
+    got = store.get(rec.id)
+    assert got.status == "SUCCEEDED" and got.owner is None and got.priority == 0
+    assert [h["status"] for h in store.history(rec.id)] == ["PENDING", "SUCCEEDED"]
     store.add_token("ann", "h" * 64)  # the schema-2 tables exist now
     assert store.token_by_hash("h" * 64)["name"] == "ann"
 
@@ -113,8 +113,8 @@ def _writer(path: str, n: int) -> None:
     store = Store(path)
     for i in range(n):
         rec = _new(store, name=f"w{os.getpid()}-{i}")
-        store.set_status(rec["id"], "RUNNING", "r")
-        store.set_status(rec["id"], "SUCCEEDED", "s")
+        store.set_status(rec.id, "RUNNING", "r")
+        store.set_status(rec.id, "SUCCEEDED", "s")
 
 
 def test_concurrent_writers(tmp_path):
@@ -130,14 +130,14 @@ def test_concurrent_writers(tmp_path):
     recs = store.list(limit=1000)
     assert len(recs) == 60
     for r in recs:
-        assert [h["status"] for h in store.history(r["id"])] == ["PENDING", "RUNNING", "SUCCEEDED"]
+        assert [h["status"] for h in store.history(r.id)] == ["PENDING", "RUNNING", "SUCCEEDED"]
 
 
 def test_an_id_prefix_is_matched_literally(tmp_path):
     store = store_at(tmp_path)
     rec = store.create_job(name="a", spec={}, kind=None, target=None, fingerprint=None,
                            job_id="orch-1234abcd")
-    assert store.get("orch-12")["id"] == rec["id"]
+    assert store.get("orch-12").id == rec.id
     for pattern in ("o_ch-", "%", "orch-1_34", "orch%"):  # wildcards in LIKE, not in an id
         with pytest.raises(NotFound):
             store.get(pattern)

@@ -71,11 +71,12 @@ def test_text_and_flags_survive_the_round_trip(pg, tmp_path):
     store = store_at(tmp_path)
     rec = store.create_job(name="nul\x00name", spec={"run": "x\x00y"}, kind=None, target=None,
                            fingerprint=None, info={"queued": True})
-    store.update(rec["id"], cancel_requested=True, message="stopped \x00 here")
-    got = store.get(rec["id"])
-    assert got["name"] == "nul\ufffdname" and got["spec"] == {"run": "x\x00y"}  # JSON escapes it
-    assert got["cancel_requested"] is True and got["message"] == "stopped \ufffd here"
-    assert isinstance(got["created_at"], float) and got["created_at"] > 1.7e9  # not a 4-byte real
+    store.update(rec.id, cancel_requested=True, message="stopped \x00 here")
+    got = store.get(rec.id)
+    assert got.name == "nul\ufffdname" and got.spec == {"run": "x\x00y"}  # JSON escapes it
+    assert got.cancel_requested is True and got.message == "stopped \ufffd here"
+    raw = store._db.execute("SELECT created_at FROM jobs WHERE id = ?", (rec.id,)).fetchone()
+    assert isinstance(raw["created_at"], float) and got.created_at > 1.7e9  # not a 4-byte real
 
 
 def test_two_servers_claiming_one_job_never_both_win(pg, tmp_path):
@@ -83,7 +84,7 @@ def test_two_servers_claiming_one_job_never_both_win(pg, tmp_path):
     IMMEDIATE transaction, exactly one of many racing claimers gets each job."""
     store = store_at(tmp_path)
     ids = [store.create_job(name=f"q{i}", spec={}, kind=None, target=None, fingerprint=None,
-                            info={"queued": True})["id"] for i in range(20)]
+                            info={"queued": True}).id for i in range(20)]
     store.close()
     wins: dict[str, list[str]] = {i: [] for i in ids}
     barrier = threading.Barrier(6)
@@ -103,13 +104,13 @@ def test_two_servers_claiming_one_job_never_both_win(pg, tmp_path):
         t.join(60)
     assert all(len(w) == 1 for w in wins.values()), wins
     store = store_at(tmp_path)
-    assert all(store.get(i)["info"]["launcher"] == wins[i][0] for i in ids)
+    assert all(store.get(i).info.launcher == wins[i][0] for i in ids)
 
 
 def test_doctor_checks_a_postgresql_store(pg, orch_home):
     store = store_at(orch_home)
     rec = store.create_job(name="a", spec={}, kind=None, target=None, fingerprint=None)
-    store.set_status(rec["id"], "SUCCEEDED", "done")
+    store.set_status(rec.id, "SUCCEEDED", "done")
     store.add_token("alice", "d" * 64)
     store.close()
     proc = run_orch(orch_home, "doctor", "--json")

@@ -54,9 +54,9 @@ def fill(path, n: int, status: str = "SUCCEEDED") -> list[str]:
     for i in range(n):
         rec = store.create_job(name=f"job{i}", spec={"run": BIG, "marker": f"MARK{i:04d}"},
                                kind="exploratory", target="local", fingerprint="fp")
-        store.set_status(rec["id"], "RUNNING", "started")
-        store.set_status(rec["id"], status, "done")
-        ids.append(rec["id"])
+        store.set_status(rec.id, "RUNNING", "started")
+        store.set_status(rec.id, status, "done")
+        ids.append(rec.id)
     store.close()  # the last connection out checkpoints the WAL into the file
     return ids
 
@@ -339,7 +339,7 @@ def test_each_migration_runs_once(tmp_path, monkeypatch, three_versions):
         Store(path).close()
     assert ran == {2: 1, 3: 1}
     assert _version(path) == 3 and {"spent", "jobs_created"} <= _tables(path)
-    assert sorted(r["id"] for r in Store(path).list()) == sorted(ids)  # the jobs came along
+    assert sorted(r.id for r in Store(path).list()) == sorted(ids)  # the jobs came along
 
 
 def _migrate_and_crash(path: str) -> None:

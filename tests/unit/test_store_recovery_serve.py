@@ -59,9 +59,9 @@ def _job(store, marker, name, owner, key=None, info=None) -> str:
     rec = store.create_job(name=name, spec={"run": BIG, "marker": marker}, kind="steady",
                            target="local", fingerprint="fp", owner=owner, idempotency_key=key,
                            info=info)
-    store.set_status(rec["id"], "RUNNING", "started")
-    store.set_status(rec["id"], "SUCCEEDED", "done")
-    return rec["id"]
+    store.set_status(rec.id, "RUNNING", "started")
+    store.set_status(rec.id, "SUCCEEDED", "done")
+    return rec.id
 
 
 def damage_table_page_of(path, marker: str) -> None:
@@ -168,7 +168,7 @@ def test_a_damaged_schedules_page_loses_only_that_schedule_and_says_which(orch_h
         assert store.schedule_events(hourly["id"]) == []
         # Its job is kept, under its idempotency key: the slot it ran is still taken.
         job = store.list(limit=10, statuses=("SUCCEEDED",))
-        assert f"cron:{hourly['id']}:{iso(NIGHT)}" in {j["idempotency_key"] for j in job}
+        assert f"cron:{hourly['id']}:{iso(NIGHT)}" in {j.idempotency_key for j in job}
     finally:
         store.close()
 

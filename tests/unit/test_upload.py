@@ -256,7 +256,7 @@ def test_an_upload_is_taken_once_and_a_job_runs_from_it(api, workdir):
     rec = r.json()
     assert rec["run"]["upload"] == digest
     store = store_at(api.settings.home)
-    assert store.get(rec["id"])["spec"]["workdir"] == str(folder)
+    assert store.get(rec["id"]).spec["workdir"] == str(folder)
     store.close()
     plan = api("POST", "/v1/plan", json=job)
     assert plan.status_code == 200 and plan.json()["fingerprint"] == rec["fingerprint"]
@@ -291,6 +291,6 @@ def test_a_schedule_registered_with_an_upload_runs_its_slots_from_it(api, workdi
         assert stored == text.replace("workdir: .", f'workdir: "{folder}"')
         with api.sched.session() as local:
             (job_id,) = api.sched.run_cron(local, time.time() + 2 * 86_400)
-        assert store.get(job_id)["spec"]["workdir"] == str(folder)
+        assert store.get(job_id).spec["workdir"] == str(folder)
     finally:
         store.close()

@@ -18,7 +18,7 @@ from orchestrator import upload, upload_gc
 from orchestrator.errors import InputError
 from orchestrator.store import iso
 from orchestrator.upload_gc import Folder, Use, collect, decide, job_uses, schedule_uses
-from tests.conftest import serve_settings, store_at
+from tests.conftest import job_row, serve_settings, store_at
 
 HOUR = 3600.0
 NOW = 1_800_000_000.0
@@ -99,7 +99,8 @@ def test_what_jobs_and_schedules_refer_to():
         {"id": "orch-5", "status": "SUCCEEDED", "created_at": 60.0, "finished_at": 70.0,
          "spec": {"workdir": "."}, "info": {}, "source_file": f"{folder}/job.yaml"},
     ]
-    assert job_uses(jobs) == [Use(D("a"), "job orch-1 (RUNNING)", True, 10.0),
+    rows = [job_row({"name": "j", **j}) for j in jobs]  # the table has no names: job_uses reads none
+    assert job_uses(rows) == [Use(D("a"), "job orch-1 (RUNNING)", True, 10.0),
                               Use(D("b"), "job orch-2 (PENDING)", True, 20.0),
                               Use(D("c"), "job orch-3 (SUCCEEDED)", False, 90.0),
                               Use(D("a"), "job orch-5 (SUCCEEDED)", False, 70.0)]
@@ -127,10 +128,10 @@ def _job(store, name: str, status: str, created_h: float, now: float, finished_h
     rec = store.create_job(name=name, spec=kw.pop("spec", {"run": "x"}), kind="exploratory",
                            target="local", fingerprint=None, **kw)
     if status != "PENDING":
-        store.set_status(rec["id"], status)
-    store.update(rec["id"], created_at=now - created_h * HOUR,
+        store.set_status(rec.id, status)
+    store.update(rec.id, created_at=now - created_h * HOUR,
                  finished_at=None if finished_h is None else now - finished_h * HOUR)
-    return rec["id"]
+    return rec.id
 
 
 def test_the_collector_removes_exactly_the_uploads_nobody_needs(tmp_path, caplog):
@@ -166,7 +167,7 @@ def test_the_collector_removes_exactly_the_uploads_nobody_needs(tmp_path, caplog
         # The schedule removed and the jobs finished long ago: all of orch's go.
         store.remove_schedule(store.schedules()[0]["id"])
         for rec in store.list(limit=100, statuses=("PENDING", "RUNNING")):
-            store.set_status(rec["id"], "CANCELLED")
+            store.set_status(rec.id, "CANCELLED")
         assert collect(home, store, 24, time.time() + 48 * HOUR) == [D(c) for c in "8abcd"]
         assert os.listdir(root) == ["notes"]
     finally:

@@ -26,7 +26,7 @@ def when(value) -> Optional[float]:
 
 def run_time(rec: dict) -> Optional[float]:
     """Seconds a job has run (or waited, before it started), from its JSON record."""
-    return job_duration({k: when(rec.get(k)) for k in ("created_at", "started_at", "finished_at")})
+    return job_duration(when(rec["created_at"]), when(rec["started_at"]), when(rec["finished_at"]))
 
 
 def precision_summary(ev: dict) -> str:

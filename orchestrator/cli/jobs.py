@@ -51,7 +51,7 @@ def status(
              for r in recs]))
         return
     rec = client.job(job_id)
-    warning = rec.get("warning")
+    warning = rec["warning"]
     if json_out:
         print_json(rec)
         return
@@ -111,7 +111,7 @@ def logs(
 def cancel(job_id: str = typer.Argument(..., help="a job id (or a unique prefix)")) -> None:
     """Stop a job; it ends as CANCELLED."""
     rec = _client().cancel(job_id)
-    if rec.get("already_ended"):
+    if rec["already_ended"]:
         out.print(f"{rec['id']} already ended: {status_text(rec['status'])}")
         return
     out.print(f"{rec['id']} {status_text(rec['status'])}")

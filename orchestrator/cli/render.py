@@ -62,12 +62,13 @@ def duration(seconds: Optional[float]) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def job_duration(rec: dict) -> Optional[float]:
-    start = rec.get("started_at") or rec.get("created_at")
+def job_duration(created: Optional[float], started: Optional[float],
+                 finished: Optional[float]) -> Optional[float]:
+    """Seconds a job has run, or waited before it started (epoch seconds in)."""
+    start = started or created
     if start is None:
         return None
-    end = rec.get("finished_at") or time.time()
-    return end - start
+    return (finished or time.time()) - start
 
 
 PHASE_LABELS = {"submit_to_recorded": "submit→recorded", "recorded_to_launched": "→launched",

@@ -112,16 +112,6 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "sqlite_only: see pyproject.toml")
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`-n 2 --dist loadgroup`, as `make test` runs): every test that
-    starts Ray runs on one worker, one after another, with the session's one local Ray and
-    its one two-node cluster (several Rays at once would share 2 cores, and the tests that
-    count Ray Train processes must see only their own); the unit tests run beside them."""
-    for item in items:
-        if item.get_closest_marker("integration"):
-            item.add_marker(pytest.mark.xdist_group("ray"))
-
-
 def pytest_report_header(config):
     if config.getoption("--store") == "postgresql":
         from tests import pgserver

@@ -71,16 +71,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# The Ray tests run one after another (one local Ray, one two-node cluster, and tests that
-# count Ray Train processes); they leave a core idle much of the time, waiting on Ray, and
-# the unit tests (no Ray) run beside them in a second pytest, their output shown after.
+# The whole suite, twice for the store (SQLite, then PostgreSQL for PG_SUITE): the tests that
+# start Ray run one after another (one local Ray, one two-node cluster, and tests that count
+# Ray Train processes); they leave a core idle much of the time, waiting on Ray, so the
+# tests without Ray run beside them in a second pytest, their output shown after.
 test: $(STAMP) browser postgres lint
-	@log="$${TMPDIR:-/tmp}/orch-unit-$$$$.log"; \
-	$(BIN)/python -m pytest tests -m "not integration" --durations=10 >"$$log" 2>&1 & unit=$$!; \
-	$(BIN)/python -m pytest tests -m integration --durations=20; ray=$$?; \
-	wait $$unit; units=$$?; echo "== the unit tests, run beside the Ray tests:"; cat "$$log"; \
-	rm -f "$$log"; test $$ray -eq 0 -a $$units -eq 0
-	$(BIN)/python -m pytest --store postgresql $(PG_SUITE) --durations=10
+	PYTHON=$(BIN)/python tests/run-suite $(PG_SUITE)
 
 postgres-test: $(STAMP) postgres
 	$(BIN)/python -m pytest --store postgresql $(PG_SUITE)

@@ -14,6 +14,7 @@ from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
 from providers.base import BackendState
 from providers.cloud import CloudProvider, build_task
+from tests import fake_sky
 from tests.conftest import ROOT
 from tests.fake_sky import FakeSky, catalog_offline
 
@@ -258,3 +259,17 @@ def test_a_catalog_that_cannot_be_downloaded_fails_the_launch_with_a_hint(orch, 
     (rec,) = orch.store.list()
     assert rec.status == "FAILED" and rec.message.startswith("launch failed: SkyPilot did not accept")
     assert "catalog common/accelerators.csv" in rec.message and "Traceback" not in capsys.readouterr().err
+
+
+def test_a_catalog_download_refused_without_cloud_error_is_named_too():
+    import requests
+
+    from providers.cloud import refusal
+
+    # What a launch on an aws instance type raised with no network (the client's own download).
+    e = requests.exceptions.ConnectionError(fake_sky.CATALOG_OFFLINE.replace(
+        "common/accelerators.csv", "aws/vms.csv"))
+    what, hint = refusal(e)
+    assert what == ("SkyPilot could not download its catalog aws/vms.csv from "
+                    "raw.githubusercontent.com (ConnectionError: no network?)")
+    assert refusal(ValueError("bad\nmore"))[0] == "ValueError: bad"

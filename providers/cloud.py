@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -40,10 +41,44 @@ _WHY = {
 }
 RUNNER_DIR = "~/.orch-runner"  # where orch's runner package lands on the VM
 FALLBACKS = 4  # offers handed to SkyPilot after the chosen one
+_CATALOG = re.compile(r"catalogs/(v\d+)/([\w./-]+\.csv)")
+_HOST = re.compile(r"host='([^']+)'")
 
 
 def sky_env() -> None:
     os.environ.setdefault("SKYPILOT_DISABLE_USAGE_COLLECTION", "1")
+
+
+def controller_not_up(e: BaseException) -> Optional[str]:
+    """SkyPilot's jobs controller state when `e` says it is not up: "none" when no controller
+    exists (none was ever launched through this API server, or the first launch is still
+    provisioning it: SkyPilot then has no managed jobs at all), else its status (STOPPED:
+    it stopped itself once no job was left in progress). None: `e` says something else."""
+    if type(e).__name__ != "ClusterNotUpError":  # sky is imported whenever it raised this
+        return None
+    from sky import exceptions
+
+    if not isinstance(e, exceptions.ClusterNotUpError):
+        return None
+    status = getattr(e, "cluster_status", None)
+    return "none" if status is None else str(getattr(status, "value", status))
+
+
+def refusal(e: BaseException) -> tuple[str, str]:
+    """(what, hint) for an exception from a SkyPilot call, without its traceback: a catalog
+    SkyPilot could not download (its first use of a cloud, with no network) is named."""
+    text = str(e)
+    found = _CATALOG.search(text)
+    if found:
+        host = _HOST.search(text)
+        where = host.group(1) if host else "the network"
+        return (f"SkyPilot could not download its catalog {found.group(2)} from {where} "
+                f"({type(e).__name__}: no network?)",
+                f"SkyPilot fetches a cloud's catalog on first use: let this machine reach {where}, "
+                f"or copy ~/.sky/catalogs/{found.group(1)}/ from a machine that has it")
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return (f"{type(e).__name__}: {first}".rstrip(": "),
+            "`sky check` shows which clouds are enabled; `sky api info` the API server")
 
 
 def enabled_clouds(clouds: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -212,17 +247,32 @@ class CloudProvider(Backend, HasLaunchInfo):
     def prepare(self) -> None:
         """Nothing to start: the SDK starts SkyPilot's local API server on first use."""
 
+    def _queue(self, backend_id: str) -> list[dict]:
+        """SkyPilot's records of the job: none when SkyPilot has no jobs controller, which
+        it answers with ClusterNotUpError ("No in-progress managed jobs."). A stopped
+        controller is a BackendError: the job's last state is then unreadable."""
+        try:
+            return self.sdk.queue(backend_id)
+        except Exception as e:
+            controller = controller_not_up(e)
+            if controller == "none":
+                return []
+            if controller:
+                raise BackendError(f"SkyPilot's jobs controller is {controller}, so it cannot say "
+                                   f"what became of {backend_id}: {e}",
+                                   "`sky jobs queue --refresh` starts the controller again") from None
+            raise
+
     def submit(self, launch: Launch) -> str:
         try:
-            if self.sdk.queue(launch.job_id):
+            if self._queue(launch.job_id):
                 return launch.job_id  # launched before a crash: never twice
             self.requests[launch.job_id] = self.sdk.launch(build_task(launch), launch.job_id)
         except BackendError:
             raise
         except Exception as e:
-            raise BackendError(f"SkyPilot did not accept {launch.job_id}: {type(e).__name__}: {e}",
-                               "`sky check` shows which clouds are enabled; `sky api info` "
-                               "the API server") from None
+            what, hint = refusal(e)
+            raise BackendError(f"SkyPilot did not accept {launch.job_id}: {what}", hint) from None
         return launch.job_id
 
     def launch_info(self, backend_id: str) -> dict:
@@ -234,10 +284,12 @@ class CloudProvider(Backend, HasLaunchInfo):
     def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
         info = info or {}
         try:
-            records = self.sdk.queue(backend_id)
+            records = self._queue(backend_id)
+        except BackendError:
+            raise
         except Exception as e:
             raise BackendError(f"cannot read managed job {backend_id} from SkyPilot: "
-                               f"{type(e).__name__}: {e}", "`sky api info` checks the API server") from None
+                               f"{refusal(e)[0]}", "`sky api info` checks the API server") from None
         if not records:  # not in the queue yet: the launch request may still be working
             rid = info.get("sky_request_id")
             if not rid:
@@ -258,15 +310,19 @@ class CloudProvider(Backend, HasLaunchInfo):
                                   "sky_job_id": rec.get("job_id"), "infra": rec.get("infra")})
 
     def logs(self, backend_id: str) -> str:
+        """SkyPilot answers "" for a job it has no record of (its error stays on the server)."""
         try:
             return self.sdk.logs(backend_id)
         except Exception as e:
-            raise BackendError(f"cannot read logs of {backend_id} from SkyPilot: {e}",
+            raise BackendError(f"cannot read logs of {backend_id} from SkyPilot: {refusal(e)[0]}",
                                f"`sky jobs logs --name {backend_id}`") from None
 
     def cancel(self, backend_id: str) -> None:
+        """A controller that is not up has no job in progress: nothing to stop."""
         try:
             self.sdk.cancel(backend_id)
         except Exception as e:
-            raise BackendError(f"cannot cancel {backend_id} through SkyPilot: {e}",
+            if controller_not_up(e):
+                return
+            raise BackendError(f"cannot cancel {backend_id} through SkyPilot: {refusal(e)[0]}",
                                f"`sky jobs cancel --name {backend_id}`") from None

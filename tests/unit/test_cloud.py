@@ -8,12 +8,15 @@ import json
 import pytest
 
 from orchestrator.decision.ledger import update_ledger
+from orchestrator.errors import BackendError
 from orchestrator.service import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
+from providers.base import BackendState
 from providers.cloud import CloudProvider, build_task
+from tests import fake_sky
 from tests.conftest import ROOT
-from tests.fake_sky import FakeSky
+from tests.fake_sky import FakeSky, catalog_offline
 
 T0 = 1_800_000_000.0
 JOB = """\
@@ -206,3 +209,67 @@ def test_multi_node_cloud_jobs_are_refused_before_recording(orch):
     with pytest.raises(SpecError, match="num_nodes: cloud jobs run on one node"):
         orch.submit(spec)
     assert orch.store.list() == []
+
+
+# What SkyPilot's API server answers where it has no jobs controller (replayed by the fake as
+# a real server gave them: tests/integration/test_sky_api_server.py), each to one orch outcome.
+
+def test_no_jobs_controller_means_skypilot_has_no_job():
+    fake = FakeSky([])
+    provider = CloudProvider(sdk=fake)
+    from sky.exceptions import ClusterNotUpError
+
+    with pytest.raises(ClusterNotUpError, match="No in-progress managed jobs"):
+        fake.queue("orch-gone")  # what the SDK raises
+    assert provider.state("orch-gone") == BackendState("FAILED", "SkyPilot has no job orch-gone")
+    # A launch of it may still be provisioning SkyPilot's first controller.
+    fake.request_status = "RUNNING"
+    assert provider.state("orch-gone", {"sky_request_id": "r1"}).status == "PENDING"
+    assert provider.logs("orch-gone") == ""
+    provider.cancel("orch-gone")  # nothing in progress there: already ended, no error
+    assert fake.cancelled == []
+
+
+def test_a_stopped_jobs_controller_cannot_say_what_became_of_a_job():
+    provider = CloudProvider(sdk=FakeSky([{"status": "RUNNING"}], controller="STOPPED"))
+    with pytest.raises(BackendError, match="controller is STOPPED") as err:
+        provider.state("orch-old")
+    assert "sky jobs queue --refresh" in (err.value.hint or "")
+    provider.cancel("orch-old")  # "All managed jobs should have finished."
+
+
+def test_the_first_launch_goes_ahead_with_no_controller_and_no_job_twice(orch):
+    spec = load_spec_text(JOB.format(accel="H100:1"), "explore.yaml")
+    fake = use_fake(orch, [{"status": "PENDING"}])
+    rec = orch.submit(spec).rec
+    assert [name for _, name in fake.launched] == [rec.id] and rec.status != "FAILED"
+
+
+def test_a_catalog_that_cannot_be_downloaded_fails_the_launch_with_a_hint(orch, capsys):
+    orch.settings = orch.settings.model_copy(update={"backend_retries": 1})
+    spec = load_spec_text(JOB.format(accel="H100:1"), "explore.yaml")
+    fake = use_fake(orch, [], launch_error=catalog_offline())
+    with pytest.raises(BackendError) as err:
+        orch.submit(spec)
+    assert err.value.message.endswith(
+        "SkyPilot could not download its catalog common/accelerators.csv from "
+        "raw.githubusercontent.com (CloudError: no network?) (after 1 attempts)")
+    assert "let this machine reach raw.githubusercontent.com" in (err.value.hint or "")
+    assert fake.launched == []
+    (rec,) = orch.store.list()
+    assert rec.status == "FAILED" and rec.message.startswith("launch failed: SkyPilot did not accept")
+    assert "catalog common/accelerators.csv" in rec.message and "Traceback" not in capsys.readouterr().err
+
+
+def test_a_catalog_download_refused_without_cloud_error_is_named_too():
+    import requests
+
+    from providers.cloud import refusal
+
+    # What a launch on an aws instance type raised with no network (the client's own download).
+    e = requests.exceptions.ConnectionError(fake_sky.CATALOG_OFFLINE.replace(
+        "common/accelerators.csv", "aws/vms.csv"))
+    what, hint = refusal(e)
+    assert what == ("SkyPilot could not download its catalog aws/vms.csv from "
+                    "raw.githubusercontent.com (ConnectionError: no network?)")
+    assert refusal(ValueError("bad\nmore"))[0] == "ValueError: bad"

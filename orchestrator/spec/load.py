@@ -68,6 +68,7 @@ def load_spec_text(text: str, file: str = "<job>", given: Optional[Overrides] = 
         if what in data:
             raise SpecError(file, src.line_of((what,)), what, f"makes this {kind}",
                             instead.format(file=file))
+    _fill_in_envs(data, src)
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as e:
@@ -89,6 +90,44 @@ def load_spec_text(text: str, file: str = "<job>", given: Optional[Overrides] = 
     if spec.name is None and file != "<job>":
         spec.name = _default_name(file)
     return spec
+
+
+# `$NAME` and `${NAME}`, as SkyPilot's Task.from_yaml_config finds them (sky/task.py).
+_VAR = re.compile(r"\$\{?\b([a-zA-Z_][a-zA-Z0-9_]*)\b\}?")
+# Where SkyPilot fills in a task's envs when it reads the file (its `volumes` and `service`
+# are not orch's keys): in file_mounts' paths, bucket names and sources, and the workdir.
+SUBSTITUTED = ("file_mounts", "workdir")
+
+
+def _fill_in_envs(data: dict, src: SourceMap) -> None:
+    """`$NAME` / `${NAME}` in file_mounts and workdir replaced by the env's value (the file's,
+    or --env's over it), as SkyPilot does; a name that is no env is left as written. A
+    secret is not filled in: these keys are kept with the job's record, and a secret value
+    never is (SkyPilot would substitute an inline one)."""
+    envs = data.get("envs") if isinstance(data.get("envs"), dict) else {}
+    secrets = data.get("secrets") if isinstance(data.get("secrets"), dict) else {}
+    values = {str(k): ("true" if v else "false") if isinstance(v, bool) else str(v)
+              for k, v in (envs or {}).items() if v is not None}
+
+    def fill(path: tuple, value):
+        if isinstance(value, str):
+            for name in _VAR.findall(value):
+                if name in (secrets or {}) and name not in values:
+                    raise SpecError(src.file, src.line_of(path), ".".join(map(str, path)),
+                                    f"uses the secret {name}: orch keeps this key with the "
+                                    "job's record, and never a secret's value",
+                                    f"put the path or bucket name in envs (envs.{name}), or "
+                                    "read the secret in the job's run or setup")
+            return _VAR.sub(lambda m: values.get(m.group(1), m.group(0)), value)
+        if isinstance(value, dict):
+            return {fill(path + (k,), k): fill(path + (k,), v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fill(path + (i,), v) for i, v in enumerate(value)]
+        return value
+
+    for key in SUBSTITUTED:
+        if data.get(key) is not None:
+            data[key] = fill((key,), data[key])
 
 
 def _check_together(spec: JobSpec, src: SourceMap) -> None:

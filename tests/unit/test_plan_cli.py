@@ -308,3 +308,20 @@ def test_keys_for_a_vm_only_are_noted_when_the_job_runs_on_owned_hardware(env, m
     r = invoke("plan", str(env), "--json")
     d = json.loads(r.stdout)
     assert d["choice"] is None and "resources.instance_type asks for an instance type" in str(d), d
+
+
+def test_file_mounts_reach_the_sky_task_with_their_envs_filled_in(env):
+    import copy
+
+    import sky
+    import yaml
+
+    env.write_text(JOB + "envs: {BUCKET: null, SIZE: '7'}\n"
+                   "file_mounts:\n  /model/llama-${SIZE}b: s3://$BUCKET/llama-${SIZE}b\n")
+    r = invoke("plan", str(env), "--env", "BUCKET=weights", "--emit", "sky")
+    assert r.exit_code == 0, r.output
+    task = yaml.safe_load(r.stdout)
+    assert task["file_mounts"]["/model/llama-7b"] == "s3://weights/llama-7b"
+    assert not any("$" in k or "$" in str(v) for k, v in task["file_mounts"].items())
+    again = sky.Task.from_yaml_config(copy.deepcopy(task)).to_yaml_config()  # SkyPilot takes it
+    assert again["file_mounts"]["/model/llama-7b"] == "s3://weights/llama-7b"

@@ -173,3 +173,33 @@ def test_skypilots_vm_keys_load_and_unknown_ones_still_do_not():
                        ("resources:\n  disk_sise: 10\nrun: echo\n", "did you mean 'disk_size'")):
         with pytest.raises(SpecError, match=words):
             load_spec_text(doc, "job.yaml")
+
+
+def test_envs_are_filled_into_file_mounts_and_workdir_as_skypilot_does(tmp_path):
+    from orchestrator.spec import Overrides
+
+    text = ("envs: {BUCKET: weights, SIZE: 13, DIR: code}\n"
+            "workdir: ./${DIR}\n"
+            "file_mounts:\n"
+            "  /model/llama-${SIZE}b: s3://$BUCKET/llama-${SIZE}b\n"
+            "  /out:\n    name: ${BUCKET}-out\n    source: ['~/$NOT_AN_ENV']\n    mode: MOUNT\n"
+            "run: python train.py --size $SIZE\n")
+    (tmp_path / "code").mkdir()
+    (tmp_path / "job.yaml").write_text(text)
+    spec = load_spec(tmp_path / "job.yaml")
+    assert spec.file_mounts == {"/model/llama-13b": "s3://weights/llama-13b",
+                                "/out": {"name": "weights-out", "source": ["~/$NOT_AN_ENV"],
+                                         "mode": "MOUNT"}}
+    assert spec.workdir == "./code" and spec.workdir_path() == (tmp_path / "code").resolve()
+    assert spec.run == "python train.py --size $SIZE"  # the shell fills run and setup in
+    # --env over the file's value, before the substitution, as with `sky launch --env`.
+    given = Overrides(envs={"SIZE": "70"})
+    assert list(load_spec(tmp_path / "job.yaml", given).file_mounts)[0] == "/model/llama-70b"
+
+
+def test_a_secret_in_file_mounts_is_refused_at_its_key():
+    text = "secrets: {HF_TOKEN: null}\nfile_mounts:\n  /w: s3://$HF_TOKEN/x\nrun: echo\n"
+    with pytest.raises(SpecError) as e:
+        load_spec_text(text, "job.yaml")
+    assert (e.value.line, e.value.key) == (3, "file_mounts./w")
+    assert "secret HF_TOKEN" in e.value.message and "envs.HF_TOKEN" in e.value.hint

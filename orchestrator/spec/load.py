@@ -101,9 +101,10 @@ SUBSTITUTED = ("file_mounts", "workdir")
 
 def _fill_in_envs(data: dict, src: SourceMap) -> None:
     """`$NAME` / `${NAME}` in file_mounts and workdir replaced by the env's value (the file's,
-    or --env's over it), as SkyPilot does; a name that is no env is left as written. A
-    secret is not filled in: these keys are kept with the job's record, and a secret value
-    never is (SkyPilot would substitute an inline one)."""
+    or --env's over it), as SkyPilot does; a name that is no env is left as written, a
+    null secret too (SkyPilot leaves those). A secret with a value (inline, or --secret) is
+    refused there: SkyPilot would fill it in, but these keys are kept with the job's
+    record, and a secret's value never is."""
     envs = data.get("envs") if isinstance(data.get("envs"), dict) else {}
     secrets = data.get("secrets") if isinstance(data.get("secrets"), dict) else {}
     values = {str(k): ("true" if v else "false") if isinstance(v, bool) else str(v)
@@ -112,7 +113,7 @@ def _fill_in_envs(data: dict, src: SourceMap) -> None:
     def fill(path: tuple, value):
         if isinstance(value, str):
             for name in _VAR.findall(value):
-                if name in (secrets or {}) and name not in values:
+                if (secrets or {}).get(name) is not None and name not in values:
                     raise SpecError(src.file, src.line_of(path), ".".join(map(str, path)),
                                     f"uses the secret {name}: orch keeps this key with the "
                                     "job's record, and never a secret's value",

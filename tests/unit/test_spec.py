@@ -99,8 +99,8 @@ BAD = [
     ("train:\n  job: nope\n", 2, "train.job", "built-in jobs: image-classification"),
     ("train:\n  entrypoint: not a path\n", 2, "train.entrypoint", "package.module:function"),
     ("train:\n  config: {}\n", 1, "train", "exactly one of 'job'"),
-    ("name: x\n", None, None, "exactly one of 'train:'"),
-    ("run: echo\ntrain:\n  job: image-classification\n", None, None, "exactly one of 'train:'"),
+    ("name: x\n", None, None, "nothing to run: give 'train:'"),
+    ("run: echo\ntrain:\n  job: image-classification\n", None, None, "not both"),
     ("run: echo\nrun: echo again\n", 2, "run", "appears twice"),
     ("run: [echo\n", 2, None, "YAML syntax error"),
     ("- just\n- a list\n", 1, None, "must be a mapping"),
@@ -197,9 +197,14 @@ def test_envs_are_filled_into_file_mounts_and_workdir_as_skypilot_does(tmp_path)
     assert list(load_spec(tmp_path / "job.yaml", given).file_mounts)[0] == "/model/llama-70b"
 
 
-def test_a_secret_in_file_mounts_is_refused_at_its_key():
-    text = "secrets: {HF_TOKEN: null}\nfile_mounts:\n  /w: s3://$HF_TOKEN/x\nrun: echo\n"
-    with pytest.raises(SpecError) as e:
-        load_spec_text(text, "job.yaml")
-    assert (e.value.line, e.value.key) == (3, "file_mounts./w")
-    assert "secret HF_TOKEN" in e.value.message and "envs.HF_TOKEN" in e.value.hint
+def test_a_secret_with_a_value_in_file_mounts_is_refused_at_its_key():
+    from orchestrator.spec import Overrides
+
+    text = "secrets: {HF_TOKEN: %s}\nfile_mounts:\n  /w: s3://$HF_TOKEN/x\nrun: echo\n"
+    for value, given in (("hf_Zq8pLr2mXv9sKt4w", None), ("null", Overrides(secrets={"HF_TOKEN": "v"}))):
+        with pytest.raises(SpecError) as e:
+            load_spec_text(text % value, "job.yaml", given)
+        assert (e.value.line, e.value.key) == (3, "file_mounts./w")
+        assert "secret HF_TOKEN" in e.value.message and "envs.HF_TOKEN" in e.value.hint
+    # A null one, as SkyPilot leaves it (its value is not known when the file is read).
+    assert load_spec_text(text % "null", "job.yaml").file_mounts == {"/w": "s3://$HF_TOKEN/x"}

@@ -24,6 +24,11 @@ _UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
 
 
 def load_spec(path: str | Path, given: Optional[Overrides] = None) -> JobSpec:
+    return load_spec_text(*read_job_file(path), given)
+
+
+def read_job_file(path: str | Path) -> tuple[str, str]:
+    """(text, the name errors give it) of a job file; SpecError when it cannot be read."""
     p = Path(path)
     try:
         raw = read_regular(p, MAX_BYTES + 1)  # bounded: the path may be huge
@@ -44,7 +49,7 @@ def load_spec(path: str | Path, given: Optional[Overrides] = None) -> JobSpec:
         raise SpecError(str(path), raw[:e.start].count(b"\n") + 1, None,
                         f"is not UTF-8 text (byte {e.start} is {raw[e.start]:#04x})",
                         "save the job file as UTF-8 text") from None
-    return load_spec_text(text, str(p.resolve()) if p.is_absolute() else str(path), given)
+    return text, str(p.resolve()) if p.is_absolute() else str(path)
 
 
 # SkyPilot files that are not tasks to run once: what to use for them instead.
@@ -88,7 +93,7 @@ def load_spec_text(text: str, file: str = "<job>", given: Optional[Overrides] = 
                         f"give it with --env {unset[0]}=VALUE (or --env-file FILE), as with "
                         "`sky launch --env`")
     if spec.name is None and file != "<job>":
-        spec.name = _default_name(file)
+        spec.name = default_name(file)
     return spec
 
 
@@ -150,7 +155,7 @@ def _check_together(spec: JobSpec, src: SourceMap) -> None:
                              "which SkyPilot refuses", "remove the trailing '/'")
 
 
-def _default_name(file: str) -> str:
+def default_name(file: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(file).stem).strip("-.") or "job"
     return stem[:63]
 

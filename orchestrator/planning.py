@@ -84,9 +84,9 @@ def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,
     if history is None:
         history = history_for(fingerprint, settings)
     decision, notes = _plan(spec, settings, fingerprint, code_dirty, history)
-    carried = spec.resources.carried()
+    carried = spec.carried()
     if carried and decision.choice is not None and decision.target != "cloud":
-        notes.append(f"{', '.join('resources.' + k for k in carried)}: for a cloud VM; on "
+        notes.append(f"{', '.join(carried)}: for a cloud VM; on "
                      f"{decision.target} the job runs without {'them' if len(carried) > 1 else 'it'}")
     return decision, notes
 

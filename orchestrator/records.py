@@ -48,6 +48,11 @@ class RunInfo(_Public):
     upload: Optional[str] = Field(default=None, description="the uploaded workdir it runs from")
     schedule: Optional[str] = Field(default=None, description="the cron schedule that queued it")
     slot: Optional[str] = Field(default=None, description="the schedule's slot (UTC) it runs for")
+    pipeline: Optional[str] = Field(default=None, description="the pipeline it is a stage of")
+    stage: Optional[int] = Field(default=None, description="its place in the pipeline, from 1")
+    stages: Optional[int] = Field(default=None, description="how many stages the pipeline has")
+    after: Optional[str] = Field(default=None, description="the stage (job id) that must "
+                                 "succeed before it starts")
     entrypoint: Optional[str] = Field(default=None, description="the command its backend runs")
     storage_path: Optional[str] = Field(default=None, description="where its checkpoints go")
     run_name: Optional[str] = Field(default=None, description="its run's folder under storage_path")

@@ -43,6 +43,7 @@ class Launch:
     num_nodes: int = 1
     disk_size: Optional[int] = None
     vm: dict = field(default_factory=dict)  # the job file's SkyPilot VM keys (image_id, ports, ...)
+    task_keys: dict = field(default_factory=dict)  # its SkyPilot task keys (config, volumes, ...)
 
     def split_env(self) -> tuple[dict, dict]:
         """(public, secret): `secrets` and every credential-like `env` name on the secret

@@ -146,6 +146,10 @@ def build_task(launch: Launch):
     task.set_file_mounts(mounts)
     offers = list(launch.offers)[: 1 + FALLBACKS]
     task.set_resources([_resources(o, launch) for o in offers])
+    if launch.task_keys:
+        # The job file's own task keys (config, inputs, outputs, volumes), read by SkyPilot's
+        # loader as it reads them in a task file: a round trip through its YAML form.
+        task = sky.Task.from_yaml_config({**task.to_yaml_config(), **launch.task_keys})
     return task
 
 
@@ -154,6 +158,14 @@ def task_yaml(launch: Launch) -> dict:
     config = build_task(launch).to_yaml_config()
     if config.get("secrets"):
         config["secrets"] = {k: None for k in config["secrets"]}
+    if launch.task_keys:
+        # The job file's task keys as it wrote them: SkyPilot's YAML form spreads `config`
+        # into each candidate's `_cluster_config_overrides`, which it then refuses beside
+        # a `config:` when it reads the file again.
+        res = config.get("resources") or {}
+        for cand in res.get("ordered") or res.get("any_of") or [res]:
+            cand.pop("_cluster_config_overrides", None)
+        config.update(launch.task_keys)
     return config
 
 
@@ -242,7 +254,7 @@ class CloudProvider(Backend, HasLaunchInfo):
         return dataclasses.replace(launch, offers=tuple(offers),
                                    file_mounts=dict(spec.file_mounts), num_nodes=spec.num_nodes,
                                    disk_size=spec.resources.disk_size,
-                                   vm=spec.resources.for_cloud_vm())
+                                   vm=spec.resources.for_cloud_vm(), task_keys=spec.task_keys())
 
     def prepare(self) -> None:
         """Nothing to start: the SDK starts SkyPilot's local API server on first use."""

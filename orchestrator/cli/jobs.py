@@ -20,6 +20,12 @@ from orchestrator.cli.render import (
 )
 
 
+def _stage(rec: dict) -> str:
+    """' [2/3]' for a pipeline's stage, '' for a job alone."""
+    run = rec["run"]
+    return f" [{run['stage']}/{run['stages']}]" if run["stage"] else ""
+
+
 def _client():
     from orchestrator.client import connect
 
@@ -45,7 +51,7 @@ def status(
             return
         out.print(table(
             ["ID", "NAME", "STATUS", "KIND", "TARGET", "CREATED", "DURATION", "METRICS"],
-            [(r["id"], r["name"], status_text(r["status"]), r["kind"], r["target"],
+            [(r["id"], r["name"] + _stage(r), status_text(r["status"]), r["kind"], r["target"],
               time.strftime("%Y-%m-%d %H:%M", time.localtime(when(r["created_at"]))),
               duration(run_time(r)), metric_summary(r["metrics"] or {}))
              for r in recs]))
@@ -58,7 +64,10 @@ def status(
     out.print(f"[bold]{rec['id']}[/] {rec['name']}  {status_text(rec['status'])}")
     if warning:
         err.print(f"[yellow]warning:[/] {escape(warning)}")
-    for label, value in (("kind", rec["kind"]), ("target", rec["target"]),
+    run = rec["run"]
+    stage = (f"{run['pipeline']}: stage {run['stage']} of {run['stages']}"
+             + (f", after {run['after']} succeeded" if run["after"] else "")) if run["stage"] else None
+    for label, value in (("pipeline", stage), ("kind", rec["kind"]), ("target", rec["target"]),
                          ("fingerprint", rec["fingerprint"]), ("duration", duration(run_time(rec))),
                          ("job file", rec["source_file"]), ("message", rec["message"]),
                          ("log", rec["log_path"])):

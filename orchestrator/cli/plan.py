@@ -27,6 +27,9 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
     values = given(env, env_file, secret)
     client = connect(on_note=note)
     d = client.plan(file, values)
+    if "stages" in d:  # a pipeline: each stage's plan, in order
+        _plan_pipeline(d, file, values, emit, json_out, show_all)
+        return
     if emit is not None:
         from orchestrator.settings import load_settings
         from orchestrator.spec import load_spec
@@ -38,6 +41,29 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
         from orchestrator.spec import load_spec
 
         render(d, load_spec(file, values).name or str(file), limit=None if show_all else 40)
+
+
+def _plan_pipeline(d: dict, file: Path, values, emit: Optional[str], json_out: bool,
+                   show_all: bool) -> None:
+    from orchestrator.spec.pipeline import load_pipeline
+
+    if json_out and emit is None:
+        print_json(d)
+        return
+    pipeline = load_pipeline(file, values)
+    assert pipeline is not None  # the client planned it as one
+    if emit is not None:  # SkyPilot's own pipeline form: its header, then a task a stage
+        from orchestrator.settings import load_settings
+
+        settings = load_settings()
+        out.print(f"name: {pipeline.name}", markup=False, highlight=False)
+        for spec, stage in zip(pipeline.stages, d["stages"]):
+            out.print("---", markup=False, highlight=False)
+            _emit(emit, spec, settings, stage)
+        return
+    for i, (spec, stage) in enumerate(zip(pipeline.stages, d["stages"])):
+        out.print(f"[bold]stage {i + 1} of {len(d['stages'])}[/] of pipeline {escape(d['pipeline'])}")
+        render(stage, spec.name or str(file), limit=None if show_all else 40)
 
 
 def _emit(kind: str, spec, settings, plan: dict) -> None:

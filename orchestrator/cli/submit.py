@@ -24,7 +24,7 @@ def submit(
     env: list[str] = ENV, env_file: Optional[Path] = ENV_FILE, secret: list[str] = SECRET,
 ) -> None:
     """Submit a job; in the foreground, stream its logs and progress until it ends."""
-    from orchestrator.cli.follow import follow, run_time
+    from orchestrator.cli.follow import follow
     from orchestrator.cli.render import note
     from orchestrator.client import Remote, connect
 
@@ -43,6 +43,9 @@ def submit(
         else:
             out.print(f"[bold]{s['id']}[/] {escape(s['name'])}: cron {escape(s['cron'])}, next run "
                       f"{s['next_at']} (UTC){server}")
+        return
+    if "stages" in rec:  # a pipeline: one job a stage, each after the one before
+        _pipeline(client, rec, console, detach, json_out)
         return
     existing = rec.pop("existing", False)
     if existing:
@@ -66,6 +69,16 @@ def submit(
                   f"re-attaches, `orch cancel {rec['id']}` stops it.")
         raise typer.Exit(130) from None
     rec.pop("warning", None)
+    _ended(console, rec)
+    if json_out:
+        print_json(rec)
+    raise typer.Exit(0 if rec["status"] == "SUCCEEDED" else 1)
+
+
+def _ended(console, rec: dict) -> None:
+    """How a job ended: status, time, metrics, and the verdict's advice."""
+    from orchestrator.cli.follow import run_time
+
     summary = metric_summary(rec["metrics"] or {})
     console.print(f"{rec['id']} {status_text(rec['status'])} in {duration(run_time(rec))}"
                   + (f"  {summary}" if summary else "")
@@ -75,6 +88,44 @@ def submit(
         console.print(f"[bold]{verdict['kind']}[/]: {escape('; '.join(verdict['reasons']))}")
         for advice in verdict["advice"]:
             console.print(f"  try: {escape(advice)}")
+
+
+def _pipeline(client, sub: dict, console, detach: bool, json_out: bool) -> None:
+    """A pipeline's stages, recorded: their ids when detached, else each stage followed in
+    turn (a stage starts once the one before it succeeded; after a failure the rest end
+    CANCELLED, never started)."""
+    from orchestrator.cli.follow import follow
+
+    stages, name = sub["stages"], sub["pipeline"]
+    if any(s["existing"] for s in stages):
+        err.print("[yellow]note:[/] this idempotency key was submitted before: these are that "
+                  "pipeline's stages; nothing new was launched")
+    if detach:
+        if json_out:
+            print_json(sub)
+        else:
+            out.print("\n".join(s["id"] for s in stages))
+        return
+    n = len(stages)
+    console.print(f"[bold]pipeline {escape(name)}[/]: {n} stages, each once the one before "
+                  "succeeded; Ctrl-C detaches")
+    for i, s in enumerate(stages):
+        console.print(f"  {i + 1}. {s['id']} {escape(s['name'])} -> {s['target']} ({s['kind']})")
+    final = []
+    try:
+        for i, s in enumerate(stages):
+            rec = client.job(s["id"])
+            if rec["status"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                console.print(f"[bold]stage {i + 1}/{n}[/] {rec['id']} {escape(rec['name'])}")
+                rec = follow(client, rec, console)
+            rec.pop("warning", None)
+            _ended(console, rec)
+            final.append(rec)
+    except KeyboardInterrupt:
+        err.print("\ndetached: the pipeline keeps going while an orch checks it (`orch status` "
+                  "launches each stage once the one before succeeded); `orch cancel ID` stops "
+                  "a stage, and the ones after it")
+        raise typer.Exit(130) from None
     if json_out:
-        print_json(rec)
-    raise typer.Exit(0 if rec["status"] == "SUCCEEDED" else 1)
+        print_json({"pipeline": name, "stages": final})
+    raise typer.Exit(0 if all(r["status"] == "SUCCEEDED" for r in final) else 1)

@@ -60,7 +60,14 @@ class Local:
                given: Optional[Overrides] = None) -> dict:
         from orchestrator.records import SubmittedJob
         from orchestrator.spec import load_spec
+        from orchestrator.spec.pipeline import load_pipeline
 
+        pipeline = load_pipeline(file, given)
+        if pipeline is not None:
+            done = self.orch.submit_pipeline(pipeline, idempotency_key=key)
+            return {"pipeline": pipeline.name,
+                    "stages": [SubmittedJob.from_row(s.rec, existing=s.existing).to_json()
+                               for s in done]}
         spec = load_spec(file, given)
         if spec.schedule.cron:  # schedules are kept and run by `orch serve` only
             note(self.on_note, f"schedule.cron {spec.schedule.cron!r} is run by `orch serve`: "
@@ -71,7 +78,12 @@ class Local:
 
     def plan(self, file: Path, given: Optional[Overrides] = None) -> dict:
         from orchestrator.spec import load_spec
+        from orchestrator.spec.pipeline import load_pipeline
 
+        pipeline = load_pipeline(file, given)
+        if pipeline is not None:  # each stage placed on its own, as its submit would
+            return {"pipeline": pipeline.name,
+                    "stages": [self.plan_spec(s) for s in pipeline.stages]}
         return self.plan_spec(load_spec(file, given))
 
     def plan_spec(self, spec) -> dict:

@@ -16,11 +16,12 @@ class Client(Protocol):
     def submit(self, file: Path, key: Optional[str] = None, priority: int = 0,
                given: Optional[Overrides] = None) -> dict:
         """Record and start a job: its record, with "existing": True when `key` was seen
-        before; a job file with `schedule.cron` sent to a server: {"schedule": {...}}.
+        before; a job file with `schedule.cron` sent to a server: {"schedule": {...}}; a
+        pipeline (several YAML documents): {"pipeline": name, "stages": [record, ...]}.
         `given`: the command line's --env / --secret values, over the file's."""
 
     def plan(self, file: Path, given: Optional[Overrides] = None) -> dict:
-        """The `orch plan --json` shape."""
+        """The `orch plan --json` shape; a pipeline's: {"pipeline": name, "stages": [plan, ...]}."""
 
     def jobs(self, limit: int = 50) -> list[dict]:
         """The newest jobs, each checked with its backend first."""

@@ -7,7 +7,6 @@ from typing import Iterable, Optional
 
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.models import Offer
-from orchestrator.spec.resources import CLOUD_ONLY
 
 
 class OfferIndex:
@@ -52,14 +51,20 @@ class Needs:
     gpu_workers: float = 1.0  # GPUs a job without `accelerators` needs to run on GPUs
     gpu_required: bool = False  # a train job with `use_gpu: true`: a GPU for each worker
     nodes: int = 1  # num_nodes
-    cloud_only: tuple[str, ...] = ()  # resources keys only a cloud VM honors (spec.CLOUD_ONLY)
+    cloud_only: tuple[tuple[str, str], ...] = ()  # (key, what): only a cloud VM honors it
     instance_type: Optional[str] = None
 
     @classmethod
-    def of(cls, spec) -> Needs:
+    def variants(cls, spec) -> list[Needs]:
+        """One Needs per candidate of the job's resources (any_of / ordered), in order."""
+        return [cls.of(spec, r) for r in spec.resources.variants()]
+
+    @classmethod
+    def of(cls, spec, resources=None) -> Needs:
+        """The job's needs; `resources`: one of its candidates (spec.resources by default)."""
         from orchestrator.spec import quantity_min
 
-        r = spec.resources
+        r = spec.resources if resources is None else resources
         cloud, region = r.cloud, r.region
         if r.infra:  # SkyPilot's 'cloud/region[/zone]'
             parts = r.infra.split("/")
@@ -71,7 +76,7 @@ class Needs:
                    gpu_allowed=spec.scaling.use_gpu is not False,
                    gpu_workers=float(spec.scaling.num_workers) if spec.train is not None else 1.0,
                    gpu_required=spec.train is not None and spec.scaling.use_gpu is True,
-                   nodes=spec.num_nodes, cloud_only=r.cloud_only(),
+                   nodes=spec.num_nodes, cloud_only=spec.cloud_only(r),
                    instance_type=r.instance_type)
 
     def describe(self) -> str:
@@ -108,8 +113,8 @@ MULTI_NODE_CLOUD = "cloud jobs run on one node for now"
 
 def misfit(o: Offer, needs: Needs) -> Optional[str]:
     if needs.cloud_only and o.target != "cloud":
-        key = needs.cloud_only[0]
-        return f"resources.{key} asks for {CLOUD_ONLY[key]}, which only a cloud VM has"
+        key, what = needs.cloud_only[0]
+        return f"{key} asks for {what}, which only a cloud VM has"
     if needs.instance_type and o.target == "cloud" and o.instance_type != needs.instance_type:
         return f"the job asks for instance type {needs.instance_type}"
     if needs.nodes > 1 and o.target == "cloud":

@@ -49,6 +49,7 @@ class _Row:
     displaced: tuple = ()  # of those, the ones it would make late past their slack
     congestion: float = 0.0
     score: Optional[float] = None
+    pref: int = 99  # its place in the job's stated preference (an ordered list); 99: none
 
     @property
     def owned(self) -> bool:
@@ -113,10 +114,10 @@ def _conflicts(r: _Row, capacity: Optional[Capacity]) -> tuple[Reservation, ...]
     return tuple(out)
 
 
-def _rank(r: _Row, pref: dict) -> tuple:
+def _rank(r: _Row) -> tuple:
     o = r.offer
     return (math.inf if r.score is None else r.score, TARGET_ORDER[o.target],
-            math.inf if r.hours is None else r.hours, pref.get(o.gpu, 99),
+            math.inf if r.hours is None else r.hours, r.pref,
             o.cloud or "", o.region or "", o.gpu or "", o.count, o.spot, o.price_per_hour,
             o.instance_type or "")
 
@@ -195,6 +196,28 @@ def _price(o: Offer, used: float, est: HoursEstimator, hours_of: dict, needs: Ne
         b.append(("month", f"{money(spent)} spent this month + {money(spend)} {what} "
                            f"> monthly_budget {money(rules.monthly)}"))
     return r
+
+
+def _rows(variants: list[Needs], resources, index: OfferIndex, est: HoursEstimator,
+          hours_of: dict, capacity: Optional[Capacity], spec, rules: _Rules,
+          spent: float) -> list[_Row]:
+    """Each fitting offer priced once: for an offer more than one candidate of the job's
+    resources allows, as the candidate it fits with the fewest blockers (the earlier on a
+    tie). A stated preference (an `ordered` list of candidates, or a list of accelerators)
+    breaks ties in cost, never outranks it."""
+    by_offer: dict[tuple, _Row] = {}
+    for at, needs in enumerate(variants):
+        gpu_pref = {g: i for i, (g, _) in enumerate(needs.choices)}
+        for o, used in candidates(needs, index):
+            r = _price(o, used, est, hours_of, needs, capacity, spec, rules, spent)
+            if resources.ordered is not None:
+                r.pref = at
+            elif resources.accelerators_ordered:
+                r.pref = gpu_pref.get(o.gpu or "", 99)
+            key = (id(o), used)
+            if key not in by_offer or len(r.blockers) < len(by_offer[key].blockers):
+                by_offer[key] = r
+    return list(by_offer.values())
 
 
 def _apply_kind(rows: list[_Row], kind: str, rules: _Rules) -> str:
@@ -283,16 +306,13 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
     index = offers if isinstance(offers, OfferIndex) else OfferIndex(offers)
     est = estimator or HoursEstimator(spec, fingerprint, history, settings.default_job_hours,
                                       settings.gpu_speeds)
-    needs = Needs.of(spec)
+    variants = Needs.variants(spec)  # one per any_of / ordered candidate; else just one
+    needs = variants[0]
     rules = _Rules(spec, settings)
     money = rules.money
-    # A list of accelerators states a preference: it breaks ties in cost, never outranks it.
-    pref = ({g: i for i, (g, _) in enumerate(needs.choices)}
-            if spec.resources.accelerators_ordered else {})
-
     hours_of: dict[tuple, tuple] = {}
-    rows = [_price(o, used, est, hours_of, needs, capacity, spec, rules, spent_this_month)
-            for o, used in candidates(needs, index)]
+    rows = _rows(variants, spec.resources, index, est, hours_of, capacity, spec, rules,
+                 spent_this_month)
     rent = min((r.full for r in rows if not r.owned and r.full is not None
                 and not any(c in ("fit", "speed") for c, _ in r.blockers)), default=None)
     for r in rows:
@@ -302,7 +322,7 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
         r.congestion = sum(x.cloud_cost if x.cloud_cost is not None else (rent or 0.0)
                            for x in r.displaced)
     mode = _apply_kind(rows, classification.kind, rules)
-    rows.sort(key=lambda r: _rank(r, pref))
+    rows.sort(key=_rank)
     alts = [_alternative(r, rules) for r in rows]
     ranked = tuple(alts)
     eligible = [a for a in ranked if a.excluded is None]

@@ -22,9 +22,10 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
-from orchestrator.errors import BackendError, InputError, OrchError
+from orchestrator.errors import BackendError, OrchError
 from orchestrator.records import JobRow
 from orchestrator.server import cron
+from orchestrator.service.respec import spec_from_record  # noqa: F401  (tests import it here)
 from orchestrator.store import TERMINAL, iso
 
 log = logging.getLogger("orch.serve")
@@ -49,27 +50,6 @@ def launcher_alive(text: str) -> bool:
         return alive({"host": host, "pid": int(pid), "started": float(started)})
     except ValueError:
         return False
-
-
-def spec_from_record(rec: JobRow):
-    """The job spec again from its stored (redacted) form; InputError when a secret value
-    it needs was only ever in the memory of a server that has since stopped."""
-    from orchestrator.redact import REDACTED
-    from orchestrator.spec import JobSpec, SourceMap
-
-    data = dict(rec.spec)
-    from_env = set(rec.info.env_secrets)
-    lost = sorted([k for k, v in (data.get("envs") or {}).items() if v == REDACTED]
-                  + [k for k in (data.get("secrets") or {}) if k not in from_env])
-    if lost:
-        raise InputError(f"{rec.id}: the server restarted before launching it, and the secret "
-                         f"values it was given ({', '.join(lost)}) are never stored",
-                         "submit the job again, or give its secrets as `secrets: {NAME: null}` "
-                         "and set them in the server's environment")
-    data["secrets"] = {k: None for k in data.get("secrets") or {}}
-    spec = JobSpec.model_validate(data)
-    spec._source = SourceMap(rec.source_file or "<job>", {})
-    return spec
 
 
 class Scheduler:

@@ -3,17 +3,17 @@ with the backends. The CLI calls `Orch`; it does not print.
 
 `Orch` is one class built from one module per job, each a layer over the one before:
 core (settings, store, providers, bounded backend calls), budgets, launch_spec (what a
-provider runs), submitting (check, place, record, launch) and following (refresh, logs,
-cancel)."""
+provider runs), submitting (check, place, record, launch), following (refresh, logs,
+cancel) and pipelines (stages launched in order)."""
 
 from __future__ import annotations
 
-from orchestrator.service.following import Following, write_private
+from orchestrator.service.following import write_private
+from orchestrator.service.pipelines import Pipelines
 from orchestrator.service.processes import alive, submitter
-from orchestrator.service.submitting import Submitting
 
 __all__ = ["Orch", "alive", "submitter", "write_private"]
 
 
-class Orch(Submitting, Following):
+class Orch(Pipelines):
     """orch on this machine's store and backends: submit, follow, cancel and price jobs."""

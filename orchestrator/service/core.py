@@ -24,6 +24,8 @@ class OrchCore:
         self.on_ray_start = on_ray_start
         self._providers: dict[str, Backend] = {}
         self._secrets: dict[str, dict] = {}  # job id -> secret values, for this process only
+        # job id -> (spec, secrets) of a pipeline's stage this process submitted, for its launch
+        self._held: dict[str, tuple] = {}
 
     @functools.cached_property
     def store(self) -> Store:

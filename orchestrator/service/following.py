@@ -30,6 +30,8 @@ class Following(Budgets):
         if not rec.backend_id:
             if rec.info.queued:
                 return rec  # waiting in `orch serve`'s queue: nothing was launched yet
+            if rec.info.after:
+                return self.advance_stage(rec)  # a pipeline's stage (service/pipelines.py)
             rec = self._recover_launch(rec)
             if not rec.backend_id:
                 return rec
@@ -57,6 +59,10 @@ class Following(Budgets):
             rec = self.store.set_status(rec.id, "RUNNING", step.message, metrics=metrics)
             return self._enforce_budget(rec, provider)
         return rec
+
+    def advance_stage(self, rec: JobRow) -> JobRow:
+        """A pipeline's stage that waits for the one before it: Pipelines launches it."""
+        raise NotImplementedError
 
     def _recover_launch(self, rec: JobRow, grace_s: float = 60.0) -> JobRow:
         """A job recorded but with no backend id: its `orch submit` died or is still

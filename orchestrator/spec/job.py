@@ -15,8 +15,14 @@ from orchestrator.errors import SpecError
 from orchestrator.inputs import clip
 from orchestrator.spec.base import Strict, plain
 from orchestrator.spec.document import SourceMap
-from orchestrator.spec.resources import Resources
+from orchestrator.spec.resources import CLOUD_ONLY, Resources
 from orchestrator.spec.sections import Budget, Checkpoint, Data, Estimate, Placement, Scaling, Schedule, Train
+
+# SkyPilot's task-level keys for a cloud VM, passed to its task as they are: `config` (its
+# config overrides for this task), `inputs`/`outputs` (data sizes its optimizer weighs),
+# `volumes` (SkyPilot volumes, which only a cloud has: they pin the job there).
+TASK_KEYS = ("config", "inputs", "outputs", "volumes")
+TASK_CLOUD_ONLY = {"volumes": "SkyPilot volumes"}
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -35,6 +41,11 @@ class JobSpec(Strict):
     file_mounts: dict[str, Union[str, dict[str, Any]]] = Field(default_factory=dict)
     setup: Optional[str] = None
     run: Optional[str] = None
+    # SkyPilot's task keys for a cloud VM, passed to its task unchanged (TASK_KEYS).
+    config: Optional[dict[str, Any]] = None
+    inputs: Optional[dict[str, Any]] = None
+    outputs: Optional[dict[str, Any]] = None
+    volumes: Optional[dict[str, Any]] = None
     # orch's keys.
     train: Optional[Train] = None
     scaling: Scaling = Field(default_factory=Scaling)
@@ -80,10 +91,31 @@ class JobSpec(Strict):
 
     @model_validator(mode="after")
     def _train_or_run(self) -> JobSpec:
-        if (self.train is None) == (self.run is None):
-            raise ValueError("give exactly one of 'train:' (a built-in job or entrypoint) "
-                             "or 'run:' (a shell command)")
+        if self.train is None and self.run is None:
+            raise ValueError("nothing to run: give 'train:' (a built-in job or entrypoint) or "
+                             "'run:' (a shell command); a SkyPilot file with neither only sets "
+                             "up a cluster, which orch does not keep")
+        if self.train is not None and self.run is not None:
+            raise ValueError("give one of 'train:' (a built-in job or entrypoint) or 'run:' "
+                             "(a shell command), not both")
         return self
+
+    def task_keys(self) -> dict[str, Any]:
+        """SkyPilot's task-level keys this job sets (TASK_KEYS), for its SkyPilot task."""
+        return {k: getattr(self, k) for k in TASK_KEYS if getattr(self, k) is not None}
+
+    def cloud_only(self, resources=None) -> tuple[tuple[str, str], ...]:
+        """(key, what it asks for) of each key only a cloud VM honors: the resources' (of
+        `resources`, one candidate of them, by default the section) and the task's."""
+        r = self.resources if resources is None else resources
+        keys = [(f"resources.{k}", CLOUD_ONLY[k]) for k in r.cloud_only()]
+        keys += [(k, TASK_CLOUD_ONLY[k]) for k in TASK_CLOUD_ONLY if getattr(self, k) is not None]
+        return tuple(keys)
+
+    def carried(self) -> tuple[str, ...]:
+        """The keys for a cloud VM that a run elsewhere goes without (noted in the plan)."""
+        return tuple([f"resources.{k}" for k in self.resources.carried()]
+                     + [k for k in TASK_KEYS if k not in TASK_CLOUD_ONLY and getattr(self, k) is not None])
 
     # -- helpers that do not change the spec --------------------------------------
 

@@ -24,6 +24,11 @@ _UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
 
 
 def load_spec(path: str | Path, given: Optional[Overrides] = None) -> JobSpec:
+    return load_spec_text(*read_job_file(path), given)
+
+
+def read_job_file(path: str | Path) -> tuple[str, str]:
+    """(text, the name errors give it) of a job file; SpecError when it cannot be read."""
     p = Path(path)
     try:
         raw = read_regular(p, MAX_BYTES + 1)  # bounded: the path may be huge
@@ -44,7 +49,7 @@ def load_spec(path: str | Path, given: Optional[Overrides] = None) -> JobSpec:
         raise SpecError(str(path), raw[:e.start].count(b"\n") + 1, None,
                         f"is not UTF-8 text (byte {e.start} is {raw[e.start]:#04x})",
                         "save the job file as UTF-8 text") from None
-    return load_spec_text(text, str(p.resolve()) if p.is_absolute() else str(path), given)
+    return text, str(p.resolve()) if p.is_absolute() else str(path)
 
 
 # SkyPilot files that are not tasks to run once: what to use for them instead.
@@ -68,6 +73,7 @@ def load_spec_text(text: str, file: str = "<job>", given: Optional[Overrides] = 
         if what in data:
             raise SpecError(file, src.line_of((what,)), what, f"makes this {kind}",
                             instead.format(file=file))
+    _fill_in_envs(data, src)
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as e:
@@ -87,8 +93,47 @@ def load_spec_text(text: str, file: str = "<job>", given: Optional[Overrides] = 
                         f"give it with --env {unset[0]}=VALUE (or --env-file FILE), as with "
                         "`sky launch --env`")
     if spec.name is None and file != "<job>":
-        spec.name = _default_name(file)
+        spec.name = default_name(file)
     return spec
+
+
+# `$NAME` and `${NAME}`, as SkyPilot's Task.from_yaml_config finds them (sky/task.py).
+_VAR = re.compile(r"\$\{?\b([a-zA-Z_][a-zA-Z0-9_]*)\b\}?")
+# Where SkyPilot fills in a task's envs when it reads the file (its `volumes` and `service`
+# are not orch's keys): in file_mounts' paths, bucket names and sources, and the workdir.
+SUBSTITUTED = ("file_mounts", "workdir")
+
+
+def _fill_in_envs(data: dict, src: SourceMap) -> None:
+    """`$NAME` / `${NAME}` in file_mounts and workdir replaced by the env's value (the file's,
+    or --env's over it), as SkyPilot does; a name that is no env is left as written, a
+    null secret too (SkyPilot leaves those). A secret with a value (inline, or --secret) is
+    refused there: SkyPilot would fill it in, but these keys are kept with the job's
+    record, and a secret's value never is."""
+    envs = data.get("envs") if isinstance(data.get("envs"), dict) else {}
+    secrets = data.get("secrets") if isinstance(data.get("secrets"), dict) else {}
+    values = {str(k): ("true" if v else "false") if isinstance(v, bool) else str(v)
+              for k, v in (envs or {}).items() if v is not None}
+
+    def fill(path: tuple, value):
+        if isinstance(value, str):
+            for name in _VAR.findall(value):
+                if (secrets or {}).get(name) is not None and name not in values:
+                    raise SpecError(src.file, src.line_of(path), ".".join(map(str, path)),
+                                    f"uses the secret {name}: orch keeps this key with the "
+                                    "job's record, and never a secret's value",
+                                    f"put the path or bucket name in envs (envs.{name}), or "
+                                    "read the secret in the job's run or setup")
+            return _VAR.sub(lambda m: values.get(m.group(1), m.group(0)), value)
+        if isinstance(value, dict):
+            return {fill(path + (k,), k): fill(path + (k,), v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fill(path + (i,), v) for i, v in enumerate(value)]
+        return value
+
+    for key in SUBSTITUTED:
+        if data.get(key) is not None:
+            data[key] = fill((key,), data[key])
 
 
 def _check_together(spec: JobSpec, src: SourceMap) -> None:
@@ -110,7 +155,7 @@ def _check_together(spec: JobSpec, src: SourceMap) -> None:
                              "which SkyPilot refuses", "remove the trailing '/'")
 
 
-def _default_name(file: str) -> str:
+def default_name(file: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(file).stem).strip("-.") or "job"
     return stem[:63]
 

@@ -7,7 +7,14 @@ import math
 import re
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.inputs import clip
 from orchestrator.spec.base import Strict
@@ -79,6 +86,59 @@ class Resources(Strict):
     labels: Optional[dict[str, str]] = None
     autostop: Union[bool, int, str, dict[str, Any], None] = None
     job_recovery: Union[str, dict[str, Any], None] = None
+    # SkyPilot's candidate lists: each entry overrides the keys above for one candidate;
+    # `ordered` is a preference (tried first to last), `any_of` a set (cheapest wins).
+    any_of: Optional[list[dict[str, Any]]] = None
+    ordered: Optional[list[dict[str, Any]]] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, v: Any) -> Any:
+        """SkyPilot's `gpus:` is another name for `accelerators:` (sky.Resources)."""
+        if isinstance(v, dict) and "gpus" in v:
+            if "accelerators" in v:
+                raise ValueError("give gpus or accelerators, not both (gpus is SkyPilot's "
+                                 "other name for accelerators)")
+            v = {("accelerators" if k == "gpus" else k): x for k, x in v.items()}
+        return v
+
+    @model_validator(mode="after")
+    def _check_candidates(self) -> Resources:
+        if self.any_of is not None and self.ordered is not None:
+            raise ValueError("give any_of or ordered, not both (as in SkyPilot)")
+        self.variants()  # each candidate must be valid resources on its own
+        return self
+
+    def variants(self) -> list[Resources]:
+        """The candidates this section allows: itself, or one per any_of/ordered entry (the
+        entry's keys over the section's), in the file's order."""
+        entries = self.any_of if self.any_of is not None else self.ordered
+        if entries is None:
+            return [self]
+        if not entries:
+            raise ValueError(f"{'any_of' if self.any_of is not None else 'ordered'}: an empty "
+                             "list: give at least one candidate")
+        base = self.model_dump(exclude={"any_of", "ordered"}, exclude_unset=True)
+        out = []
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                raise ValueError(f"candidate {i + 1} is not a mapping of resources keys")
+            if "any_of" in entry or "ordered" in entry:
+                raise ValueError(f"candidate {i + 1}: any_of and ordered do not nest")
+            try:
+                out.append(Resources.model_validate({**base, **entry}))
+            except ValidationError as e:
+                first = e.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                what = ("unknown key" if first["type"] == "extra_forbidden"
+                        else first["msg"].removeprefix("Value error, "))
+                raise ValueError(f"candidate {i + 1}{' ' + where if where else ''}: {what}") from None
+        return out
+
+    @property
+    def candidates_ordered(self) -> bool:
+        """A preference list of candidates (`ordered`), or of accelerators (a list)."""
+        return self.ordered is not None or (self.any_of is None and self.accelerators_ordered)
 
     @field_validator("disk_size", mode="before")
     @classmethod

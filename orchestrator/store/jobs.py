@@ -14,7 +14,7 @@ import uuid
 from typing import Any, Optional
 
 from orchestrator.errors import NotFound
-from orchestrator.records import JobRow
+from orchestrator.records import JobInfo, JobRow
 from orchestrator.store.base import Row, StoreBase, iso
 
 STATUSES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
@@ -162,9 +162,10 @@ class Jobs(StoreBase):
         return [rec for rec in map(_record, rows) if rec.info.queued]
 
     def claim(self, job_id: str, launcher: str, expect: Optional[str] = None) -> bool:
-        """Take a queued job for launching, as `launcher`: only while it is still queued and
-        not cancelled, and only from `expect` (None: nobody had it; else a launcher that
-        died). Two servers on one store never both launch a job."""
+        """Take a queued job (or a pipeline's stage that waits for the one before it) for
+        launching, as `launcher`: only while it is still unlaunched and not cancelled, and
+        only from `expect` (None: nobody had it; else a launcher that died). Two servers, or
+        two orch processes, on one store never both launch a job."""
         with self._write() as db:
             row = db.execute("SELECT status, backend_id, cancel_requested, info_json FROM jobs "
                              "WHERE id = ?", (job_id,)).fetchone()
@@ -172,7 +173,8 @@ class Jobs(StoreBase):
                     or row["cancel_requested"]:
                 return False
             info = json.loads(row["info_json"] or "{}")
-            if not info.get("queued") or info.get("launcher") != expect:
+            held = JobInfo.model_validate(info)
+            if not (held.queued or held.after) or held.launcher != expect:
                 return False
             info["launcher"] = launcher
             db.execute("UPDATE jobs SET info_json = ?, updated_at = ? WHERE id = ?",

@@ -215,3 +215,28 @@ def test_exploratory_job_without_cloud_credentials_runs_locally(ray_home, tmp_pa
     rec, _ = wait_for(ray_home, proc.stdout.strip(), {"SUCCEEDED", "FAILED", "CANCELLED"})
     assert rec["status"] == "SUCCEEDED" and rec["target"] == "local"
     assert any("no configured cloud has credentials" in r for r in rec["decision"]["reasons"])
+
+
+def test_a_pipeline_runs_its_stages_in_order_and_stops_after_a_failure(ray_home, tmp_path):
+    out = tmp_path / "stages.log"
+    pipe = tmp_path / "pipe.yaml"
+    pipe.write_text(f"name: prep-train\n---\nname: prep\nrun: echo prep >> {out}; sleep 1\n"
+                    f"---\nname: train\nrun: echo train >> {out}\n")
+    proc = run_orch(ray_home, "submit", str(pipe), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, second = json.loads(proc.stdout)["stages"]
+    assert out.read_text().split() == ["prep", "train"]  # each ran once, in order
+    assert [first["status"], second["status"]] == ["SUCCEEDED", "SUCCEEDED"]
+    assert second["run"]["after"] == first["id"] and second["run"]["stage"] == 2
+    # The second was launched only after the first had ended, by the submit following them.
+    launching = [h for h in second["history"] if h["message"].endswith("succeeded: launching")]
+    assert len(launching) == 1 and launching[0]["at"] >= first["finished_at"], second["history"]
+    assert "pipeline prep-train: 2 stages" in proc.stderr
+
+    pipe.write_text(f"name: broken\n---\nrun: exit 3\n---\nrun: echo never >> {out}\n")
+    proc = run_orch(ray_home, "submit", str(pipe), "--json")
+    assert proc.returncode == 1
+    first, second = json.loads(proc.stdout)["stages"]
+    assert first["status"] == "FAILED" and second["status"] == "CANCELLED"
+    assert second["message"] == f"not started: stage 1 ({first['id']}) ended FAILED"
+    assert second["backend_id"] is None and "never" not in out.read_text()

@@ -273,3 +273,16 @@ def test_a_catalog_download_refused_without_cloud_error_is_named_too():
     assert what == ("SkyPilot could not download its catalog aws/vms.csv from "
                     "raw.githubusercontent.com (ConnectionError: no network?)")
     assert refusal(ValueError("bad\nmore"))[0] == "ValueError: bad"
+
+
+def test_the_launched_task_carries_the_job_files_own_task_keys(orch):
+    """What `orch submit` hands SkyPilot, not only what `orch plan --emit sky` prints."""
+    spec = load_spec_text(JOB.format(accel="H100:1") + "volumes: {/mnt/ckpt: team-volume}\n"
+                          "config: {docker: {run_options: ['--shm-size=16g']}}\n", "explore.yaml")
+    fake = use_fake(orch, [{"status": "PENDING"}])
+    orch.submit(spec)
+    task = fake.launched[0][0]
+    assert task.volumes == {"/mnt/ckpt": "team-volume"}
+    assert all(r.cluster_config_overrides == {"docker": {"run_options": ["--shm-size=16g"]}}
+               for r in task.resources)
+    assert "jobs.runner" in task.run and task.envs["ORCH_JOB_ID"]  # the rest as before

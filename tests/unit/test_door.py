@@ -86,6 +86,11 @@ TABLE = (
 )
 IDS = [c.id for c in TABLE]
 assert len(set(IDS)) == len(IDS)
+# A pipeline (several YAML documents) is refused by the server, which takes one task a
+# file; `orch submit` and `orch plan` without ORCH_SERVER run it (tests/unit/test_pipeline.py).
+SERVER_ONLY = {c.id for c in TABLE if "YAML documents" in c.words}
+assert SERVER_ONLY
+CLI_TABLE = [c for c in TABLE if c.id not in SERVER_ONLY]
 
 
 def _job_file(case: Case, tmp_path: Path) -> Path:
@@ -136,7 +141,7 @@ def run_cli(orch_home, monkeypatch, capsys):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("command", ["submit", "plan"])
-@pytest.mark.parametrize("case", TABLE, ids=IDS)
+@pytest.mark.parametrize("case", CLI_TABLE, ids=[c.id for c in CLI_TABLE])
 def test_the_cli_refuses_it_with_one_message(run_cli, orch_home, tmp_path, case, command):
     path = _job_file(case, tmp_path)
     code, out, err = run_cli(command, *(["--detach"] if command == "submit" else []), str(path))

@@ -308,3 +308,93 @@ def test_keys_for_a_vm_only_are_noted_when_the_job_runs_on_owned_hardware(env, m
     r = invoke("plan", str(env), "--json")
     d = json.loads(r.stdout)
     assert d["choice"] is None and "resources.instance_type asks for an instance type" in str(d), d
+
+
+def test_file_mounts_reach_the_sky_task_with_their_envs_filled_in(env):
+    import copy
+
+    import sky
+    import yaml
+
+    env.write_text(JOB + "envs: {BUCKET: null, SIZE: '7'}\n"
+                   "file_mounts:\n  /model/llama-${SIZE}b: s3://$BUCKET/llama-${SIZE}b\n")
+    r = invoke("plan", str(env), "--env", "BUCKET=weights", "--emit", "sky")
+    assert r.exit_code == 0, r.output
+    task = yaml.safe_load(r.stdout)
+    assert task["file_mounts"]["/model/llama-7b"] == "s3://weights/llama-7b"
+    assert not any("$" in k or "$" in str(v) for k, v in task["file_mounts"].items())
+    again = sky.Task.from_yaml_config(copy.deepcopy(task)).to_yaml_config()  # SkyPilot takes it
+    assert again["file_mounts"]["/model/llama-7b"] == "s3://weights/llama-7b"
+
+
+def test_skypilots_task_keys_reach_the_sky_task_unchanged(env, monkeypatch):
+    """config, inputs and outputs ride along (noted off the cloud); volumes pin the job to
+    the cloud; each reaches the SkyPilot task as the file wrote it."""
+    import copy
+
+    import sky
+    import yaml
+
+    keys = ("config:\n  kubernetes: {pod_config: {metadata: {labels: {team: ml}}}}\n"
+            "inputs: {'s3://bucket/data': 10}\noutputs: {'s3://bucket/out': 1}\n")
+    env.write_text("name: tiny\nrun: python train.py\n" + keys)
+    monkeypatch.setenv("ORCH_MODE", "local")
+    r = invoke("plan", str(env), "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["target"] == "local"
+    assert any(w.startswith("config, inputs, outputs: for a cloud VM; on local the job runs "
+                            "without them") for w in d["warnings"] + d["reasons"]), d
+    monkeypatch.delenv("ORCH_MODE")
+    env.write_text(JOB + keys + "volumes: {/mnt/data: my-volume}\n")
+    r = invoke("plan", str(env), "--json")
+    d = json.loads(r.stdout)
+    assert d["target"] == "cloud", r.output
+    assert all(a["excluded"] == "volumes asks for SkyPilot volumes, which only a cloud VM has"
+               for a in d["alternatives"] if a["target"] != "cloud")
+    r = invoke("plan", str(env), "--emit", "sky")
+    assert r.exit_code == 0, r.output
+    task = yaml.safe_load(r.stdout)
+    pod = {"kubernetes": {"pod_config": {"metadata": {"labels": {"team": "ml"}}}}}
+    assert task["config"] == pod and task["volumes"] == {"/mnt/data": "my-volume"}
+    assert task["inputs"] == {"s3://bucket/data": 10} and task["outputs"] == {"s3://bucket/out": 1}
+    again = sky.Task.from_yaml_config(copy.deepcopy(task))  # SkyPilot takes it, keys and all
+    assert again.volumes == {"/mnt/data": "my-volume"}
+    assert all(r.cluster_config_overrides == pod for r in again.resources)
+    assert again.get_inputs() == "s3://bucket/data" and again.get_outputs() == "s3://bucket/out"
+
+
+@pytest.mark.parametrize("resources, chosen, wanted", [
+    # ordered: the first candidate that is offered, at a tie in cost only; here the cheaper
+    # one is also the preferred one, then the dearer one first in the file.
+    ("  ordered:\n    - {infra: runpod, accelerators: RTX4090}\n    - {infra: lambda, accelerators: A100}\n",
+     ("runpod", "RTX4090"), [("runpod", "RTX4090"), ("lambda", "A100")]),
+    ("  ordered:\n    - {infra: lambda, accelerators: A100}\n    - {infra: runpod, accelerators: RTX4090}\n",
+     ("runpod", "RTX4090"), [("runpod", "RTX4090"), ("lambda", "A100")]),
+    # any_of: the cheapest of the candidates (spot, the job being short and checkpointed);
+    # SkyPilot's gpus: is accelerators.
+    ("  any_of:\n    - {gpus: A100}\n    - {gpus: A100-80GB}\n", ("runpod", "A100-80GB"),
+     [("lambda", "A100"), ("runpod", "A100-80GB")]),
+])
+def test_any_of_and_ordered_place_each_candidate_and_reach_the_sky_task(env, resources, chosen,
+                                                                        wanted):
+    import copy
+
+    import sky
+    import yaml
+
+    env.write_text(JOB.replace("resources: {accelerators: {RTX4090: 1, A100-80GB: 1}}\n",
+                               "resources:\n" + resources).replace(", gpu: RTX4090", ""))
+    r = invoke("plan", str(env), "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert (d["choice"]["cloud"], d["choice"]["gpu"]) == chosen, d["choice"]
+    eligible = {(a["cloud"], a["gpu"]) for a in d["alternatives"] if a["excluded"] is None}
+    assert eligible == set(wanted)  # every candidate, and nothing the file did not allow
+    r = invoke("plan", str(env), "--emit", "sky")
+    assert r.exit_code == 0, r.output
+    task = yaml.safe_load(r.stdout)
+    res = sky.Task.from_yaml_config(copy.deepcopy(task)).to_yaml_config()["resources"]
+    offered = [(c.get("infra", "").split("/")[0], next(iter(c["accelerators"])))
+               for c in res.get("ordered") or res.get("any_of") or [res]]
+    assert offered[0] == chosen and set(offered) == set(wanted)

@@ -47,7 +47,8 @@ def home(tmp_path, monkeypatch):
             "storage_path": "/ckpt", "run_name": "r1", "backend_start": T0,
             "backend_end": T0 + 60, "sky_request_id": "req-1", "sky_status": "SUCCEEDED",
             "sky_job_id": 3, "infra": "runpod/US", "ledger": LEDGER, "cost": {"cost_usd": 0.2},
-            "launched_at": T0 - 2}
+            "launched_at": T0 - 2, "pipeline": "prep-train", "stage": 2, "stages": 2,
+            "after": "orch-prev"}
     assert set(info) == set(RunInfo.model_fields) - {"queued"} | set(INTERNAL_INFO)
     rec = store.create_job(name="j", spec={"run": "echo"}, kind="exploratory", target="cloud",
                            fingerprint="fp", owner="alice", idempotency_key="api:alice:k-77",

@@ -247,8 +247,8 @@ def test_after_a_restart_a_queued_job_launches_from_the_store_unless_it_held_a_s
     launch = fake.launched[0]
     assert launch.env["SEED"] == "3" and launch.secrets == {"WANDB_API_KEY": "from-env-1234"}
     assert lost.status == "FAILED" and lost.message == (
-        f"launch failed: {literal}: the server restarted before launching it, and the secret "
-        "values it was given (HF_TOKEN) are never stored")
+        f"launch failed: {literal}: it launches after its submit (queued, or a later stage of a "
+        "pipeline), and the secret values it was given (HF_TOKEN) are never stored")
 
 
 def test_a_spec_survives_its_stored_form(settings):

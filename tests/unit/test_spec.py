@@ -99,8 +99,8 @@ BAD = [
     ("train:\n  job: nope\n", 2, "train.job", "built-in jobs: image-classification"),
     ("train:\n  entrypoint: not a path\n", 2, "train.entrypoint", "package.module:function"),
     ("train:\n  config: {}\n", 1, "train", "exactly one of 'job'"),
-    ("name: x\n", None, None, "exactly one of 'train:'"),
-    ("run: echo\ntrain:\n  job: image-classification\n", None, None, "exactly one of 'train:'"),
+    ("name: x\n", None, None, "nothing to run: give 'train:'"),
+    ("run: echo\ntrain:\n  job: image-classification\n", None, None, "not both"),
     ("run: echo\nrun: echo again\n", 2, "run", "appears twice"),
     ("run: [echo\n", 2, None, "YAML syntax error"),
     ("- just\n- a list\n", 1, None, "must be a mapping"),
@@ -173,3 +173,38 @@ def test_skypilots_vm_keys_load_and_unknown_ones_still_do_not():
                        ("resources:\n  disk_sise: 10\nrun: echo\n", "did you mean 'disk_size'")):
         with pytest.raises(SpecError, match=words):
             load_spec_text(doc, "job.yaml")
+
+
+def test_envs_are_filled_into_file_mounts_and_workdir_as_skypilot_does(tmp_path):
+    from orchestrator.spec import Overrides
+
+    text = ("envs: {BUCKET: weights, SIZE: 13, DIR: code}\n"
+            "workdir: ./${DIR}\n"
+            "file_mounts:\n"
+            "  /model/llama-${SIZE}b: s3://$BUCKET/llama-${SIZE}b\n"
+            "  /out:\n    name: ${BUCKET}-out\n    source: ['~/$NOT_AN_ENV']\n    mode: MOUNT\n"
+            "run: python train.py --size $SIZE\n")
+    (tmp_path / "code").mkdir()
+    (tmp_path / "job.yaml").write_text(text)
+    spec = load_spec(tmp_path / "job.yaml")
+    assert spec.file_mounts == {"/model/llama-13b": "s3://weights/llama-13b",
+                                "/out": {"name": "weights-out", "source": ["~/$NOT_AN_ENV"],
+                                         "mode": "MOUNT"}}
+    assert spec.workdir == "./code" and spec.workdir_path() == (tmp_path / "code").resolve()
+    assert spec.run == "python train.py --size $SIZE"  # the shell fills run and setup in
+    # --env over the file's value, before the substitution, as with `sky launch --env`.
+    given = Overrides(envs={"SIZE": "70"})
+    assert list(load_spec(tmp_path / "job.yaml", given).file_mounts)[0] == "/model/llama-70b"
+
+
+def test_a_secret_with_a_value_in_file_mounts_is_refused_at_its_key():
+    from orchestrator.spec import Overrides
+
+    text = "secrets: {HF_TOKEN: %s}\nfile_mounts:\n  /w: s3://$HF_TOKEN/x\nrun: echo\n"
+    for value, given in (("hf_Zq8pLr2mXv9sKt4w", None), ("null", Overrides(secrets={"HF_TOKEN": "v"}))):
+        with pytest.raises(SpecError) as e:
+            load_spec_text(text % value, "job.yaml", given)
+        assert (e.value.line, e.value.key) == (3, "file_mounts./w")
+        assert "secret HF_TOKEN" in e.value.message and "envs.HF_TOKEN" in e.value.hint
+    # A null one, as SkyPilot leaves it (its value is not known when the file is read).
+    assert load_spec_text(text % "null", "job.yaml").file_mounts == {"/w": "s3://$HF_TOKEN/x"}

@@ -1,0 +1,85 @@
+"""A SkyPilot pipeline: one file of several YAML documents, a header (`name:`) and then one
+task per document, run in order, each after the one before it succeeded. A job group (a
+header with `execution: parallel`: its tasks run at once, side by side) is refused."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from orchestrator.errors import SpecError
+from orchestrator.spec.document import MAX_BYTES, read_document, too_big
+from orchestrator.spec.job import JobSpec
+from orchestrator.spec.load import default_name, load_spec_text, read_job_file
+from orchestrator.spec.overrides import Overrides
+
+HEADER_KEYS = {"name", "execution"}
+
+
+@dataclass
+class Pipeline:
+    name: str
+    stages: list[JobSpec]
+
+
+def documents(text: str) -> list[tuple[int, str]]:
+    """(line, text) of each YAML document in `text`, where `line` is the 1-based line it
+    starts on; each text is padded with empty lines so that its lines are the file's."""
+    out: list[tuple[int, str]] = []
+    start = None
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, yaml.DocumentStartEvent):
+            start = ev.start_mark
+        elif isinstance(ev, yaml.DocumentEndEvent) and start is not None:
+            body = text[start.index:ev.end_mark.index]
+            out.append((start.line + 1, "\n" * start.line + body))
+            start = None
+    return out
+
+
+def load_pipeline(path: str | Path, given: Optional[Overrides] = None) -> Optional[Pipeline]:
+    """The file as a pipeline when it holds several YAML documents; None when it holds one
+    (a task: `load_spec`). SpecError at the stage's line for anything wrong in a stage."""
+    text, file = read_job_file(path)
+    return load_pipeline_text(text, file, given)
+
+
+def load_pipeline_text(text: str, file: str = "<job>",
+                       given: Optional[Overrides] = None) -> Optional[Pipeline]:
+    if len(text) > MAX_BYTES:
+        raise too_big(file, len(text.encode("utf-8", "surrogatepass")))
+    try:
+        docs = [(line, body) for line, body in documents(text) if body.strip(" \n-.")]
+    except yaml.YAMLError:
+        return None  # not YAML: load_spec says where and why
+    if len(docs) < 2:
+        return None
+    header: dict = {}
+    first_line, first = docs[0]
+    data, _ = read_document(first, file)
+    if set(data) <= HEADER_KEYS:
+        header = data
+        docs = docs[1:]
+    if header.get("execution") not in (None, "serial"):
+        raise SpecError(file, first_line, "execution",
+                        f"is {header['execution']}: this is a SkyPilot job group, whose tasks "
+                        "run at once, side by side; orch runs a pipeline's stages one after "
+                        "another", f"launch the group with `sky jobs launch {file}`")
+    if not docs:
+        raise SpecError(file, first_line, None, "a pipeline header with no stage after it",
+                        "add each stage as a YAML document after the header")
+    name = str(header.get("name") or default_name(file))
+    stages = []
+    for i, (_, body) in enumerate(docs):
+        named = "name" in read_document(body, file)[0]
+        spec = load_spec_text(body, file, given)
+        if not named:
+            spec.name = f"{name}-{i + 1}"[:63]
+        if spec.schedule.cron:
+            raise spec.error("schedule.cron", "a pipeline's stage cannot have a schedule of its "
+                             "own", "schedule the jobs of a pipeline as separate files")
+        stages.append(spec)
+    return Pipeline(name=name, stages=stages)

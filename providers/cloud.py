@@ -101,7 +101,6 @@ def build_task(launch: Launch):
 
     # Credential-like envs travel as SkyPilot secrets, which SkyPilot keeps out of its records.
     envs = {k: v for k, v in launch.env.items() if not looks_secret(k)}
-    envs["PYTHONPATH"] = RUNNER_DIR
     secrets = {**{k: v for k, v in launch.env.items() if looks_secret(k)}, **launch.secrets}
     setup = ("set -e\n"
              "pip install -q 'ray[train]>=2.50' torch scikit-learn boto3 pyarrow\n"
@@ -196,6 +195,13 @@ class CloudProvider(Backend, HasLaunchInfo):
     def default_storage(cls, settings: Settings) -> Optional[str]:
         """`cloud_storage`: a recovered spot VM resumes only from shared storage."""
         return settings.cloud_storage
+
+    @classmethod
+    def shell_prelude(cls) -> str:
+        """The runner's package on PYTHONPATH: SkyPilot passes the task's envs quoted, so
+        the `~` of RUNNER_DIR there is never expanded."""
+        home = RUNNER_DIR.replace("~", "$HOME", 1)
+        return f'export PYTHONPATH="{home}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
 
     @classmethod
     def adapt_launch(cls, launch: Launch, spec: JobSpec, decision: dict) -> Launch:

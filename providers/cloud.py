@@ -204,12 +204,25 @@ class CloudProvider(Backend, HasLaunchInfo):
         return f'export PYTHONPATH="{home}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
 
     @classmethod
+    def train_command(cls, num_nodes: int) -> str:
+        """On num_nodes > 1 VMs, jobs.multinode joins them in one Ray cluster, and its
+        head runs the runner over all of them."""
+        runner = cls.runner_command()
+        return runner if num_nodes == 1 else f"python3 -m jobs.multinode -- {runner}"
+
+    @classmethod
     def adapt_launch(cls, launch: Launch, spec: JobSpec, decision: dict) -> Launch:
         """The offers in cost order (the chosen one first, then the eligible cloud
-        alternatives as fallbacks), the file mounts, the nodes and the disk."""
+        alternatives as fallbacks), the file mounts, the nodes and the disk; for a
+        multi-node `train:` job, a fresh token for its Ray cluster, sent as a secret."""
         offers = [decision["choice"]] + [
             a for a in decision.get("alternatives", [])
             if a["target"] == cls.name and a["excluded"] is None and a != decision["choice"]]
+        if spec.train is not None and spec.num_nodes > 1:
+            import secrets
+
+            launch = dataclasses.replace(launch, secrets={
+                **launch.secrets, "RAY_AUTH_TOKEN": secrets.token_hex(32)})
         return dataclasses.replace(launch, offers=tuple(offers),
                                    file_mounts=dict(spec.file_mounts), num_nodes=spec.num_nodes,
                                    disk_size=spec.resources.disk_size,

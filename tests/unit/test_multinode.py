@@ -1,7 +1,11 @@
-"""Multi-node cloud training: jobs.multinode's reading of SkyPilot's node variables."""
+"""Multi-node cloud training: how it is priced and planned, the SkyPilot task `orch plan
+--emit sky` writes for it, and jobs.multinode's reading of SkyPilot's node variables.
+(tests/integration/test_multinode.py runs that task's `run` as two nodes.)"""
 
 from __future__ import annotations
 
+import copy
+import json
 import subprocess
 import sys
 
@@ -9,6 +13,62 @@ import pytest
 
 from jobs import events
 from jobs.multinode import Problem, Topology
+from tests.unit.test_plan_cli import env, invoke  # noqa: F401  (env: the offline plan fixture)
+
+TRAIN = """\
+name: ddp
+num_nodes: {nodes}
+resources: {{accelerators: A100:1}}
+train: {{job: image-classification}}
+scaling: {{num_workers: {workers}}}
+estimate: {{hours: 2, gpu: A100}}
+"""
+STARTUP_H = 6 / 60  # cloud_startup_minutes' default
+
+
+def _plan(job_file, nodes: int, workers: int) -> dict:
+    job_file.write_text(TRAIN.format(nodes=nodes, workers=workers))
+    r = invoke("plan", str(job_file), "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_a_two_node_train_job_is_planned_on_the_cloud_and_costs_two_vms(env):  # noqa: F811
+    one, two = _plan(env, 1, 1), _plan(env, 2, 2)
+    assert two["target"] == "cloud" and two["refusal"] is None
+    a, b = one["choice"], two["choice"]
+    assert (a["cloud"], a["region"], a["gpu"], a["count"]) == (b["cloud"], b["region"], b["gpu"], 1)
+    assert (a["nodes"], b["nodes"]) == (1, 2)
+    assert b["price_per_hour"] == pytest.approx(2 * a["price_per_hour"])
+    # The work splits over both VMs' GPUs; both VMs are billed, start-up included.
+    assert b["est_hours"] == pytest.approx(a["est_hours"] / 2)
+    assert b["est_cost"] == pytest.approx(b["price_per_hour"] * (b["est_hours"] + STARTUP_H))
+    assert b["est_cost"] > a["est_cost"]  # one more start-up
+    text = " ".join(invoke("plan", str(env)).stdout.split())
+    assert "A100 x1 on 2 nodes" in text, text
+
+
+def test_a_train_job_with_fewer_workers_than_nodes_is_not_placed_on_the_cloud(env):  # noqa: F811
+    d = _plan(env, 2, 1)
+    cloud = [a for a in d["alternatives"] if a["target"] == "cloud"]
+    assert cloud and all("a rented node would have no worker (set scaling.num_workers to 2 "
+                         "or more)" in a["excluded"] for a in cloud), cloud
+
+
+def test_the_emitted_sky_task_runs_on_two_nodes_through_jobs_multinode(env):  # noqa: F811
+    import sky
+    import yaml
+
+    env.write_text(TRAIN.format(nodes=2, workers=2))
+    r = invoke("plan", str(env), "--emit", "sky")
+    assert r.exit_code == 0, r.output
+    task = yaml.safe_load(r.stdout)
+    again = sky.Task.from_yaml_config(copy.deepcopy(task))  # SkyPilot takes it
+    assert task["num_nodes"] == 2 and again.num_nodes == 2
+    assert "python3 -m jobs.multinode -- python3 -m jobs.runner" in task["run"]
+    assert task["secrets"] == {"RAY_AUTH_TOKEN": None}  # the cluster's token: its name only
+    assert json.loads(task["envs"]["ORCH_RUN"])["num_workers"] == 2
+
 
 SKY = {"SKYPILOT_NODE_RANK": "1", "SKYPILOT_NUM_NODES": "2",
        "SKYPILOT_NODE_IPS": "10.0.0.4\n10.0.0.7\n"}

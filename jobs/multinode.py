@@ -155,7 +155,15 @@ def wait_for_nodes(topo: Topology, ray_proc: subprocess.Popen) -> None:
     import ray
 
     deadline = time.monotonic() + topo.timeout_s
-    ray.init(address=topo.head, log_to_driver=False, logging_level=logging.WARNING)
+    while not reachable(topo.head):  # the head's own GCS, still starting
+        if ray_proc.poll() is not None or time.monotonic() > deadline:
+            raise Problem(f"the head's Ray did not start at {topo.head} (`ray start` exit code "
+                          f"{ray_proc.poll()}); its output above says why")
+        time.sleep(0.5)
+    try:
+        ray.init(address=topo.head, log_to_driver=False, logging_level=logging.WARNING)
+    except ConnectionError as e:
+        raise Problem(f"cannot connect to the head's Ray at {topo.head}: {e}") from None
     try:
         while (n := alive_nodes()) < topo.num_nodes:
             if ray_proc.poll() is not None:

@@ -135,3 +135,33 @@ def test_the_sky_task_of_a_two_node_job_trains_on_two_ray_nodes(tmp_path, monkey
     assert rec.status == "SUCCEEDED", rec
     assert rec.metrics.get("accuracy") is not None, rec.metrics
     print(f"two-node run: {wall:.1f} s")
+
+
+def test_a_head_left_alone_stops_at_its_timeout_saying_how_many_nodes_joined(tmp_path):
+    """No other node ever joins: the head gives up after ORCH_RAY_JOIN_TIMEOUT_S, fails
+    with the runner's kind of result event, and takes its Ray down with it."""
+    from types import SimpleNamespace
+
+    root, port = short_tmp("omh"), _free_port()
+    (root / "home").mkdir()
+    task = SimpleNamespace(envs={}, secrets={})
+    env = {**_node_env(task, root, 0, port), "ORCH_RAY_JOIN_TIMEOUT_S": "5"}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "jobs.multinode", "--", "true"], env=env,
+                              cwd=root, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert (f"orch multinode: rank 0: only 1 of 2 nodes joined the Ray cluster at "
+                f"127.0.0.1:{port} within 5 s") in proc.stderr
+        result = [e for e in events.parse(proc.stdout) if e["event"] == "result"]
+        assert [r["ok"] for r in result] == [False]
+        deadline = time.monotonic() + 20
+        while _ours(root, port) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _ours(root, port)
+    finally:
+        left = _ours(root, port)
+        for p in left:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(left, timeout=10)
+        shutil.rmtree(root, ignore_errors=True)

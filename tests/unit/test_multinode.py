@@ -108,3 +108,17 @@ def test_outside_a_skypilot_task_it_exits_2_with_one_message_and_a_result_event(
                                    "runs as a SkyPilot task's `run`")
     (result,) = events.parse(proc.stdout)
     assert result["event"] == "result" and result["ok"] is False
+
+
+def test_a_node_whose_head_never_answers_gives_up_saying_so(tmp_path):
+    from providers.local_ray import _free_port
+    from tests.conftest import ROOT
+
+    node = {**SKY, "SKYPILOT_NODE_IPS": "127.0.0.1\n127.0.0.1", "ORCH_RAY_PORT": str(_free_port()),
+           "ORCH_RAY_JOIN_TIMEOUT_S": "1", "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "jobs.multinode", "--", "true"], env=node,
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert f"rank 1: the head at 127.0.0.1:{node['ORCH_RAY_PORT']} did not answer within 1 s" in proc.stderr
+    (result,) = events.parse(proc.stdout)
+    assert result["ok"] is False and "did not answer" in result["error"]

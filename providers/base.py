@@ -94,6 +94,12 @@ class Backend(abc.ABC):
         return "python3 -m jobs.runner"
 
     @classmethod
+    def train_command(cls, num_nodes: int) -> str:
+        """The shell line that runs a `train:` job's runner on `num_nodes` nodes: here the
+        runner alone, as a Ray cluster already spans its nodes."""
+        return cls.runner_command()
+
+    @classmethod
     def shell_prelude(cls) -> str:
         """Shell lines run before the job's own (its setup: and run:): none here."""
         return ""

@@ -136,7 +136,6 @@ def build_task(launch: Launch):
 
     # Credential-like envs travel as SkyPilot secrets, which SkyPilot keeps out of its records.
     envs = {k: v for k, v in launch.env.items() if not looks_secret(k)}
-    envs["PYTHONPATH"] = RUNNER_DIR
     secrets = {**{k: v for k, v in launch.env.items() if looks_secret(k)}, **launch.secrets}
     setup = ("set -e\n"
              "pip install -q 'ray[train]>=2.50' torch scikit-learn boto3 pyarrow\n"
@@ -245,12 +244,32 @@ class CloudProvider(Backend, HasLaunchInfo):
         return settings.cloud_storage
 
     @classmethod
+    def shell_prelude(cls) -> str:
+        """The runner's package on PYTHONPATH: SkyPilot passes the task's envs quoted, so
+        the `~` of RUNNER_DIR there is never expanded."""
+        home = RUNNER_DIR.replace("~", "$HOME", 1)
+        return f'export PYTHONPATH="{home}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+
+    @classmethod
+    def train_command(cls, num_nodes: int) -> str:
+        """On num_nodes > 1 VMs, jobs.multinode joins them in one Ray cluster, and its
+        head runs the runner over all of them."""
+        runner = cls.runner_command()
+        return runner if num_nodes == 1 else f"python3 -m jobs.multinode -- {runner}"
+
+    @classmethod
     def adapt_launch(cls, launch: Launch, spec: JobSpec, decision: dict) -> Launch:
         """The offers in cost order (the chosen one first, then the eligible cloud
-        alternatives as fallbacks), the file mounts, the nodes and the disk."""
+        alternatives as fallbacks), the file mounts, the nodes and the disk; for a
+        multi-node `train:` job, a fresh token for its Ray cluster, sent as a secret."""
         offers = [decision["choice"]] + [
             a for a in decision.get("alternatives", [])
             if a["target"] == cls.name and a["excluded"] is None and a != decision["choice"]]
+        if spec.train is not None and spec.num_nodes > 1:
+            import secrets
+
+            launch = dataclasses.replace(launch, secrets={
+                **launch.secrets, "RAY_AUTH_TOKEN": secrets.token_hex(32)})
         return dataclasses.replace(launch, offers=tuple(offers),
                                    file_mounts=dict(spec.file_mounts), num_nodes=spec.num_nodes,
                                    disk_size=spec.resources.disk_size,

@@ -117,7 +117,8 @@ def render(d: dict, name: str, limit: int | None = 40) -> None:
     for i, a in enumerate(rows):
         owned = a["target"] != "cloud"
         dev = "CPU" if a["gpu"] is None else f"{a['gpu']} x{a['count']:g}" + (
-            f" (of {a['offer_count']:g})" if owned and a["offer_count"] != a["count"] else "")
+            f" (of {a['offer_count']:g})" if owned and a["offer_count"] != a["count"] else "") + (
+            f" on {a['nodes']} nodes" if a.get("nodes", 1) > 1 else "")
         marginal = money(a["marginal_cost"])
         if owned and a["marginal_cost"] is not None:
             marginal += " power" + (" + displaced" if a.get("congestion_cost") else "")

@@ -122,13 +122,14 @@ class HoursEstimator:
         return out
 
 
-def job_cost(offer: Offer, hours: float, used: float,
-             startup_minutes: float) -> tuple[float, Optional[float]]:
-    """(full, marginal) USD for a whole job. Cloud bills the whole offer for the run plus
-    its start-up; owned hardware bills the share of GPUs used, and its marginal cost is
-    the power alone. Marginal is None for cloud, where every dollar is marginal."""
+def job_cost(offer: Offer, hours: float, used: float, startup_minutes: float,
+             nodes: int = 1) -> tuple[float, Optional[float]]:
+    """(full, marginal) USD for a whole job. Cloud bills the whole offer, once for each of
+    its `nodes` VMs, for the run plus its start-up; owned hardware bills the share of GPUs
+    used, and its marginal cost is the power alone. Marginal is None for cloud, where every
+    dollar is marginal."""
     if offer.target == "cloud":
-        return offer.price_per_hour * (hours + startup_minutes / 60.0), None
+        return offer.price_per_hour * nodes * (hours + startup_minutes / 60.0), None
     share = min(used / offer.count, 1.0) if offer.gpu is not None and offer.count else 1.0
     return offer.price_per_hour * share * hours, offer.power_per_hour * share * hours
 

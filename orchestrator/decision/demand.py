@@ -83,7 +83,9 @@ def job_demand(spec: Any, choice: Optional[Mapping] = None) -> Demand:
     use_gpu = _field(scaling, "use_gpu")
     use_gpu = "auto" if use_gpu is None else use_gpu
     if choice and "gpu" in choice:  # the offer decides: a CPU offer has no GPUs to use
-        priced = float(choice.get("count") or 0) if choice.get("gpu") else 0.0
+        # `count` GPUs on each of its `nodes` (a multi-node cloud job rents num_nodes VMs).
+        priced = (float(choice.get("count") or 0) * int(choice.get("nodes") or 1)
+                  if choice.get("gpu") else 0.0)
     else:
         priced = _accelerator_count(_field(resources, "accelerators"))
     # `auto` uses GPUs when there is one per worker, as the runner decides on the target

@@ -25,7 +25,8 @@ def where(a: Alternative) -> str:
 def what(a: Alternative) -> str:
     o = a.offer
     dev = "CPU" if o.gpu is None else f"{o.gpu}x{a.used:g}"
-    return f"{where(a)} {dev}{' spot' if o.spot else ''}"
+    nodes = f" on {a.nodes} nodes" if a.nodes > 1 else ""
+    return f"{where(a)} {dev}{nodes}{' spot' if o.spot else ''}"
 
 
 def when(a: Alternative) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
@@ -50,7 +51,8 @@ class Needs:
     gpu_allowed: bool
     gpu_workers: float = 1.0  # GPUs a job without `accelerators` needs to run on GPUs
     gpu_required: bool = False  # a train job with `use_gpu: true`: a GPU for each worker
-    nodes: int = 1  # num_nodes
+    nodes: int = 1  # num_nodes: VMs rented on the cloud; a Ray cluster spans its own nodes
+    train: bool = False  # a `train:` job (its Ray Train workers are `gpu_workers`)
     cloud_only: tuple[tuple[str, str], ...] = ()  # (key, what): only a cloud VM honors it
     instance_type: Optional[str] = None
 
@@ -76,8 +78,14 @@ class Needs:
                    gpu_allowed=spec.scaling.use_gpu is not False,
                    gpu_workers=float(spec.scaling.num_workers) if spec.train is not None else 1.0,
                    gpu_required=spec.train is not None and spec.scaling.use_gpu is True,
-                   nodes=spec.num_nodes, cloud_only=spec.cloud_only(r),
+                   nodes=spec.num_nodes, train=spec.train is not None,
+                   cloud_only=spec.cloud_only(r),
                    instance_type=r.instance_type)
+
+    def nodes_on(self, o: Offer) -> int:
+        """The machines the job takes on this offer: num_nodes VMs of a cloud offer (each
+        with the offer's GPUs, as SkyPilot counts them); owned hardware is one pool."""
+        return self.nodes if o.target == "cloud" else 1
 
     def describe(self) -> str:
         parts = [", ".join(f"{g}:{c:g}" for g, c in self.choices) or "no accelerator"]
@@ -92,7 +100,8 @@ class Needs:
 
 def candidates(needs: Needs, index: OfferIndex) -> list[tuple[Offer, float]]:
     """(offer, GPUs used) for every offer of a requested model and count. Cloud
-    instances must match the count exactly, as in SkyPilot; owned pools need enough."""
+    instances must match the count exactly, as in SkyPilot; owned pools need enough. A
+    job without accelerators spreads its workers over num_nodes cloud VMs."""
     out: list[tuple[Offer, float]] = []
     if needs.choices:
         wanted = dict.fromkeys(needs.choices)  # a model named twice is matched once
@@ -101,14 +110,12 @@ def candidates(needs: Needs, index: OfferIndex) -> list[tuple[Offer, float]]:
     else:
         wanted = {}
     for gpu, count in wanted:
-        out.extend((o, count) for o in index.cloud.get((gpu, count), ()))
+        per_vm = count if needs.choices else float(math.ceil(count / needs.nodes))
+        out.extend((o, per_vm) for o in index.cloud.get((gpu, per_vm), ()))
         out.extend((o, count) for o in index.owned.get(gpu, ()) if o.count >= count)
     if not needs.choices:
         out.extend((o, 0.0) for o in index.cpu)
     return out
-
-
-MULTI_NODE_CLOUD = "cloud jobs run on one node for now"
 
 
 def misfit(o: Offer, needs: Needs) -> Optional[str]:
@@ -117,9 +124,10 @@ def misfit(o: Offer, needs: Needs) -> Optional[str]:
         return f"{key} asks for {what}, which only a cloud VM has"
     if needs.instance_type and o.target == "cloud" and o.instance_type != needs.instance_type:
         return f"the job asks for instance type {needs.instance_type}"
-    if needs.nodes > 1 and o.target == "cloud":
-        # Each VM would run the runner and a Ray of its own: joining them is not built yet.
-        return f"num_nodes {needs.nodes}: {MULTI_NODE_CLOUD}"
+    if needs.nodes > 1 and o.target == "cloud" and needs.train and needs.gpu_workers < needs.nodes:
+        # The runner spreads its workers over the VMs' Ray cluster: a VM without one idles.
+        return (f"num_nodes {needs.nodes} with {needs.gpu_workers:g} Ray Train workers: a rented "
+                f"node would have no worker (set scaling.num_workers to {needs.nodes} or more)")
     if needs.cloud and (o.cloud or o.target) != needs.cloud:
         return f"the job asks for cloud {needs.cloud}"
     if needs.region and (o.region or "").lower() != needs.region.lower():
@@ -128,8 +136,9 @@ def misfit(o: Offer, needs: Needs) -> Optional[str]:
         return f"{o.cpus:g} CPUs < {needs.cpus:g}"
     if needs.memory and o.memory_gb is not None and o.memory_gb < needs.memory:
         return f"{o.memory_gb:g} GiB memory < {needs.memory:g}"
-    if needs.gpu_required and o.gpu and o.count < needs.gpu_workers:
+    gpus = o.count * needs.nodes_on(o)
+    if needs.gpu_required and o.gpu and gpus < needs.gpu_workers:
         # Ray Train would wait forever for a GPU per worker that is not there.
         return (f"{needs.gpu_workers:g} workers with use_gpu: true need {needs.gpu_workers:g} "
-                f"GPUs, it has {o.count:g}")
+                f"GPUs, it has {gpus:g}")
     return None

@@ -174,10 +174,11 @@ class Alternative:
     score: Optional[float] = None  # what it was ranked by: marginal cost (+ turnaround value)
     cash_cost: Optional[float] = None  # USD the team pays: rent, or power
     budget_cost: Optional[float] = None  # what budgets count: cash, or full (budget_basis)
+    nodes: int = 1  # cloud VMs of this offer the job rents (num_nodes); `used` is per VM
 
     @property
     def price_per_hour(self) -> float:
-        return share_price(self.offer, self.used)
+        return share_price(self.offer, self.used) * self.nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +232,8 @@ class Decision:
 def _alt_dict(a: Alternative, m) -> dict:
     o = a.offer
     return {"target": o.target, "cloud": o.cloud, "region": o.region, "gpu": o.gpu,
-            "count": _num(a.used), "offer_count": _num(o.count), "spot": o.spot,
+            "count": _num(a.used), "offer_count": _num(o.count), "nodes": a.nodes,
+            "spot": o.spot,
             "instance_type": o.instance_type,
             "price_per_hour": m(a.price_per_hour), "price_per_hour_usd": a.price_per_hour,
             "amortized_per_hour_usd": _share(a, o.amortized_per_hour) if o.owned else None,

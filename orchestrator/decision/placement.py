@@ -38,7 +38,8 @@ class _Row:
     """One offer being priced: its figures and what blocks it, before it becomes an Alternative."""
 
     offer: Offer
-    used: float
+    used: float  # GPUs per machine
+    nodes: int  # machines: num_nodes VMs of a cloud offer, else 1
     hours: Optional[float]
     basis: str
     full: Optional[float]
@@ -158,13 +159,15 @@ class _Rules:
 def _price(o: Offer, used: float, est: HoursEstimator, hours_of: dict, needs: Needs,
            capacity: Optional[Capacity], spec, rules: _Rules, spent: float) -> _Row:
     """Price one offer and list what blocks it, except the kind's own rule about waiting."""
-    if (o.gpu, used) not in hours_of:  # a few devices, many offers each
-        hours_of[o.gpu, used] = est.hours(o.gpu, used)
-    hours, basis = hours_of[o.gpu, used]
+    nodes = needs.nodes_on(o)
+    gpus = used * nodes  # the work splits over every node's GPUs
+    if (o.gpu, gpus) not in hours_of:  # a few devices, many offers each
+        hours_of[o.gpu, gpus] = est.hours(o.gpu, gpus)
+    hours, basis = hours_of[o.gpu, gpus]
     full = power = None
     if hours is not None:
-        full, power = job_cost(o, hours, used, rules.startup)
-    r = _Row(o, used, hours, basis, full, power, _wait(o, used, capacity, spec))
+        full, power = job_cost(o, hours, used, rules.startup, nodes)
+    r = _Row(o, used, nodes, hours, basis, full, power, _wait(o, used, capacity, spec))
     b, money = r.blockers, rules.money
     bad = misfit(o, needs)
     if bad:
@@ -185,7 +188,7 @@ def _price(o: Offer, used: float, est: HoursEstimator, hours_of: dict, needs: Ne
         b.append(("speed", basis))
     if o.target == "onprem" and capacity is not None and capacity.unreachable:
         b.append(("unreachable", capacity.unreachable))
-    per_h = share_price(o, used)
+    per_h = share_price(o, used) * nodes
     if rules.max_hourly is not None and per_h > rules.max_hourly:
         b.append(("hourly", f"{money(per_h)}/h > budget.max_hourly {money(rules.max_hourly)}"))
     spend = rules.budget_cost(r)
@@ -278,7 +281,7 @@ def _alternative(r: _Row, rules: _Rules) -> Alternative:
                        congestion=r.congestion,
                        displaces=", ".join(x.what or "steady work" for x in r.displaced),
                        score=r.score, cash_cost=r.cash, budget_cost=rules.budget_cost(r),
-                       excluded="; ".join(t for _, t in r.blockers) if r.blockers else None)
+                       nodes=r.nodes, excluded="; ".join(t for _, t in r.blockers) if r.blockers else None)
 
 
 def decide(spec, classification: Classification, offers: Union[Sequence[Offer], OfferIndex],

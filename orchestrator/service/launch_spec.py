@@ -56,7 +56,7 @@ class LaunchBuilder(Budgets):
                 s3_endpoint_url=endpoint if endpoint and storage and storage.startswith("s3://") else None,
                 budget=Budget(**budget) if budget else None)
             env[ENV_VAR] = run.to_json()
-            command = backend.runner_command()
+            command = backend.train_command(spec.num_nodes)
         else:
             assert spec.run is not None  # the spec holds exactly one of train: and run:
             command = spec.run

@@ -36,14 +36,9 @@ class Submitting(LaunchBuilder):
     def place(self, spec: JobSpec, fp: str, dirty: bool) -> dict:
         """Where the job runs and why: the decision `orch plan` shows (planning.plan)."""
         from orchestrator import planning
-        from orchestrator.decision.matching import MULTI_NODE_CLOUD
 
         decision, notes = planning.plan(spec, self.settings, fingerprint=fp, code_dirty=dirty)
         if decision.choice is None:
-            if spec.num_nodes > 1 and any(MULTI_NODE_CLOUD in (a.excluded or "")
-                                          for a in decision.alternatives):
-                raise spec.error("num_nodes", MULTI_NODE_CLOUD, "ask for more GPUs per node "
-                                 "(e.g. H100:8) instead of more nodes, or allow on-prem")
             raise InputError(f"{spec.source_file or spec.name}: no place to run this job: "
                              f"{decision.refusal}",
                              "`orch plan FILE` lists every alternative and why it was excluded")

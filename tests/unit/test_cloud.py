@@ -201,12 +201,48 @@ def test_no_cloud_credentials_is_a_clear_refusal(orch_home, tmp_path):
     assert not (orch_home / "orch.db").exists()
 
 
-def test_multi_node_cloud_jobs_are_refused_before_recording(orch):
-    from orchestrator.errors import SpecError
+def test_a_multi_node_train_job_rents_n_vms_and_joins_them_in_one_ray_cluster(orch):
+    spec = load_spec_text("num_nodes: 2\n" + JOB.format(accel="H100:1")
+                          + "scaling: {num_workers: 2}\n", "explore.yaml")
+    fake = use_fake(orch, [
+        {"status": "RUNNING", "start_at": T0, "cloud": "runpod", "region": "US",
+         "resources": "2x runpod([Spot], {'H100': 1})"},
+        {"status": "SUCCEEDED", "start_at": T0, "end_at": T0 + 1800, "cloud": "runpod",
+         "region": "US", "resources": "2x runpod([Spot], {'H100': 1})"}])
+    rec = orch.submit(spec).rec
+    choice = rec.decision["choice"]
+    assert (choice["target"], choice["count"], choice["nodes"]) == ("cloud", 1, 2)
+    task = fake.launched[0][0]
+    assert task.num_nodes == 2
+    assert "python3 -m jobs.multinode -- python3 -m jobs.runner" in task.run
+    # Each cluster its own token, as a SkyPilot secret: never in the envs or the record.
+    token = task.secrets["RAY_AUTH_TOKEN"].get_secret_value()
+    assert len(token) == 64 and "RAY_AUTH_TOKEN" not in task.envs
+    assert token not in json.dumps(rec.model_dump(mode="json"), default=str)
+    rec, seen = statuses(orch, rec, 2)
+    assert seen == ["RUNNING", "SUCCEEDED"]
+    # The ledger bills both VMs: the choice's price is per job, num_nodes x the offer's.
+    assert rec.info.ledger["cost_usd"] == pytest.approx(2 * 1.75 * (0.5 + 0.1))
+
+
+def test_a_multi_node_run_job_runs_its_own_command_on_every_node(orch):
+    spec = load_spec_text("name: mpi\nnum_nodes: 2\nrun: mpirun ./a.out\n"
+                          "resources: {accelerators: H100:1}\nestimate: {hours: 1, gpu: H100}\n",
+                          "mpi.yaml")
+    decision = orch.place(spec, "fp", False)
+    assert decision["target"] == "cloud" and decision["choice"]["nodes"] == 2
+    launch = orch.for_cloud(orch.launch_for("orch-t", spec, "cloud", decision), spec, decision)
+    task = build_task(launch)
+    assert task.num_nodes == 2 and "mpirun ./a.out" in task.run
+    assert "jobs.multinode" not in task.run and not task.secrets  # SkyPilot's own way
+
+
+def test_a_multi_node_train_job_with_fewer_workers_than_nodes_is_refused(orch):
+    from orchestrator.errors import InputError
 
     spec = load_spec_text("num_nodes: 2\n" + JOB.format(accel="H100:1"), "explore.yaml")
     use_fake(orch, [])
-    with pytest.raises(SpecError, match="num_nodes: cloud jobs run on one node"):
+    with pytest.raises(InputError, match="a rented node would have no worker"):
         orch.submit(spec)
     assert orch.store.list() == []
 

@@ -4,6 +4,7 @@ each target and refuses the rest saying what to use."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 
 import pytest
@@ -44,9 +45,27 @@ def test_what_a_launch_looks_like_is_known_per_backend_class(tmp_path):
     assert CloudProvider.runner_command() == "python3 -m jobs.runner"
     assert '"$orch_py" -m jobs.runner' in OnPremProvider.runner_command()
     assert LocalProvider.shell_prelude().startswith("export PATH=")
-    assert OnPremProvider.shell_prelude() == CloudProvider.shell_prelude() == ""
+    assert OnPremProvider.shell_prelude() == ""
+    # A multi-node train job: the runner alone where a Ray cluster spans the nodes; on
+    # num_nodes VMs, jobs.multinode makes that cluster first.
+    for cls in (LocalProvider, OnPremProvider):
+        assert cls.train_command(2) == cls.runner_command()
+    assert CloudProvider.train_command(1) == "python3 -m jobs.runner"
+    assert CloudProvider.train_command(2) == "python3 -m jobs.multinode -- python3 -m jobs.runner"
     assert (CloudProvider.launch_grace_s, CloudProvider.rented) == (600.0, True)
     assert (OnPremProvider.launch_grace_s, LocalProvider.rented) == (0.0, False)
+
+
+def test_the_cloud_prelude_puts_the_shipped_runner_on_pythonpath(tmp_path):
+    """SkyPilot exports a task's envs quoted: a `~` there would reach Python unexpanded."""
+    import subprocess
+    import sys
+
+    script = CloudProvider.shell_prelude() + f"{sys.executable} -c 'import sys; print(sys.path)'"
+    out = subprocess.run(["bash", "-c", script], env={"HOME": str(tmp_path), "PYTHONPATH": "/x"},
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    path = ast.literal_eval(out)
+    assert str(tmp_path / ".orch-runner") in path and "/x" in path
 
 
 def test_the_registry_builds_the_backend_of_each_target(tmp_path, monkeypatch):

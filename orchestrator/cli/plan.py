@@ -45,13 +45,13 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
 
 def _plan_pipeline(d: dict, file: Path, values, emit: Optional[str], json_out: bool,
                    show_all: bool) -> None:
-    from orchestrator.spec.pipeline import load_pipeline
+    from orchestrator.spec.pipeline import Pipeline, load_job
 
     if json_out and emit is None:
         print_json(d)
         return
-    pipeline = load_pipeline(file, values)
-    assert pipeline is not None  # the client planned it as one
+    pipeline = load_job(file, values)
+    assert isinstance(pipeline, Pipeline)  # the client planned it as one
     if emit is not None:  # SkyPilot's own pipeline form: its header, then a task a stage
         from orchestrator.settings import load_settings
 

@@ -59,16 +59,14 @@ class Local:
     def submit(self, file: Path, key: Optional[str] = None, priority: int = 0,
                given: Optional[Overrides] = None) -> dict:
         from orchestrator.records import SubmittedJob
-        from orchestrator.spec import load_spec
-        from orchestrator.spec.pipeline import load_pipeline
+        from orchestrator.spec.pipeline import Pipeline, load_job
 
-        pipeline = load_pipeline(file, given)
-        if pipeline is not None:
-            done = self.orch.submit_pipeline(pipeline, idempotency_key=key)
-            return {"pipeline": pipeline.name,
+        spec = load_job(file, given)
+        if isinstance(spec, Pipeline):
+            done = self.orch.submit_pipeline(spec, idempotency_key=key)
+            return {"pipeline": spec.name,
                     "stages": [SubmittedJob.from_row(s.rec, existing=s.existing).to_json()
                                for s in done]}
-        spec = load_spec(file, given)
         if spec.schedule.cron:  # schedules are kept and run by `orch serve` only
             note(self.on_note, f"schedule.cron {spec.schedule.cron!r} is run by `orch serve`: "
                   "alone, this job runs once, now. Submit it with ORCH_SERVER set to register "
@@ -77,14 +75,12 @@ class Local:
         return SubmittedJob.from_row(rec, existing=existing).to_json()
 
     def plan(self, file: Path, given: Optional[Overrides] = None) -> dict:
-        from orchestrator.spec import load_spec
-        from orchestrator.spec.pipeline import load_pipeline
+        from orchestrator.spec.pipeline import Pipeline, load_job
 
-        pipeline = load_pipeline(file, given)
-        if pipeline is not None:  # each stage placed on its own, as its submit would
-            return {"pipeline": pipeline.name,
-                    "stages": [self.plan_spec(s) for s in pipeline.stages]}
-        return self.plan_spec(load_spec(file, given))
+        job = load_job(file, given)
+        if isinstance(job, Pipeline):  # each stage placed on its own, as its submit would
+            return {"pipeline": job.name, "stages": [self.plan_spec(s) for s in job.stages]}
+        return self.plan_spec(job)
 
     def plan_spec(self, spec) -> dict:
         from orchestrator import fingerprint as fp_mod

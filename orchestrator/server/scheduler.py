@@ -25,7 +25,7 @@ from typing import Callable, Iterator, Optional
 from orchestrator.errors import BackendError, OrchError
 from orchestrator.records import JobRow
 from orchestrator.server import cron
-from orchestrator.service.respec import spec_from_record  # noqa: F401  (tests import it here)
+from orchestrator.service.respec import spec_from_record
 from orchestrator.store import TERMINAL, iso
 
 log = logging.getLogger("orch.serve")

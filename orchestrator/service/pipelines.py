@@ -10,9 +10,7 @@ import os
 import socket
 from typing import Optional
 
-from orchestrator.checks import check_runnable
 from orchestrator.errors import BackendError, InputError, OrchError
-from orchestrator.fingerprint import fingerprint
 from orchestrator.records import JobRow
 from orchestrator.service.following import Following
 from orchestrator.service.respec import spec_from_record
@@ -23,13 +21,10 @@ from orchestrator.store import TERMINAL
 class Pipelines(Submitting, Following):
     def submit_pipeline(self, pipeline, idempotency_key: Optional[str] = None) -> list[Submitted]:
         """Check and place every stage first (a stage that cannot run refuses the whole
-        pipeline, nothing written), then record them all and launch the first. A key seen
+        pipeline, nothing written), then record them all, each as it was placed, and
+        launch the first. A key seen
         before returns that pipeline's stages, launching nothing."""
-        for spec in pipeline.stages:
-            check_runnable(spec)
-            self.resume_point(spec)
-            spec.secret_strings()
-            self.place(spec, *fingerprint(spec))
+        checked = [self.check(spec) for spec in pipeline.stages]
         out: list[Submitted] = []
         prev: Optional[JobRow] = None
         n = len(pipeline.stages)
@@ -39,7 +34,7 @@ class Pipelines(Submitting, Following):
             if prev is not None:
                 info["after"] = prev.id
             key = f"{idempotency_key}:stage{i + 1}" if idempotency_key else None
-            rec, secrets, existing = self.record(spec, key, info=info)
+            rec, secrets, existing = self.record(spec, key, info=info, checked=checked[i])
             if not existing:
                 if prev is None:
                     rec = self.launch(rec, spec, secrets)

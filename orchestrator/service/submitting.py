@@ -26,6 +26,13 @@ class Recorded(NamedTuple):
     existing: bool  # the key was submitted before: `rec` is that earlier job
 
 
+class Checked(NamedTuple):
+    """A job that passed every check before recording: its secrets, code and placement."""
+    secrets: dict  # the `secrets:` values, for its launch only: never stored
+    fingerprint: str
+    decision: dict  # the plan it is placed by (`orch plan --json`'s shape)
+
+
 class Submitted(NamedTuple):
     """What a submit did: the job's record, and whether its key was submitted before."""
     rec: JobRow
@@ -65,17 +72,23 @@ class Submitting(LaunchBuilder):
                                   "the same idempotency key")
         return Submitted(self.launch(rec, spec, secrets), existing)
 
-    def record(self, spec: JobSpec, idempotency_key: Optional[str] = None, *,
-               owner: Optional[str] = None, priority: int = 0,
-               info: Optional[dict] = None) -> Recorded:
-        """Check, plan and record a job as PENDING; nothing is launched. Returns the record,
-        the `secrets:` values and whether the key was submitted before.
-        `orch serve` records a job here and launches it when its turn in the queue comes."""
+    def check(self, spec: JobSpec) -> Checked:
+        """Everything a job must pass before it is recorded, and where it is placed; raises
+        (bad input, no place to run) with nothing written."""
         check_runnable(spec)
         self.resume_point(spec)  # a resume_from that names no usable run: refused, nothing written
         secrets = spec.secret_strings()  # a secret with no value is a job-file error
         fp, dirty = fingerprint(spec)
-        decision = self.place(spec, fp, dirty)
+        return Checked(secrets, fp, self.place(spec, fp, dirty))
+
+    def record(self, spec: JobSpec, idempotency_key: Optional[str] = None, *,
+               owner: Optional[str] = None, priority: int = 0,
+               info: Optional[dict] = None, checked: Optional[Checked] = None) -> Recorded:
+        """Check, plan and record a job as PENDING (`checked`: what `check` found already);
+        nothing is launched. Returns the record, the `secrets:` values and whether the key
+        was submitted before. `orch serve` records a job here and launches it when its turn
+        in the queue comes."""
+        secrets, fp, decision = checked or self.check(spec)
         failpoints.reached("planned")
         hidden = redact.secret_env(spec.envs, secrets)
         salt = redact.new_salt()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import yaml
 
@@ -40,11 +40,11 @@ def documents(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def load_pipeline(path: str | Path, given: Optional[Overrides] = None) -> Optional[Pipeline]:
-    """The file as a pipeline when it holds several YAML documents; None when it holds one
-    (a task: `load_spec`). SpecError at the stage's line for anything wrong in a stage."""
+def load_job(path: str | Path, given: Optional[Overrides] = None) -> Union[JobSpec, Pipeline]:
+    """The file, read once: a pipeline when it holds several YAML documents, else its one
+    task. SpecError (file, line, key) for anything wrong, in a stage at its own line."""
     text, file = read_job_file(path)
-    return load_pipeline_text(text, file, given)
+    return load_pipeline_text(text, file, given) or load_spec_text(text, file, given)
 
 
 def load_pipeline_text(text: str, file: str = "<job>",

@@ -135,11 +135,6 @@ class Resources(Strict):
                 raise ValueError(f"candidate {i + 1}{' ' + where if where else ''}: {what}") from None
         return out
 
-    @property
-    def candidates_ordered(self) -> bool:
-        """A preference list of candidates (`ordered`), or of accelerators (a list)."""
-        return self.ordered is not None or (self.any_of is None and self.accelerators_ordered)
-
     @field_validator("disk_size", mode="before")
     @classmethod
     def _check_disk_size(cls, v: Any) -> Any:

@@ -74,6 +74,24 @@ def _ours(root: Path, port: int) -> list:
             if p.pid != os.getpid()]
 
 
+def _all_gone(root: Path, port: int, wait_s: float = 20) -> None:
+    """Every Ray process of the cluster went with its node's `ray start --block`."""
+    deadline = time.monotonic() + wait_s
+    while _ours(root, port) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _ours(root, port), [p.info for p in _ours(root, port)]
+
+
+def _stop_left(root: Path, port: int) -> None:
+    """Teardown: kill what a failed test left of the cluster, and its folder."""
+    left = _ours(root, port)
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(left, timeout=10)
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def test_the_sky_task_of_a_two_node_job_trains_on_two_ray_nodes(tmp_path, monkeypatch):
     monkeypatch.setattr("providers.cloud.enabled_clouds", lambda clouds: (list(clouds), {}))
     orch = Orch(Settings(home=tmp_path / "orch", mode="hybrid", clouds=["lambda", "runpod"],
@@ -111,21 +129,12 @@ def test_the_sky_task_of_a_two_node_job_trains_on_two_ray_nodes(tmp_path, monkey
         assert "orch multinode: 2 nodes in the Ray cluster" in log
         result = [e for e in found if e["event"] == "result"][-1]
         assert result["ok"] is True, result
-        # Every Ray process of both nodes went with its `ray start --block`.
-        deadline = time.monotonic() + 20
-        while _ours(root, port) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not _ours(root, port), [p.info for p in _ours(root, port)]
+        _all_gone(root, port)
     finally:
         for p in procs:
             with contextlib.suppress(ProcessLookupError):
                 p.kill()
-        left = _ours(root, port)
-        for p in left:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(left, timeout=10)
-        shutil.rmtree(root, ignore_errors=True)
+        _stop_left(root, port)
 
     # What SkyPilot reports for a run whose nodes all exited 0; orch reads the log.
     fake.script = [{"status": "SUCCEEDED", "start_at": time.time() - wall, "end_at": time.time(),
@@ -154,14 +163,6 @@ def test_a_head_left_alone_stops_at_its_timeout_saying_how_many_nodes_joined(tmp
                 f"127.0.0.1:{port} within 5 s") in proc.stderr
         result = [e for e in events.parse(proc.stdout) if e["event"] == "result"]
         assert [r["ok"] for r in result] == [False]
-        deadline = time.monotonic() + 20
-        while _ours(root, port) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not _ours(root, port)
+        _all_gone(root, port)
     finally:
-        left = _ours(root, port)
-        for p in left:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(left, timeout=10)
-        shutil.rmtree(root, ignore_errors=True)
+        _stop_left(root, port)

@@ -12,7 +12,8 @@ import pytest
 from orchestrator.errors import InputError
 from orchestrator.records import JobRow
 from orchestrator.server import auth, cron
-from orchestrator.server.scheduler import Scheduler, queue_info, spec_from_record
+from orchestrator.server.scheduler import Scheduler, queue_info
+from orchestrator.service.respec import spec_from_record
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
 from orchestrator.store import NameTaken, iso

@@ -31,7 +31,8 @@ def check_runnable(spec: JobSpec) -> None:
     if workdir is not None and not workdir.is_dir():
         raise spec.error("workdir", f"{workdir} is not a directory",
                          "paths are relative to the job file's folder")
-    if spec.train is not None and spec.train.entrypoint:
+    # A git workdir is cloned at launch, not here: its entrypoint is imported there.
+    if spec.train is not None and spec.train.entrypoint and spec.git_workdir is None:
         try:
             out = subprocess.run([sys.executable, "-c", _IMPORT_CHECK, spec.train.entrypoint],
                                  cwd=str(workdir) if workdir else None, capture_output=True,

@@ -64,7 +64,9 @@ def code_identity(workdir: Optional[Path]) -> tuple[str, bool]:
 
 def fingerprint(spec: JobSpec) -> tuple[str, bool]:
     """(fingerprint, code_dirty) for a loaded spec."""
-    identity, dirty = code_identity(spec.workdir_path())
+    git = spec.git_workdir
+    identity, dirty = ((f"git:{git.commit or git.url + '@' + str(git.ref)}", False) if git
+                       else code_identity(spec.workdir_path()))
     if spec.train is not None:
         what = {"job": spec.train.job, "entrypoint": spec.train.entrypoint}
         swept = set(spec.train.sweep)

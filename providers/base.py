@@ -80,6 +80,9 @@ class Backend(abc.ABC):
     # Each job rents its machine (a cloud VM), billed from its start-up; otherwise the
     # hardware is owned and a job holds it from its submission on.
     rented: ClassVar[bool] = False
+    # Whether the target clones a job's `workdir: {url, ref}` itself (SkyPilot on a cloud
+    # VM); otherwise orch checks the commit out on this machine and sends that folder.
+    clones_git_workdir: ClassVar[bool] = False
 
     @classmethod
     def default_storage(cls, settings: Settings) -> Optional[str]:

@@ -107,7 +107,11 @@ def enabled_clouds(clouds: list[str]) -> tuple[list[str], dict[str, str]]:
 def _resources(offer: dict, launch: Launch):
     import sky
 
+    vm = dict(launch.vm)
+    zone = vm.pop("zone", None)  # SkyPilot takes a zone inside infra, beside which it refuses one
     infra = offer["cloud"] + (f"/{offer['region']}" if offer.get("region") else "")
+    if zone and offer.get("region"):
+        infra += f"/{zone}"
     kw: dict = {"infra": infra, "use_spot": bool(offer.get("spot"))}
     if offer.get("gpu"):
         count = offer.get("offer_count") or offer.get("count") or 1
@@ -119,8 +123,9 @@ def _resources(offer: dict, launch: Launch):
     if offer.get("spot"):
         # Preempted spot VMs come back elsewhere; errors in user code retry once.
         kw["job_recovery"] = {"strategy": "EAGER_NEXT_REGION", "max_restarts_on_errors": 1}
-    kw.update(launch.vm)  # the job file's own VM keys (image_id, ports, ...) win
-    return sky.Resources(**kw)
+    kw.update(vm)  # the job file's own VM keys (image_id, ports, ...) win
+    # Read as SkyPilot reads a task file's resources, so every form its schema takes works.
+    return next(iter(sky.Resources.from_yaml_config(kw)))
 
 
 def build_task(launch: Launch):
@@ -230,6 +235,7 @@ class CloudProvider(Backend, HasLaunchInfo):
     name = "cloud"
     launch_grace_s = 600.0  # a launch request can take minutes to reach SkyPilot's queue
     rented = True
+    clones_git_workdir = True
 
     def __init__(self, sdk=None, startup_minutes: float = 6.0, clock=time.time):
         self.sdk = sdk or SkySDK()

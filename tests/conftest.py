@@ -17,6 +17,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 ORCH = str(Path(sys.executable).with_name("orch"))
 
+# The user's cache folder (SkyPilot's schemas, orchestrator/spec/sky_schema.py): one for the
+# test run, shared by the processes it starts, removed at its end.
+_CACHE = tempfile.mkdtemp(prefix="orch-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_CACHE, ignore_errors=True)
+
 
 def job_row(rec: dict):
     """A job written as a test's dict table, as the typed store row (records.JobRow) the

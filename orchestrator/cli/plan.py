@@ -72,6 +72,7 @@ def _emit(kind: str, spec, settings, plan: dict) -> None:
 
     from orchestrator.errors import InputError
     from orchestrator.service import Orch
+    from orchestrator.service.git_workdir import pin
     from providers.cloud import task_yaml
 
     if kind != "sky":
@@ -85,6 +86,7 @@ def _emit(kind: str, spec, settings, plan: dict) -> None:
                              "enable clouds with ORCH_CLOUDS and allow cloud in placement.allow")
         d["choice"] = clouds[0]
     orch = Orch(settings)
+    pin(spec)  # the commit a submit would launch
     # Secret values are not needed to print the task: it names them for `sky launch --secret`.
     launch = orch.launch_for("orch-plan", spec, "cloud", d, secrets={k: "" for k in spec.secrets})
     config = task_yaml(orch.for_cloud(launch, spec, d))

@@ -139,7 +139,7 @@ class Remote:
             return None
         where = up.local_workdir(spec)
         if where is None:
-            if spec.workdir is not None:
+            if isinstance(spec.workdir, str):
                 note(self.on_note, f"workdir {spec.workdir} is not on this machine: the server "
                       "runs the job from its own folder of that name")
         return where

@@ -12,6 +12,7 @@ from orchestrator.checks import check_runnable
 from orchestrator.errors import BackendError, InputError
 from orchestrator.fingerprint import fingerprint
 from orchestrator.records import JobRow, with_info
+from orchestrator.service import git_workdir
 from orchestrator.service.launch_spec import LaunchBuilder
 from orchestrator.service.processes import alive, submitter
 from orchestrator.spec import JobSpec
@@ -76,6 +77,7 @@ class Submitting(LaunchBuilder):
         """Everything a job must pass before it is recorded, and where it is placed; raises
         (bad input, no place to run) with nothing written."""
         check_runnable(spec)
+        git_workdir.pin(spec)
         self.resume_point(spec)  # a resume_from that names no usable run: refused, nothing written
         secrets = spec.secret_strings()  # a secret with no value is a job-file error
         fp, dirty = fingerprint(spec)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, PositiveInt, PrivateAttr, field_validator, model_validator
+from pydantic import ConfigDict, Field, PositiveInt, PrivateAttr, field_validator, model_validator
 
 from orchestrator.errors import SpecError
 from orchestrator.inputs import clip
@@ -28,10 +28,47 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+# orch's own keys; the rest of a job file is SkyPilot's task, checked by its schema.
+ORCH_KEYS = ("train", "scaling", "precision", "data", "schedule", "budget", "placement",
+             "checkpoint", "estimate")
+
+
+class GitWorkdir(Strict):
+    """SkyPilot's `workdir: {url, ref}`: a git repository at a branch, tag or commit."""
+
+    url: str
+    ref: Optional[str] = None
+    # orch's, not SkyPilot's (its schema refuses the key in a file): the commit `ref` named
+    # when the job was checked, so every launch of it runs the same code.
+    commit: Optional[str] = None
+
+    def for_skypilot(self) -> dict[str, str]:
+        ref = self.commit or self.ref
+        return {"url": self.url, **({"ref": ref} if ref else {})}
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, v: str) -> str:
+        if not v.strip() or v.lstrip().startswith("-"):
+            raise ValueError(f"{clip(v)} is not a git URL: write e.g. https://github.com/org/repo.git")
+        return v
+
+    @field_validator("ref")
+    @classmethod
+    def _check_ref(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and (not v.strip() or v.startswith("-") or any(c.isspace() for c in v)):
+            raise ValueError(f"{clip(v)} is not a git branch, tag or commit")
+        return v
+
+
 class JobSpec(Strict):
+    # SkyPilot's other task keys (event_callback, volume_mounts, ...), which its schema
+    # accepted when the file was read, are kept as extras and passed to its task unchanged.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
     # SkyPilot's common task keys.
     name: Optional[str] = None
-    workdir: Optional[str] = None
+    workdir: Union[str, GitWorkdir, None] = None  # a folder, or a git repository
     num_nodes: PositiveInt = 1
     resources: Resources = Field(default_factory=Resources)
     envs: dict[str, Union[str, int, float, bool, None]] = Field(default_factory=dict)
@@ -67,9 +104,11 @@ class JobSpec(Strict):
 
     @field_validator("workdir")
     @classmethod
-    def _check_workdir(cls, v: Optional[str]) -> Optional[str]:
+    def _check_workdir(cls, v: Union[str, GitWorkdir, None]) -> Union[str, GitWorkdir, None]:
+        if not isinstance(v, str):
+            return v
         try:
-            v is None or Path(v).expanduser()
+            Path(v).expanduser()
         except RuntimeError:  # ~user for a user that does not exist
             raise ValueError(f"{clip(v)}: no such user's home directory") from None
         return v
@@ -100,9 +139,23 @@ class JobSpec(Strict):
                              "(a shell command), not both")
         return self
 
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secret_names(cls, v: Any) -> Any:
+        """SkyPilot's list form, `secrets: [NAME, ...]`: each read from the environment."""
+        return {str(k): None for k in v} if isinstance(v, list) else v
+
+    def extra_task_keys(self) -> dict[str, Any]:
+        """SkyPilot's task keys orch does not read (its schema checked them)."""
+        return dict(self.model_extra or {})
+
     def task_keys(self) -> dict[str, Any]:
-        """SkyPilot's task-level keys this job sets (TASK_KEYS), for its SkyPilot task."""
-        return {k: getattr(self, k) for k in TASK_KEYS if getattr(self, k) is not None}
+        """SkyPilot's task-level keys this job sets (TASK_KEYS and the extras), for its
+        SkyPilot task."""
+        keys = {k: getattr(self, k) for k in TASK_KEYS if getattr(self, k) is not None}
+        if self.git_workdir is not None:  # SkyPilot clones it on the VM
+            keys["workdir"] = self.git_workdir.for_skypilot()
+        return {**keys, **self.extra_task_keys()}
 
     def cloud_only(self, resources=None) -> tuple[tuple[str, str], ...]:
         """(key, what it asks for) of each key only a cloud VM honors: the resources' (of
@@ -115,7 +168,8 @@ class JobSpec(Strict):
     def carried(self) -> tuple[str, ...]:
         """The keys for a cloud VM that a run elsewhere goes without (noted in the plan)."""
         return tuple([f"resources.{k}" for k in self.resources.carried()]
-                     + [k for k in TASK_KEYS if k not in TASK_CLOUD_ONLY and getattr(self, k) is not None])
+                     + [k for k in TASK_KEYS if k not in TASK_CLOUD_ONLY and getattr(self, k) is not None]
+                     + list(self.extra_task_keys()))
 
     # -- helpers that do not change the spec --------------------------------------
 
@@ -149,10 +203,18 @@ class JobSpec(Strict):
     def source_file(self) -> Optional[str]:
         return self._source.file if self._source else None
 
+    @property
+    def git_workdir(self) -> Optional[GitWorkdir]:
+        return self.workdir if isinstance(self.workdir, GitWorkdir) else None
+
     def workdir_path(self) -> Optional[Path]:
-        if self.workdir is None:
+        """The workdir folder on this machine; None for none, or for a git repository."""
+        if not isinstance(self.workdir, str):
             return None
         p = Path(self.workdir).expanduser()
         if not p.is_absolute() and self._source and self._source.file != "<job>":
-            p = Path(self._source.file).resolve().parent / p
+            # orch reads a relative workdir from the job file's folder; SkyPilot from the
+            # folder `sky launch` runs in, which a file written for it may count on.
+            beside = Path(self._source.file).resolve().parent / p
+            p = beside if beside.is_dir() or not p.resolve().is_dir() else p
         return p.resolve()

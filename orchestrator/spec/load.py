@@ -12,15 +12,16 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import SpecError
 from orchestrator.inputs import NotRegularFile, clip, read_regular
+from orchestrator.spec import sky_schema
 from orchestrator.spec.document import MAX_BYTES, SourceMap, read_document, too_big
-from orchestrator.spec.job import JobSpec
+from orchestrator.spec.job import ORCH_KEYS, JobSpec
 from orchestrator.spec.overrides import Overrides
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
 
 # The tags pydantic puts in an error's location for the branch of a union it tried.
-_UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
+_UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list", "GitWorkdir"}
 
 
 def load_spec(path: str | Path, given: Optional[Overrides] = None) -> JobSpec:
@@ -65,6 +66,8 @@ def load_spec_text(text: str, file: str = "<job>", given: Optional[Overrides] = 
     """The job file's text as a JobSpec; `given`: the command line's --env and --secret
     values, over the file's."""
     data, src = read_document(text, file)
+    if isinstance(data.get("secrets"), list):  # SkyPilot's list of names, read from the environment
+        data["secrets"] = {str(k): None for k in data["secrets"]}
     if given:
         for section, values in (("envs", given.envs), ("secrets", given.secrets)):
             if values and isinstance(data.get(section) or {}, dict):
@@ -74,6 +77,15 @@ def load_spec_text(text: str, file: str = "<job>", given: Optional[Overrides] = 
             raise SpecError(file, src.line_of((what,)), what, f"makes this {kind}",
                             instead.format(file=file))
     _fill_in_envs(data, src)
+    if "_docker_login_config" in (data.get("resources") or {}):
+        raise SpecError(file, src.line_of(("resources", "_docker_login_config")),
+                        "resources._docker_login_config", "holds a registry password, which "
+                        "orch would keep with the job's record",
+                        "give SKYPILOT_DOCKER_USERNAME, SKYPILOT_DOCKER_PASSWORD and "
+                        "SKYPILOT_DOCKER_SERVER under secrets:, as SkyPilot documents")
+    # SkyPilot's schemas judge its part of the file; where orch's model refuses the same
+    # key, orch's words are shown (they say what orch reads there).
+    refused = sky_schema.problem(data, src, ORCH_KEYS)
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as e:
@@ -83,7 +95,10 @@ def load_spec_text(text: str, file: str = "<job>", given: Optional[Overrides] = 
                     if isinstance(p, int) or not ("[" in p or p in _UNION_TAGS))
         problem, hint = _describe(err, _allowed_keys(JobSpec, loc))
         key = ".".join(str(p) for p in loc) or None
-        raise SpecError(file, src.line_of(loc), key, problem, hint) from None
+        mine = SpecError(file, src.line_of(loc), key, problem, hint)
+        raise (mine if refused is None or _same_place(mine.key, refused.key) else refused) from None
+    if refused is not None:
+        raise refused
     spec._source = src
     _check_together(spec, src)
     unset = [k for k, v in spec.envs.items() if v is None]
@@ -99,13 +114,13 @@ def load_spec_text(text: str, file: str = "<job>", given: Optional[Overrides] = 
 
 # `$NAME` and `${NAME}`, as SkyPilot's Task.from_yaml_config finds them (sky/task.py).
 _VAR = re.compile(r"\$\{?\b([a-zA-Z_][a-zA-Z0-9_]*)\b\}?")
-# Where SkyPilot fills in a task's envs when it reads the file (its `volumes` and `service`
-# are not orch's keys): in file_mounts' paths, bucket names and sources, and the workdir.
-SUBSTITUTED = ("file_mounts", "workdir")
+# Where SkyPilot fills in a task's envs when it reads the file (its `service` is refused
+# before): in file_mounts' paths, bucket names and sources, the workdir and volumes.
+SUBSTITUTED = ("file_mounts", "workdir", "volumes")
 
 
 def _fill_in_envs(data: dict, src: SourceMap) -> None:
-    """`$NAME` / `${NAME}` in file_mounts and workdir replaced by the env's value (the file's,
+    """`$NAME` / `${NAME}` in file_mounts, workdir and volumes replaced by the env's value (the file's,
     or --env's over it), as SkyPilot does; a name that is no env is left as written, a
     null secret too (SkyPilot leaves those). A secret with a value (inline, or --secret) is
     refused there: SkyPilot would fill it in, but these keys are kept with the job's
@@ -153,6 +168,13 @@ def _check_together(spec: JobSpec, src: SourceMap) -> None:
             if isinstance(path, str) and path.endswith("/"):
                 raise refuse(("file_mounts", dest), f"the {what} {clip(path)} ends with '/', "
                              "which SkyPilot refuses", "remove the trailing '/'")
+
+
+def _same_place(a: Optional[str], b: Optional[str]) -> bool:
+    """Whether two dotted keys are the same place, or one holds the other."""
+    if a is None or b is None:
+        return a == b
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
 def default_name(file: str) -> str:

@@ -21,15 +21,20 @@ from orchestrator.spec.base import Strict
 
 _ACCEL_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_.+-]*)\s*(?::\s*([0-9]*\.?[0-9]+))?\s*$")
 _QUANTITY_RE = re.compile(r"^\d+(\.\d+)?\+?$")
-_DISK_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gb|g|gib|tb|t|tib)?\s*$", re.IGNORECASE)
+# SkyPilot's sizes (sky/skylet/constants.py MEMORY_SIZE_UNITS), in GiB; a bare number is GiB.
+_UNITS_GIB = {"k": 2.0 ** -20, "m": 2.0 ** -10, "g": 1.0, "t": 2.0 ** 10, "p": 2.0 ** 20}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([kmgtp])(?:b|i|ib)?)?\s*(\+)?\s*$", re.IGNORECASE)
 
 # SkyPilot's resources keys that only a cloud VM can honor: a job that sets one is placed
 # on the cloud, and the plan says why local and on-prem are out.
 CLOUD_ONLY = {"instance_type": "an instance type", "image_id": "a VM image",
               "disk_tier": "a disk tier", "network_tier": "a network tier",
-              "accelerator_args": "accelerator arguments (a TPU runtime)"}
+              "accelerator_args": "accelerator arguments (a TPU runtime)",
+              "zone": "a zone", "volumes": "disk volumes attached to a VM"}
 # Keys that matter to a VM, not to a training run elsewhere: carried to a cloud VM as they
-# are, and noted when the job runs on owned hardware.
+# are, and noted when the job runs on owned hardware. SkyPilot's other resources keys
+# (local_disk, priority, max_hourly_cost, ...: its schema checked them) are kept as extras
+# and carried the same way.
 CARRIED = ("ports", "labels", "autostop", "job_recovery")
 
 
@@ -62,12 +67,24 @@ def _quantity(v: Any, what: str) -> Any:
     return v
 
 
+def size_gib(v: Any) -> Optional[float]:
+    """A size as SkyPilot writes one (32, '32+', '32GB', '1TB+', '512Mi') in GiB; None when
+    it is not one."""
+    m = _SIZE_RE.match(str(v)) if not isinstance(v, bool) else None
+    if not m:
+        return None
+    return float(m.group(1)) * _UNITS_GIB[(m.group(2) or "g").lower()]
+
+
 def quantity_min(v: Any) -> Optional[float]:
-    """The least amount a `cpus`/`memory` value asks for (`8+` and `8` both mean >= 8)."""
-    return None if v is None else float(str(v).rstrip("+"))
+    """The least amount a `cpus`/`memory` value asks for (`8+` and `8` both mean >= 8; a
+    memory size in SkyPilot's units, in GiB)."""
+    return None if v is None else size_gib(v)
 
 
 class Resources(Strict):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
     accelerators: Union[str, dict[str, Optional[float]], list[str], None] = None
     cpus: Union[int, float, str, None] = None
     memory: Union[int, float, str, None] = None
@@ -82,6 +99,8 @@ class Resources(Strict):
     disk_tier: Optional[Literal["low", "medium", "high", "ultra", "best"]] = None
     network_tier: Optional[Literal["standard", "best"]] = None
     accelerator_args: Optional[dict[str, Any]] = None
+    zone: Optional[str] = None
+    volumes: Optional[list[dict[str, Any]]] = None
     ports: Union[int, str, list[Union[int, str]], None] = None
     labels: Optional[dict[str, str]] = None
     autostop: Union[bool, int, str, dict[str, Any], None] = None
@@ -140,24 +159,26 @@ class Resources(Strict):
     def _check_disk_size(cls, v: Any) -> Any:
         if not isinstance(v, str):
             return v
-        m = _DISK_RE.match(v)
-        if not m:
+        size = size_gib(v) if not v.strip().endswith("+") else None
+        if size is None:
             raise ValueError(f"{clip(v)} is not a disk size: write GB as a number, or e.g. "
                              "256GB or 1TB")
-        size = float(m.group(1)) * (1024 if (m.group(2) or "g").lower().startswith("t") else 1)
-        return math.ceil(size)
+        return max(1, math.ceil(size))
 
     def cloud_only(self) -> tuple[str, ...]:
         """The CLOUD_ONLY keys this job sets."""
         return tuple(k for k in CLOUD_ONLY if getattr(self, k) is not None)
 
     def carried(self) -> tuple[str, ...]:
-        """The CARRIED keys this job sets."""
-        return tuple(k for k in CARRIED if getattr(self, k) is not None)
+        """The CARRIED keys this job sets, and the extras."""
+        return tuple([k for k in CARRIED if getattr(self, k) is not None]
+                     + [k for k, v in (self.model_extra or {}).items() if v is not None])
 
     def for_cloud_vm(self) -> dict[str, Any]:
-        """SkyPilot's VM keys this job sets, as sky.Resources takes them."""
-        return {k: getattr(self, k) for k in (*CLOUD_ONLY, *CARRIED) if getattr(self, k) is not None}
+        """SkyPilot's VM keys this job sets, as its resources YAML has them."""
+        keys = {k: getattr(self, k) for k in ("cpus", "memory", *CLOUD_ONLY, *CARRIED)
+                if getattr(self, k) is not None}
+        return {**keys, **{k: v for k, v in (self.model_extra or {}).items() if v is not None}}
 
     @field_validator("accelerators", mode="before")
     @classmethod
@@ -195,7 +216,15 @@ class Resources(Strict):
     @field_validator("memory")
     @classmethod
     def _check_memory(cls, v: Any) -> Any:
-        return _quantity(v, "memory size in GiB")
+        if v is None or isinstance(v, (int, float)) and not isinstance(v, bool):
+            return _quantity(v, "memory size in GiB")
+        if str(v).strip().endswith("x"):  # SkyPilot's own, for its jobs controller: a multiple of the CPUs
+            raise ValueError(f"{clip(v)}: a memory size per CPU is SkyPilot's internal form; "
+                             "write GiB, e.g. 32 or 32GB+")
+        if size_gib(v) is None:
+            raise ValueError(f"{v!r} is not a memory size: write GiB as a number, or a size "
+                             "such as 32GB, optionally with '+' for 'at least' (e.g. 32GB+)")
+        return v
 
     def accelerator_choices(self) -> list[AcceleratorChoice]:
         """Each acceptable accelerator; in preference order when given as a list."""

@@ -29,7 +29,7 @@ def local_workdir(spec) -> Optional[Path]:
     """The folder a client uploads for this job: its workdir, resolved from the job file's
     folder as orch does alone. None: no workdir, or an absolute path this machine does not
     have, which is taken to be the server's own (a filesystem both see)."""
-    if spec.workdir is None:
+    if not isinstance(spec.workdir, str):  # none, or a git repository the server clones
         return None
     if "://" in spec.workdir:
         raise spec.error("workdir", f"{spec.workdir!r} is a URL; a workdir is a folder",

@@ -125,7 +125,7 @@ def set_workdir(text: str, path: str) -> str:
 def with_upload(text: str, spec, home: Path, digest: str) -> str:
     """The job file's text run from the upload `digest` on this server."""
     path = folder(home, digest)
-    if spec.workdir is None:
-        raise spec.error("workdir", "an upload came with this job, but it has no workdir: "
+    if not isinstance(spec.workdir, str):
+        raise spec.error("workdir", "an upload came with this job, but it has no workdir folder: "
                          "nothing would use it", "give workdir: in the job file, or send no upload")
     return set_workdir(text, str(path))

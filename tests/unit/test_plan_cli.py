@@ -372,8 +372,9 @@ def test_skypilots_task_keys_reach_the_sky_task_unchanged(env, monkeypatch):
     ("  ordered:\n    - {infra: lambda, accelerators: A100}\n    - {infra: runpod, accelerators: RTX4090}\n",
      ("runpod", "RTX4090"), [("runpod", "RTX4090"), ("lambda", "A100")]),
     # any_of: the cheapest of the candidates (spot, the job being short and checkpointed);
-    # SkyPilot's gpus: is accelerators.
-    ("  any_of:\n    - {gpus: A100}\n    - {gpus: A100-80GB}\n", ("runpod", "A100-80GB"),
+    # (SkyPilot's gpus: alias holds at the top only: its candidates take accelerators.)
+    ("  any_of:\n    - {accelerators: A100}\n    - {accelerators: A100-80GB}\n",
+     ("runpod", "A100-80GB"),
      [("lambda", "A100"), ("runpod", "A100-80GB")]),
 ])
 def test_any_of_and_ordered_place_each_candidate_and_reach_the_sky_task(env, resources, chosen,

@@ -51,6 +51,11 @@ class GitWorkdir(Strict):
     def _check_url(cls, v: str) -> str:
         if not v.strip() or v.lstrip().startswith("-"):
             raise ValueError(f"{clip(v)} is not a git URL: write e.g. https://github.com/org/repo.git")
+        if re.match(r"^[a-z][a-z0-9+.-]*://[^/@]*:[^/@]*@", v, re.IGNORECASE):
+            # kept with the job's record and shown by orch status: no place for a credential
+            raise ValueError("the URL holds a password or token, which orch would keep with the "
+                             "job's record: drop it and let git find it (a credential helper, "
+                             "or an SSH key)")
         return v
 
     @field_validator("ref")

@@ -90,3 +90,11 @@ def test_a_git_workdir_in_a_form_skypilot_refuses_is_located():
     with pytest.raises(SpecError) as info:  # orch's own field is not a key of the file
         load_spec_text("run: echo\nworkdir: {url: x, commit: abc}\n", "job.yaml")
     assert info.value.line == 2 and info.value.key.startswith("workdir"), str(info.value)
+
+
+def test_a_git_url_holding_a_token_is_refused_and_not_echoed():
+    with pytest.raises(SpecError) as info:
+        load_spec_text("run: echo\nworkdir: {url: 'https://me:ghp_secret123@github.com/o/r.git'}\n",
+                       "job.yaml")
+    assert "password or token" in str(info.value) and "ghp_secret123" not in str(info.value)
+    assert load_spec_text("run: echo\nworkdir: {url: 'git@github.com:o/r.git'}\n").git_workdir

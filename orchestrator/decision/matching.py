@@ -55,6 +55,7 @@ class Needs:
     train: bool = False  # a `train:` job (its Ray Train workers are `gpu_workers`)
     cloud_only: tuple[tuple[str, str], ...] = ()  # (key, what): only a cloud VM honors it
     instance_type: Optional[str] = None
+    max_hourly_cost: Optional[float] = None  # SkyPilot's cap on a VM's price per hour
 
     @classmethod
     def variants(cls, spec) -> list[Needs]:
@@ -80,7 +81,7 @@ class Needs:
                    gpu_required=spec.train is not None and spec.scaling.use_gpu is True,
                    nodes=spec.num_nodes, train=spec.train is not None,
                    cloud_only=spec.cloud_only(r),
-                   instance_type=r.instance_type)
+                   instance_type=r.instance_type, max_hourly_cost=r.max_hourly_cost)
 
     def nodes_on(self, o: Offer) -> int:
         """The machines the job takes on this offer: num_nodes VMs of a cloud offer (each
@@ -130,6 +131,10 @@ def misfit(o: Offer, needs: Needs) -> Optional[str]:
                 f"node would have no worker (set scaling.num_workers to {needs.nodes} or more)")
     if needs.cloud and (o.cloud or o.target) != needs.cloud:
         return f"the job asks for cloud {needs.cloud}"
+    if needs.max_hourly_cost is not None and o.target == "cloud" and o.price_per_hour > needs.max_hourly_cost:
+        # As SkyPilot's optimizer does: it would refuse this VM at launch.
+        return (f"${o.price_per_hour:.2f}/h is over the job's max_hourly_cost "
+                f"${needs.max_hourly_cost:.2f}/h")
     if needs.region and (o.region or "").lower() != needs.region.lower():
         return f"the job asks for region {needs.region}"
     if needs.cpus and o.cpus is not None and o.cpus < needs.cpus:

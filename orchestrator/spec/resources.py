@@ -35,7 +35,7 @@ CLOUD_ONLY = {"instance_type": "an instance type", "image_id": "a VM image",
 # are, and noted when the job runs on owned hardware. SkyPilot's other resources keys
 # (local_disk, priority, max_hourly_cost, ...: its schema checked them) are kept as extras
 # and carried the same way.
-CARRIED = ("ports", "labels", "autostop", "job_recovery")
+CARRIED = ("ports", "labels", "autostop", "job_recovery", "max_hourly_cost")
 
 
 class AcceleratorChoice(BaseModel):
@@ -100,6 +100,8 @@ class Resources(Strict):
     network_tier: Optional[Literal["standard", "best"]] = None
     accelerator_args: Optional[dict[str, Any]] = None
     zone: Optional[str] = None
+    # SkyPilot's cap on a VM's price per hour: cloud offers above it are not chosen.
+    max_hourly_cost: Optional[float] = None
     volumes: Optional[list[dict[str, Any]]] = None
     ports: Union[int, str, list[Union[int, str]], None] = None
     labels: Optional[dict[str, str]] = None

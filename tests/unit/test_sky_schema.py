@@ -239,3 +239,20 @@ def test_a_relative_workdir_is_the_job_files_folders_else_the_current_ones_as_in
     monkeypatch.chdir(tmp_path / "examples")
     job.write_text("run: echo\nworkdir: ./nowhere\n")
     assert load_spec(job).workdir_path() == tmp_path / "examples" / "nowhere"  # named in errors
+
+
+def test_max_hourly_cost_leaves_out_the_cloud_offers_skypilot_would_refuse(env):  # noqa: F811
+    env.write_text("name: tiny\nrun: python train.py\nestimate: {hours: 1, gpu: RTX4090}\n"
+                   "resources:\n  accelerators: {RTX4090: 1, A100-80GB: 1}\n"
+                   "  max_hourly_cost: 1.0\n")
+    r = invoke("plan", str(env), "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["choice"] and d["choice"]["gpu"] == "RTX4090", (d["refusal"], [
+        (a["gpu"], a["price_per_hour"], a["excluded"]) for a in d["alternatives"]])
+    assert d["choice"]["price_per_hour"] <= 1.0
+    over = [a for a in d["alternatives"] if a["target"] == "cloud" and a["price_per_hour"] > 1.0]
+    assert len(over) == 2 and all("over the job's max_hourly_cost $1.00/h" in a["excluded"]
+                                  for a in over), over
+    r = invoke("plan", str(env), "--emit", "sky")
+    assert r.exit_code == 0 and yaml.safe_load(r.stdout)["resources"]["max_hourly_cost"] == 1.0, r.output

@@ -119,6 +119,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "sqlite_only: see pyproject.toml")
+    config.addinivalue_line("markers", "store_incidental: see pyproject.toml")
 
 
 def pytest_report_header(config):
@@ -164,6 +165,8 @@ def job_store(request, postgres_base, monkeypatch):
         return
     if request.node.get_closest_marker("sqlite_only"):
         pytest.skip("checks the SQLite store file itself")
+    if request.node.get_closest_marker("store_incidental"):
+        pytest.skip("its subject is not the store (run on SQLite; the store's own tests run here)")
     from tests import pgserver
 
     name, url = pgserver.create_schema(postgres_base)

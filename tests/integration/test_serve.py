@@ -98,6 +98,7 @@ def as_client(server: Server, client_home: Path, who, *args, timeout=300):
     return run_orch(client_home, *args, timeout=timeout, **extra)
 
 
+@pytest.mark.store_incidental  # tokens on PostgreSQL: test_serve_unit, test_store
 def test_tokens_errors_plan_cost_and_cancel_rights_through_the_client(home, client_home, tmp_path):
     server = Server(home)
     try:
@@ -143,6 +144,7 @@ def test_tokens_errors_plan_cost_and_cancel_rights_through_the_client(home, clie
     assert proc.returncode == 1 and f"cannot reach the orch server at {server.url} (ORCH_SERVER)" in proc.stderr
 
 
+@pytest.mark.store_incidental  # the client and the server's API, over one store
 def test_a_job_submitted_through_the_client_runs_and_a_second_client_sees_it(home, client_home, tmp_path):
     job = tmp_path / "hello.yaml"
     job.write_text("name: hello\nrun: echo hello from $ORCH_JOB_ID\n")

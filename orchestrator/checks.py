@@ -30,7 +30,8 @@ def check_runnable(spec: JobSpec) -> None:
     workdir = spec.workdir_path()
     if workdir is not None and not workdir.is_dir():
         raise spec.error("workdir", f"{workdir} is not a directory",
-                         "paths are relative to the job file's folder")
+                         "a relative workdir is read from the job file's folder, or else from "
+                         "the current folder, as SkyPilot reads it")
     # A git workdir is cloned at launch, not here: its entrypoint is imported there.
     if spec.train is not None and spec.train.entrypoint and spec.git_workdir is None:
         try:

@@ -83,14 +83,10 @@ class Local:
         return self.plan_spec(job)
 
     def plan_spec(self, spec) -> dict:
-        from orchestrator import fingerprint as fp_mod
         from orchestrator import planning
-        from orchestrator.checks import check_runnable
 
         # What a submit would refuse before recording, a plan refuses too.
-        check_runnable(spec)
-        self.orch.resume_point(spec)
-        fp, dirty = fp_mod.fingerprint(spec)
+        fp, dirty = self.orch.prepared(spec)
         decision, notes = planning.plan(spec, self.settings, fingerprint=fp, code_dirty=dirty)
         return {**planning.as_record(decision, notes), "fingerprint": fp}
 

@@ -17,17 +17,21 @@ _SHA = re.compile(r"^[0-9a-f]{40}$")
 _TIMEOUT_S = 120
 
 
-def _git(*args: str, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+def _git(url: str, what: str, *args: str, cwd: Optional[Path] = None) -> str:
+    """git's output; InputError saying what could not be done with `url`, and why."""
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0")  # a private repository fails, never waits
-    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=_TIMEOUT_S, stdin=subprocess.DEVNULL)
-
-
-def _failed(url: str, what: str, out: subprocess.CompletedProcess) -> InputError:
-    said = (out.stderr.strip().splitlines() or ["no output"])[-1]
-    return InputError(f"workdir: cannot {what} {url}: git says: {said}",
-                      "check workdir.url and workdir.ref, and that this machine can read the "
-                      "repository (for a private one, its git credentials)")
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                             timeout=_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise InputError(f"workdir: cannot {what} {url}: {e}",
+                         "check that git is installed and the repository answers") from None
+    if out.returncode != 0:
+        said = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise InputError(f"workdir: cannot {what} {url}: git says: {said}",
+                         "check workdir.url and workdir.ref, and that this machine can read "
+                         "the repository (for a private one, its git credentials)")
+    return out.stdout
 
 
 def pin(spec) -> None:
@@ -42,14 +46,8 @@ def resolve(url: str, ref: Optional[str]) -> str:
     """The commit `ref` (a branch, a tag, a commit; None: the default branch) names now."""
     if ref is not None and _SHA.match(ref):
         return ref
-    try:
-        out = _git("ls-remote", "--", url, ref or "HEAD")
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise InputError(f"workdir: cannot read {url}: {e}", "check that git is installed and "
-                         "the repository answers") from None
-    if out.returncode != 0:
-        raise _failed(url, "read", out)
-    lines = [ln.split() for ln in out.stdout.splitlines() if ln.strip()]
+    out = _git(url, "read", "ls-remote", "--", url, ref or "HEAD")
+    lines = [ln.split() for ln in out.splitlines() if ln.strip()]
     for want in ([f"refs/heads/{ref}", f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", ref]
                  if ref else ["HEAD"]):
         for sha, name in lines:
@@ -59,26 +57,23 @@ def resolve(url: str, ref: Optional[str]) -> str:
                      "give an existing branch, tag or full commit hash as workdir.ref")
 
 
-def checkout(url: str, commit: str, dest: Path) -> Path:
-    """`dest` holding the repository at `commit` (made once; a later launch of the same job
-    reuses it)."""
+def checkout(spec, dest: Path) -> Path:
+    """`dest` holding the job's git workdir at its pinned commit (made once; a later launch
+    of the same job reuses it)."""
+    pin(spec)
+    git = spec.git_workdir
+    assert git is not None and git.commit is not None  # a git workdir, pinned just now
     done = dest / ".orch-commit"
-    if done.is_file() and done.read_text().strip() == commit:
+    if done.is_file() and done.read_text().strip() == git.commit:
         return dest
     shutil.rmtree(dest, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
-        out = _git("clone", "--quiet", "--no-checkout", "--", url, str(dest))
-        if out.returncode != 0:
-            raise _failed(url, "clone", out)
-        out = _git("checkout", "--quiet", "--detach", commit, cwd=dest)
-        if out.returncode != 0:
-            raise _failed(url, f"check out {commit[:12]} of", out)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        shutil.rmtree(dest, ignore_errors=True)
-        raise InputError(f"workdir: cannot clone {url}: {e}", "check that git is installed") from None
+        _git(git.url, "clone", "clone", "--quiet", "--no-checkout", "--", git.url, str(dest))
+        _git(git.url, f"check out {git.commit[:12]} of", "checkout", "--quiet", "--detach",
+             git.commit, cwd=dest)
     except InputError:
         shutil.rmtree(dest, ignore_errors=True)
         raise
-    done.write_text(commit + "\n")
+    done.write_text(git.commit + "\n")
     return dest

@@ -29,12 +29,10 @@ class LaunchBuilder(Budgets):
         env = {**_RAY_TRAIN_ENV, **aws, **spec.env_strings(), "ORCH_JOB_ID": job_id}
         workdir = spec.workdir_path()
         backend = self._backend_class(target)
-        git = spec.git_workdir
-        if git is not None and not backend.clones_git_workdir:
-            from orchestrator.service.git_workdir import checkout, resolve
+        if spec.git_workdir is not None and not backend.clones_git_workdir:
+            from orchestrator.service.git_workdir import checkout
 
-            workdir = checkout(git.url, git.commit or resolve(git.url, git.ref),
-                               self.settings.home / "workdirs" / job_id)
+            workdir = checkout(spec, self.settings.home / "workdirs" / job_id)
         storage = spec.checkpoint.storage or backend.default_storage(self.settings)
         resume = self.resume_point(spec, before=job_id)
         run_name = resume["run_name"] if resume else job_id

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 from orchestrator import failpoints, redact
+from orchestrator import fingerprint as fingerprint_module
 from orchestrator.checks import check_runnable
 from orchestrator.errors import BackendError, InputError
-from orchestrator.fingerprint import fingerprint
 from orchestrator.records import JobRow, with_info
 from orchestrator.service import git_workdir
 from orchestrator.service.launch_spec import LaunchBuilder
@@ -76,12 +76,18 @@ class Submitting(LaunchBuilder):
     def check(self, spec: JobSpec) -> Checked:
         """Everything a job must pass before it is recorded, and where it is placed; raises
         (bad input, no place to run) with nothing written."""
+        fp, dirty = self.prepared(spec)
+        secrets = spec.secret_strings()  # a secret with no value is a job-file error
+        return Checked(secrets, fp, self.place(spec, fp, dirty))
+
+    def prepared(self, spec: JobSpec) -> tuple[str, bool]:
+        """The checks a plan and a submit share before placement (the job can run where it
+        would go, its git workdir is pinned, its resume_from names a usable run); returns
+        its fingerprint and whether its code has uncommitted changes."""
         check_runnable(spec)
         git_workdir.pin(spec)
-        self.resume_point(spec)  # a resume_from that names no usable run: refused, nothing written
-        secrets = spec.secret_strings()  # a secret with no value is a job-file error
-        fp, dirty = fingerprint(spec)
-        return Checked(secrets, fp, self.place(spec, fp, dirty))
+        self.resume_point(spec)
+        return fingerprint_module.fingerprint(spec)
 
     def record(self, spec: JobSpec, idempotency_key: Optional[str] = None, *,
                owner: Optional[str] = None, priority: int = 0,

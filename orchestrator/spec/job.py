@@ -144,12 +144,6 @@ class JobSpec(Strict):
                              "(a shell command), not both")
         return self
 
-    @field_validator("secrets", mode="before")
-    @classmethod
-    def _secret_names(cls, v: Any) -> Any:
-        """SkyPilot's list form, `secrets: [NAME, ...]`: each read from the environment."""
-        return {str(k): None for k in v} if isinstance(v, list) else v
-
     def extra_task_keys(self) -> dict[str, Any]:
         """SkyPilot's task keys orch does not read (its schema checked them)."""
         return dict(self.model_extra or {})

@@ -66,8 +66,7 @@ def load_spec_text(text: str, file: str = "<job>", given: Optional[Overrides] = 
     """The job file's text as a JobSpec; `given`: the command line's --env and --secret
     values, over the file's."""
     data, src = read_document(text, file)
-    if isinstance(data.get("secrets"), list):  # SkyPilot's list of names, read from the environment
-        data["secrets"] = {str(k): None for k in data["secrets"]}
+    _skypilot_spellings(data, src)
     if given:
         for section, values in (("envs", given.envs), ("secrets", given.secrets)):
             if values and isinstance(data.get(section) or {}, dict):
@@ -110,6 +109,25 @@ def load_spec_text(text: str, file: str = "<job>", given: Optional[Overrides] = 
     if spec.name is None and file != "<job>":
         spec.name = default_name(file)
     return spec
+
+
+def _skypilot_spellings(data: dict, src: SourceMap) -> None:
+    """SkyPilot's other spellings, read as its loader reads them: `secrets:` as a list of
+    names (each taken from the environment), and `resources.gpus:` for `accelerators:` (at
+    the top of resources only: SkyPilot does not alias inside any_of or ordered)."""
+    if isinstance(data.get("secrets"), list):
+        data["secrets"] = {str(k): None for k in data["secrets"]}
+    res = data.get("resources")
+    if not (isinstance(res, dict) and "gpus" in res):
+        return
+    if "accelerators" in res:
+        raise SpecError(src.file, src.line_of(("resources", "gpus")), "resources.gpus",
+                        "give gpus or accelerators, not both",
+                        "gpus is SkyPilot's other name for accelerators")
+    data["resources"] = {("accelerators" if k == "gpus" else k): v for k, v in res.items()}
+    for path, line in list(src.lines.items()):  # errors about it still name its line
+        if path[:2] == ("resources", "gpus"):
+            src.lines[("resources", "accelerators", *path[2:])] = line
 
 
 # `$NAME` and `${NAME}`, as SkyPilot's Task.from_yaml_config finds them (sky/task.py).

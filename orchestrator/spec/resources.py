@@ -23,7 +23,7 @@ _ACCEL_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_.+-]*)\s*(?::\s*([0-9]*\.?[0-9]
 _QUANTITY_RE = re.compile(r"^\d+(\.\d+)?\+?$")
 # SkyPilot's sizes (sky/skylet/constants.py MEMORY_SIZE_UNITS), in GiB; a bare number is GiB.
 _UNITS_GIB = {"k": 2.0 ** -20, "m": 2.0 ** -10, "g": 1.0, "t": 2.0 ** 10, "p": 2.0 ** 20}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([kmgtp])(?:b|i|ib)?)?\s*(\+)?\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([kmgtp])(?:b|i|ib)?)?\s*\+?\s*$", re.IGNORECASE)
 
 # SkyPilot's resources keys that only a cloud VM can honor: a job that sets one is placed
 # on the cloud, and the plan says why local and on-prem are out.
@@ -111,17 +111,6 @@ class Resources(Strict):
     # `ordered` is a preference (tried first to last), `any_of` a set (cheapest wins).
     any_of: Optional[list[dict[str, Any]]] = None
     ordered: Optional[list[dict[str, Any]]] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _aliases(cls, v: Any) -> Any:
-        """SkyPilot's `gpus:` is another name for `accelerators:` (sky.Resources)."""
-        if isinstance(v, dict) and "gpus" in v:
-            if "accelerators" in v:
-                raise ValueError("give gpus or accelerators, not both (gpus is SkyPilot's "
-                                 "other name for accelerators)")
-            v = {("accelerators" if k == "gpus" else k): x for k, x in v.items()}
-        return v
 
     @model_validator(mode="after")
     def _check_candidates(self) -> Resources:

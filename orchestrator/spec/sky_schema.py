@@ -12,6 +12,7 @@ import difflib
 import functools
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -77,16 +78,12 @@ def _validator_class() -> Any:
 
 def as_skypilot_reads(task: dict) -> dict:
     """The task part as SkyPilot validates it (Task.from_yaml_config): env and secret values
-    as text, null keys left out; `gpus:` is its other name for `accelerators:`."""
+    as text, null keys left out."""
     out = {k: v for k, v in task.items() if v is not None}
     for key in ("envs", "secrets"):
         if isinstance(out.get(key), dict):
-            out[key] = {str(k): None if v is None else _text(v) for k, v in out[key].items()}
+            out[key] = {str(k): None if v is None else str(v) for k, v in out[key].items()}
     return out
-
-
-def _text(v: Any) -> str:
-    return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
 def problem(data: dict, src: SourceMap, orch_keys: Iterable[str]) -> Optional[SpecError]:
@@ -99,8 +96,7 @@ def problem(data: dict, src: SourceMap, orch_keys: Iterable[str]) -> Optional[Sp
         _first_error(_validator_class()(s["task"]).iter_errors(task), (), src, extra_known=orch)
         res = task.get("resources")
         if isinstance(res, dict):
-            res = {("accelerators" if k == "gpus" and "accelerators" not in res else k): v
-                   for k, v in res.items() if v is not None}
+            res = {k: v for k, v in res.items() if v is not None}
             _first_error(_validator_class()(s["resources"]).iter_errors(res), ("resources",), src)
     except SpecError as e:
         return e
@@ -121,13 +117,11 @@ def _first_error(errors: Iterable[Any], prefix: tuple, src: SourceMap,
     path = prefix + tuple(e.absolute_path)
     if e.validator == "additionalProperties" and isinstance(e.instance, dict):
         if e.schema.get("patternProperties"):  # envs: a name that is not a variable name
-            import re
-
             patterns = [re.compile(p) for p in e.schema["patternProperties"]]
             bad = next(k for k in e.instance if not any(p.search(str(k)) for p in patterns))
             raise _error(src, path + (bad,), f"{bad!r} is not an environment variable name",
                          "use letters, digits and '_', not starting with a digit")
-        known = set(e.schema.get("properties", {})) | (set(extra_known) if not path[len(prefix):] else set())
+        known = set(e.schema.get("properties", {})) | (set() if e.absolute_path else set(extra_known))
         bad = next(k for k in e.instance if k not in known)
         close = difflib.get_close_matches(str(bad), sorted(known), n=1)
         hint = f"did you mean '{close[0]}'?" if close else None

@@ -194,6 +194,10 @@ def test_each_task_key_loads_and_reaches_the_sky_task(env, key, monkeypatch):  #
      "unknown key 'gpus'"),
     ("run: echo\nresources:\n  priority: 5000\n", 3, "resources.priority", "5000"),
     ("run: echo\nnum_nodes: two\n", 2, "num_nodes", None),
+    ("run: echo\nresources:\n  gpus: H100\n  accelerators: A100\n", 3, "resources.gpus",
+     "not both"),
+    ("run: echo\nresources:\n  cpus: 4\n  gpus: [H100:1, 7]\n", 4, "resources.accelerators",
+     "not an accelerator"),
     ("run: echo\nevent_callback: [1]\n", 2, "event_callback", "not of type 'string'"),
     ("run: echo\nresources:\n  _docker_login_config: {username: u, password: p, server: s}\n",
      3, "resources._docker_login_config", "SKYPILOT_DOCKER_PASSWORD"),
@@ -216,6 +220,12 @@ def test_memory_and_disk_sizes_in_skypilots_units():
     assert spec.resources.for_cloud_vm()["memory"] == "512Mi"
     with pytest.raises(SpecError, match="memory size"):
         load_spec_text("run: echo\nresources: {memory: lots}\n", "job.yaml")
+
+
+def test_skypilots_gpus_is_accelerators_at_the_top_of_resources():
+    spec = load_spec_text("run: echo\nresources: {gpus: {H100: 2}, any_of: [{accelerators: A100}]}\n")
+    assert spec.resources.accelerators == {"H100": 2.0}
+    assert [v.accelerators for v in spec.resources.variants()] == ["A100"]
 
 
 def test_skypilots_list_of_secret_names_is_read_from_the_environment(monkeypatch):

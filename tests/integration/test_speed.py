@@ -26,7 +26,9 @@ def submit(home, tmp_path, name, config, extra=""):
 
 def test_an_input_bound_job_is_diagnosed_input_bound(ray_home, tmp_path):
     # Its compute-bound counterpart is the quickstart, checked in test_local_jobs.py.
-    slow = submit(ray_home, tmp_path, "slow-input", "{epochs: 1, slow_data_ms: 3}",
+    # 8 ms of sleep a sample: more than a bf16 step takes on a slow 2-core CPU (at 3 ms, 0.41
+    # of a step went to data there, where the verdict still said input-bound).
+    slow = submit(ray_home, tmp_path, "slow-input", "{epochs: 1, slow_data_ms: 8}",
                   "data: {loader_workers: 0}\n")
     m = slow["metrics"]
     assert m["verdict"]["kind"] == "input-bound", m["verdict"]

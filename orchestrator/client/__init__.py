@@ -110,7 +110,9 @@ class Local:
 
     def poll(self, job_id: str) -> tuple[JobRow, str]:
         """The job's record, checked with its backend, and its whole log so far."""
-        rec = self.orch.refresh(self.orch.get(job_id))
+        rec, text = self.orch.refresh_with_log(self.orch.get(job_id))
+        if text is not None:  # read by the refresh itself, the same moment
+            return rec, text
         try:
             text = self.orch.logs(rec)
         except Exception:  # a log read that fails mid-run is retried on the next poll

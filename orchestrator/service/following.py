@@ -25,20 +25,25 @@ SUBMIT_START_S = 60.0
 class Following(Budgets):
     def refresh(self, rec: JobRow) -> JobRow:
         """Bring a job's record in step with its backend; finished jobs are left alone."""
+        return self.refresh_with_log(rec)[0]
+
+    def refresh_with_log(self, rec: JobRow) -> tuple[JobRow, Optional[str]]:
+        """`refresh`, and the redacted log it read on the way (None where it read none):
+        a follower needs no second read of the whole log each time it looks."""
         if rec.status in TERMINAL:
-            return rec
+            return rec, None
         if not rec.backend_id:
             if rec.info.queued:
-                return rec  # waiting in `orch serve`'s queue: nothing was launched yet
+                return rec, None  # waiting in `orch serve`'s queue: nothing was launched yet
             if rec.info.after:
-                return self.advance_stage(rec)  # a pipeline's stage (service/pipelines.py)
+                return self.advance_stage(rec), None  # a pipeline's stage (service/pipelines.py)
             rec = self._recover_launch(rec)
             if not rec.backend_id:
-                return rec
+                return rec, None
         provider = self.provider(rec.placed_on)
         step = reconcile.launched(gone=provider.gone(), backend_status=None)
         if step.action == "finish":
-            return self._finish(rec, step.status or "FAILED", step.message)
+            return self._finish(rec, step.status or "FAILED", step.message), None
         try:
             state = self._retry(provider, "state", rec.backend_id, backend_info(rec))
         except BackendError as e:
@@ -52,13 +57,13 @@ class Following(Budgets):
                                   cancel_requested=bool(rec.cancel_requested),
                                   budget_stop=rec.info.budget_stop)
         if step.action == "finish":
-            return self._finish(rec, step.status or "FAILED", step.message)
+            return self._finish(rec, step.status or "FAILED", step.message), None
         if step.action == "running":
-            metrics = from_log(self._redact(rec, self._retry(provider, "logs", rec.backend_id)),
-                               rec.metrics)
-            rec = self.store.set_status(rec.id, "RUNNING", step.message, metrics=metrics)
-            return self._enforce_budget(rec, provider)
-        return rec
+            text = self._redact(rec, self._retry(provider, "logs", rec.backend_id))
+            rec = self.store.set_status(rec.id, "RUNNING", step.message,
+                                        metrics=from_log(text, rec.metrics))
+            return self._enforce_budget(rec, provider), text
+        return rec, None
 
     def advance_stage(self, rec: JobRow) -> JobRow:
         """A pipeline's stage that waits for the one before it: Pipelines launches it."""

@@ -322,3 +322,36 @@ def test_the_launched_task_carries_the_job_files_own_task_keys(orch):
     assert all(r.cluster_config_overrides == {"docker": {"run_options": ["--shm-size=16g"]}}
                for r in task.resources)
     assert "jobs.runner" in task.run and task.envs["ORCH_JOB_ID"]  # the rest as before
+
+
+class CountingLogs(FakeSky):
+    """The fake SDK, counting the reads of a job's whole log."""
+
+    log_reads = 0
+
+    def logs(self, name: str) -> str:
+        self.log_reads += 1
+        return super().logs(name)
+
+
+def test_a_follower_reads_a_running_jobs_log_once_each_time_it_looks(orch):
+    from orchestrator.client import Local
+
+    spec = load_spec_text(JOB.format(accel="H100:1"), "explore.yaml")
+    running = {"status": "RUNNING", "start_at": T0, "cloud": "runpod", "region": "US"}
+    progress = "::orch::" + json.dumps({"event": "progress", "epoch": 1, "epochs": 3,
+                                        "step": 2, "steps": 9})
+    fake = CountingLogs([running], logs=progress)
+    orch._providers["cloud"] = CloudProvider(sdk=fake, startup_minutes=6, clock=lambda: T0 + 60)
+    rec = orch.submit(spec).rec
+    client = Local(orch.settings, orch=orch)
+    before = fake.log_reads
+    rec, text = client.poll(rec.id)
+    # The refresh read the log for the job's metrics; the follower is handed that same text.
+    assert rec.status == "RUNNING" and text == progress
+    assert fake.log_reads - before == 1
+    # Where the refresh reads no log (a job that has ended), the follower reads it itself.
+    fake.script = [{**running, "status": "SUCCEEDED", "end_at": T0 + 120}]
+    fake.step = -1
+    rec, text = client.poll(rec.id)
+    assert rec.status == "SUCCEEDED" and text == progress

@@ -18,6 +18,8 @@ and below plain Ray Train's).
     -> workers -> first step -> last step -> ended) and the `orch submit` wall clock, side
     by side with the same loop as plain Ray Train submitted through Ray's Jobs API to the
     same Ray (benchmarks/plain_ray_train.py), submit -> SUCCEEDED. Medians of the runs.
+    Then the floor under both: no-op `TorchTrainer.fit()` calls from one driver that is
+    already running (plain_ray_train.floor), the cost of Ray Train's own actors alone.
 
 Each run starts its own local Ray under a fresh ORCH_HOME in /tmp and removes it at the end.
 """
@@ -203,7 +205,7 @@ def _ms(v):
 def fixed_time(args) -> list[dict]:
     """Each run: orch's near-empty job (its record's phases and the `orch submit` wall
     clock), then the same loop as plain Ray Train through the Jobs API on the same Ray."""
-    from plain_ray_train import submit_and_wait
+    from plain_ray_train import floor, submit_and_wait
 
     config = {"epochs": 1, "batch_size": args.batch_size, "lr": 2e-3, "seed": 0}
     out = []
@@ -224,6 +226,10 @@ def fixed_time(args) -> list[dict]:
             plain = submit_and_wait(home.state["dashboard_url"], ray_auth, args.workers, 1,
                                     str(home.home / "plain"))
             out.append({**phases, "wall": run.returned - run.invoked, "plain": plain})
+        log(f"{args.fixed_runs} no-op TorchTrainer.fit() calls from one running driver")
+        for row, took in zip(out, floor(home.state["address"], ray_auth, args.workers,
+                                        args.fixed_runs, str(home.home / "floor"))):
+            row["floor"] = took
     return out
 
 
@@ -231,11 +237,13 @@ def print_fixed(runs: list[dict], args) -> None:
     from orchestrator.run_metrics import PHASES
 
     rows = []
-    for key in (*PHASES, "wall", "plain"):
+    for key in (*PHASES, "wall", "plain", "floor"):
         vals = [r.get(key) for r in runs]
         known = [v for v in vals if v is not None]
         label = {"wall": "orch: `orch submit` wall clock, submit -> SUCCEEDED",
-                 "plain": "plain Ray Train, Jobs API submit -> SUCCEEDED"}.get(key, "   " + key)
+                 "plain": "plain Ray Train, Jobs API submit -> SUCCEEDED",
+                 "floor": "Ray Train alone: a no-op fit() from a running driver"
+                 }.get(key, "   " + key)
         rows.append([label, *[fmt(v, ".2f") for v in vals],
                      fmt(statistics.median(known) if known else None, ".2f")])
     print_table(f"(b) a near-empty job (1 epoch, {args.workers} workers) on a warm local Ray, "
@@ -243,8 +251,11 @@ def print_fixed(runs: list[dict], args) -> None:
                 ["part", *[f"run {i + 1}" for i in range(len(runs))], "median"], rows)
     orch = statistics.median([r["wall"] for r in runs])
     plain = statistics.median([r["plain"] for r in runs])
+    least = statistics.median([r["floor"] for r in runs if r.get("floor") is not None])
     print(f"FIXED (b) orch median {orch:.2f} s against plain Ray Train {plain:.2f} s "
           f"({orch - plain:+.2f} s; goal: under 8 s and below plain Ray Train)")
+    print(f"      a no-op TorchTrainer.fit() alone, with no driver to start: {least:.2f} s "
+          f"(what any job that runs through TorchTrainer pays here)")
 
 
 def main() -> None:

@@ -89,7 +89,58 @@ def _submit(dashboard_url: str, workers: int, epochs: int, storage: str) -> int:
     return 0
 
 
+def floor(address: str, env: dict, workers: int, runs: int, storage: str) -> list[float]:
+    """Seconds of each of `runs` no-op `TorchTrainer.fit()` calls (the loop reports once and
+    returns) from one driver that has already imported torch and Ray Train and joined the
+    Ray at `address`, with the actors orch's runner leaves out left out here too: what Ray
+    Train itself costs a run (a controller, its workers, their set-up and teardown), before
+    any driver start, Jobs API, data or model. In a process of its own, as above."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, __file__, "--floor", address, str(workers),
+                           str(runs), storage],
+                          # As orch's local Ray itself: 127.0.0.1 is not swapped for the
+                          # machine's address, where that Ray does not listen.
+                          env={**os.environ, **env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                               "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+                               "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"},
+                          capture_output=True, text=True, timeout=900)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("FLOOR_SECONDS ")]
+    if proc.returncode != 0 or len(lines) != runs:
+        raise SystemExit(f"the no-op TorchTrainer runs failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    return [float(ln.split()[1]) for ln in lines]
+
+
+def _noop(config: dict) -> None:
+    import ray.train
+
+    ray.train.report({"done": 1})
+
+
+def _floor(address: str, workers: int, runs: int, storage: str) -> int:
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from jobs.runner import _trainer_class
+
+    host = address.rsplit(":", 1)[0]
+    ray.init(address=address, log_to_driver=False,
+             **({"_node_ip_address": host} if host.startswith("127.") else {}))
+    trainer_class = _trainer_class(TorchTrainer)
+    for i in range(runs):
+        start = time.time()
+        trainer_class(_noop, scaling_config=ScalingConfig(num_workers=workers),
+                      run_config=RunConfig(name=f"floor-{os.getpid()}-{i}",
+                                           storage_path=storage)).fit()
+        print(f"FLOOR_SECONDS {time.time() - start:.3f}", flush=True)
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--floor":
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        sys.exit(_floor(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]))
     if sys.argv[1] == "--submit":
         sys.exit(_submit(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]))
     sys.exit(main())

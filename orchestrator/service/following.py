@@ -4,6 +4,7 @@ end and its ledger line), its log with secrets redacted, and cancelling it."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -14,6 +15,7 @@ from orchestrator.errors import BackendError, OrchError
 from orchestrator.records import JobRow, with_info
 from orchestrator.run_metrics import add_scaling, from_log, phases
 from orchestrator.service.budgets import Budgets
+from orchestrator.service.git_workdir import checkout_folder
 from orchestrator.service.processes import alive
 from orchestrator.store import TERMINAL
 from providers.base import KeepsLogs
@@ -92,6 +94,9 @@ class Following(Budgets):
 
     def _finish(self, rec: JobRow, status: str, message: Optional[str]) -> JobRow:
         text = self.logs(rec)
+        # The git workdir checked out for it (service/git_workdir.py): its backend took a
+        # copy when it was launched, so it goes now rather than piling up in ORCH_HOME.
+        shutil.rmtree(checkout_folder(self.settings.home, rec.id), ignore_errors=True)
         log_path = self.settings.home / "logs" / f"{rec.id}.log"
         if text:
             write_private(log_path, text)

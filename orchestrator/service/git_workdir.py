@@ -57,6 +57,11 @@ def resolve(url: str, ref: Optional[str]) -> str:
                      "give an existing branch, tag or full commit hash as workdir.ref")
 
 
+def checkout_folder(home: Path, job_id: str) -> Path:
+    """Where a job's checkout is made under ORCH_HOME; it is removed when the job ends."""
+    return home / "workdirs" / job_id
+
+
 def checkout(spec, dest: Path) -> Path:
     """`dest` holding the job's git workdir at its pinned commit (made once; a later launch
     of the same job reuses it)."""

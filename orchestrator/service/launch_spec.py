@@ -30,9 +30,9 @@ class LaunchBuilder(Budgets):
         workdir = spec.workdir_path()
         backend = self._backend_class(target)
         if spec.git_workdir is not None and not backend.clones_git_workdir:
-            from orchestrator.service.git_workdir import checkout
+            from orchestrator.service.git_workdir import checkout, checkout_folder
 
-            workdir = checkout(spec, self.settings.home / "workdirs" / job_id)
+            workdir = checkout(spec, checkout_folder(self.settings.home, job_id))
         storage = spec.checkpoint.storage or backend.default_storage(self.settings)
         resume = self.resume_point(spec, before=job_id)
         run_name = resume["run_name"] if resume else job_id

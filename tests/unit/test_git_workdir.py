@@ -98,3 +98,18 @@ def test_a_git_url_holding_a_token_is_refused_and_not_echoed():
                        "job.yaml")
     assert "password or token" in str(info.value) and "ghp_secret123" not in str(info.value)
     assert load_spec_text("run: echo\nworkdir: {url: 'git@github.com:o/r.git'}\n").git_workdir
+
+
+def test_a_jobs_checkout_is_removed_when_the_job_ends(tmp_path, repo):
+    orch = Orch(Settings(home=tmp_path / "home", mode="local"))
+    spec = _spec(repo)
+    checked = orch.check(spec)
+    rec = orch.store.create_job(name="g", spec={"run": "python train.py"}, kind="exploratory",
+                                target="local", fingerprint=checked.fingerprint)
+    folder = Path(orch.launch_for(rec.id, spec, "local", checked.decision).workdir)
+    other = Path(orch.launch_for("another-job", spec, "local", checked.decision).workdir)
+    assert (folder / "train.py").is_file() and (other / "train.py").is_file()
+    # No backend id: the job never reached its backend, and ends FAILED.
+    assert orch._finish(rec, "FAILED", "never launched").status == "FAILED"
+    assert not folder.exists()
+    assert (other / "train.py").is_file()  # another job's checkout is its own

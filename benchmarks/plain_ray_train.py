@@ -97,13 +97,15 @@ def floor(address: str, env: dict, workers: int, runs: int, storage: str) -> lis
     any driver start, Jobs API, data or model. In a process of its own, as above."""
     import subprocess
 
+    from jobs.runner import TRAIN_ENV
+    from orchestrator.service.launch_spec import _RAY_TRAIN_ENV
+
+    # Ray Train's settings as orch's jobs get them (the job's environment over the
+    # runner's defaults), and, as for orch's local Ray itself, 127.0.0.1 not swapped for
+    # the machine's address, where that Ray does not listen.
+    train_env = {**TRAIN_ENV, **_RAY_TRAIN_ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     proc = subprocess.run([sys.executable, __file__, "--floor", address, str(workers),
-                           str(runs), storage],
-                          # As orch's local Ray itself: 127.0.0.1 is not swapped for the
-                          # machine's address, where that Ray does not listen.
-                          env={**os.environ, **env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-                               "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-                               "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"},
+                           str(runs), storage], env={**os.environ, **env, **train_env},
                           capture_output=True, text=True, timeout=900)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("FLOOR_SECONDS ")]
     if proc.returncode != 0 or len(lines) != runs:

@@ -85,6 +85,24 @@ class OrchHome:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def wait_for_runner_host(self, settle_s: float = 10.0) -> None:
+        """Until the local Ray's runner host answers, then `settle_s` more while its warm
+        processes import torch: a warm local Ray, as a user's is after its first job."""
+        from jobs.hosted import connect
+
+        sock = self.state.get("host_socket")
+        if not sock:
+            log("this local Ray has no runner host (local.runner_host = false)")
+            return
+        start = time.monotonic()
+        conn = connect(sock, wait_s=180)
+        if conn is None:
+            raise RuntimeError(f"the runner host never answered at {sock}")
+        conn.close()
+        log(f"runner host ready {time.monotonic() - start:.1f} s after `orch local up`; "
+            f"{settle_s:.0f} s more for its warm processes")
+        time.sleep(settle_s)
+
     def close(self) -> None:
         try:
             proc = self.orch("local", "down", timeout=180)

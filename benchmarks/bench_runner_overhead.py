@@ -212,8 +212,11 @@ def fixed_time(args) -> list[dict]:
     with OrchHome(prefix="obf") as home:
         ray_auth = {"RAY_AUTH_MODE": "token",
                     "RAY_AUTH_TOKEN_PATH": str(home.home / "local" / "auth_token")}
+        home.wait_for_runner_host()
         for i in range(args.fixed_runs):
-            log(f"near-empty job {i + 1}/{args.fixed_runs}: orch, then plain Ray Train")
+            log(f"near-empty job {i + 1}/{args.fixed_runs}: orch, then plain Ray Train "
+                f"({args.settle:.0f} s of quiet before each)")
+            time.sleep(args.settle)  # the host starts its warm processes again after a run
             run = home.submit(f"empty{i}", job_yaml(f"bench-empty-{i}", config,
                                                     num_workers=args.workers, precision="fp32",
                                                     loader_workers=0, pin_memory=False))
@@ -223,6 +226,7 @@ def fixed_time(args) -> list[dict]:
             if "training" not in phases:
                 raise SystemExit(f"the record has no phases: {phases}; is orch older than "
                                  "this benchmark?")
+            time.sleep(args.settle)
             plain = submit_and_wait(home.state["dashboard_url"], ray_auth, args.workers, 1,
                                     str(home.home / "plain"))
             out.append({**phases, "wall": run.returned - run.invoked, "plain": plain})
@@ -269,6 +273,8 @@ def main() -> None:
                     help="torch threads per plain-DDP process (0: cores / workers, as Ray gives "
                          "each 1-CPU worker)")
     ap.add_argument("--fixed-runs", type=int, default=3)
+    ap.add_argument("--settle", type=float, default=10.0,
+                    help="seconds of quiet before each run of (b), orch's and plain Ray Train's alike")
     ap.add_argument("--skip-steady", action="store_true")
     ap.add_argument("--skip-fixed", action="store_true")
     args = ap.parse_args()

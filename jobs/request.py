@@ -139,6 +139,10 @@ class WorkerOptions:
     cpus_per_worker: Optional[int] = None
     budget: Optional[Budget] = None
     env: Any = None  # jobs.secret_env.Hidden: the job's secret values, printed by name only
+    # In the runner host (jobs/host.py), whose processes outlive a job: the job's log, which
+    # the worker writes to, and its working_dir on this node, where it runs.
+    log_path: Optional[str] = None
+    cwd: Optional[str] = None
 
     @classmethod
     def of(cls, req: RunRequest, budget: Optional[Budget], env: Any = None) -> WorkerOptions:

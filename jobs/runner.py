@@ -16,7 +16,8 @@ import importlib
 import os
 import sys
 import time
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from jobs import events, secret_env
 from jobs.request import ENV_VAR, BadRequest, RunRequest, WorkerOptions
@@ -42,6 +43,11 @@ def worker_entry(config: dict) -> Any:
 
     config = dict(config)
     options: WorkerOptions = config.pop(_OPTIONS_KEY)
+    if options.log_path:  # a worker of the runner host: this process is the job's alone
+        to_log(options.log_path)
+        _threads_as_ray_sets_them()
+    if options.cwd:
+        os.chdir(options.cwd)
     # This node's copy of the working_dir may still hold the secret file: the values came
     # in the config instead, so it goes before the user's code runs.
     secret_env.discard()
@@ -53,9 +59,55 @@ def worker_entry(config: dict) -> Any:
     ctx = context.install(options)
     import ray
 
-    events.emit("worker", rank=ctx.rank, node_id=ray.get_runtime_context().get_node_id())
+    events.emit("worker", rank=ctx.rank, node_id=ray.get_runtime_context().get_node_id(),
+                process_age_s=round(_process_age_s(), 2))
     fn = resolve_callable(options.target)
     return fn(config)
+
+
+def _process_age_s() -> float:
+    """How long this worker's process has lived: more than the run, when it was warm."""
+    try:
+        import psutil
+
+        return time.time() - psutil.Process().create_time()
+    except Exception:  # noqa: BLE001  (psutil comes with Ray's default extras only)
+        return 0.0
+
+
+def _threads_as_ray_sets_them() -> None:
+    """A warm process was started before it had a task, so Ray did not set its
+    OMP_NUM_THREADS to the CPUs the worker holds, as it does for a process started for it:
+    torch's threads are set here instead (else two 1-CPU workers each ran as many threads
+    as the node has cores, 3-5x slower a step on 2 cores)."""
+    import ray
+    import torch
+
+    cpus = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1) or 1)
+    os.environ["OMP_NUM_THREADS"] = str(max(1, cpus))
+    torch.set_num_threads(max(1, cpus))
+
+
+def to_log(path: str) -> None:
+    """Send this process's stdout and stderr to the job's log (a process of the runner host
+    that runs one job's part: its controller or a worker)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+@dataclass(frozen=True)
+class Hosted:
+    """A run inside the runner host (jobs/host.py): one long-lived driver with torch and Ray
+    Train imported, whose warm worker processes each run takes its controller and workers from."""
+    env: dict  # the job's environment: its public values and its secrets
+    cwd: Optional[str]  # the job's working_dir on this node
+    log_path: str  # the job's log, which its controller and workers write to
+    controller_env: dict  # the controller's env_vars, as the host's warm processes have them
+    on_controller: Callable[[Any], None]  # handed the run's controller (to abort it on cancel)
 
 
 def _make_reporter(where: Callable[[Any], Any] = lambda path: path):
@@ -122,7 +174,7 @@ TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
 # - PlacementGroupCleanerCallback starts a detached actor that removes the workers'
 #   placement group should the controller die while its driver lives on (as under Ray
 #   Tune); the runner's driver ends with its run, and Ray removes a finished job's groups.
-def _trainer_class(base: type) -> type:
+def _trainer_class(base: type, hosted: Optional[Hosted] = None) -> type:
     class Trainer(base):  # a subclass of the class given (TorchTrainer)
         def _create_default_callbacks(self):
             left_out = {"PlacementGroupCleanerCallback"}
@@ -131,12 +183,34 @@ def _trainer_class(base: type) -> type:
             return [c for c in super()._create_default_callbacks()
                     if type(c).__name__ not in left_out]
 
+        if hosted is not None:
+            def _initialize_and_run_controller(self, **controller_init_kwargs):
+                # As TorchTrainer does (Ray Train 2.60), with the controller's runtime env
+                # fixed to what the host's warm processes were started with, its output in
+                # the job's log, and its handle kept so that a cancel can abort the run.
+                import ray
+
+                from jobs.host import controller_class
+
+                node = {ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()}  # type: ignore[attr-defined]
+                controller: Any = ray.remote(
+                    num_cpus=0, label_selector=node,
+                    runtime_env={"env_vars": hosted.controller_env},
+                )(controller_class()).remote(hosted.log_path, **controller_init_kwargs)
+                hosted.on_controller(controller)
+                ray.get(controller.run.remote())
+                return ray.get(controller.get_result.remote())
+
     return Trainer
 
 
-def run(req: RunRequest) -> int:
-    for key, value in TRAIN_ENV.items():
-        os.environ.setdefault(key, value)
+def run(req: RunRequest, hidden: Optional[dict] = None, hosted: Optional[Hosted] = None) -> int:
+    """Train `req` and print its events; the exit code. `hidden`: the job's secret values
+    (None: read them here). `hosted`: the run is one of the runner host's, whose driver is
+    connected to Ray already."""
+    if hosted is None:
+        for key, value in TRAIN_ENV.items():
+            os.environ.setdefault(key, value)
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -144,10 +218,15 @@ def run(req: RunRequest) -> int:
     from jobs.storage import display_path, storage_args
 
     started = time.monotonic()
-    # What jobs.secret_env took out of its file before this process started; or the file
-    # itself, when the runner was started without that step.
-    hidden = {**secret_env.take(), **secret_env.from_environ()}
-    ray.init(log_to_driver=True, **_fresh_package(hidden))
+    if hosted is None:
+        # What jobs.secret_env took out of its file before this process started; or the
+        # file itself, when the runner was started without that step.
+        if hidden is None:
+            hidden = {**secret_env.take(), **secret_env.from_environ()}
+        ray.init(log_to_driver=True, **_fresh_package(hidden))
+        values = hidden
+    else:
+        values = hosted.env
     use_gpu = _use_gpu(req.use_gpu, req.num_workers)
     budget = req.budget
     if budget is not None and budget.t0 is None:  # orch's clock when it holds the hardware
@@ -155,15 +234,18 @@ def run(req: RunRequest) -> int:
     # Ray Train workers are started by the cluster's raylet, not by this process, so they
     # do not inherit its environment; the secret values go in their config, wrapped so Ray
     # Train's run state (shown on the dashboard) prints their names only.
-    options = WorkerOptions.of(req, budget, secret_env.Hidden(hidden) if hidden else None)
-    resolve_callable(req.target)  # fail here, once, rather than in every worker
+    options = WorkerOptions.of(req, budget, secret_env.Hidden(values) if values else None)
+    if hosted is None:
+        resolve_callable(req.target)  # fail here, once, rather than in every worker
+    else:  # the host imports no job's code: its workers do, from the job's working_dir
+        options = dataclasses.replace(options, log_path=hosted.log_path, cwd=hosted.cwd)
     config = dict(req.config)
     config[_OPTIONS_KEY] = options
     events.emit("start", num_workers=req.num_workers, use_gpu=use_gpu, target=req.target,
                 storage_path=req.storage_path, run_name=req.name)
     storage = storage_args(req.storage_path, req.s3_endpoint_url)
     where = functools.partial(display_path, args=storage)
-    trainer = _trainer_class(TorchTrainer)(
+    trainer = _trainer_class(TorchTrainer, hosted)(
         worker_entry,
         train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=req.num_workers, use_gpu=use_gpu,
@@ -183,7 +265,7 @@ def run(req: RunRequest) -> int:
     except Exception as e:  # TrainingFailedError and friends: say why, exit non-zero
         events.emit("result", ok=False, error=f"{type(e).__name__}: {e}",
                     wall_s=round(time.monotonic() - started, 2))
-        print(f"orch runner: training failed: {e}", file=sys.stderr)
+        events.say(f"orch runner: training failed: {e}", err=True)
         return 1
     checkpoint = getattr(result, "checkpoint", None)
     _prune(checkpoint, req.num_to_keep)
@@ -203,7 +285,7 @@ def _prune(checkpoint, keep: int) -> None:
     try:
         stale = prune_checkpoints(checkpoint, keep)
     except Exception as e:  # noqa: BLE001  (the job succeeded; the storage said no)
-        print(f"orch runner: could not remove old checkpoints: {e}", file=sys.stderr)
+        events.say(f"orch runner: could not remove old checkpoints: {e}", err=True)
         return
     if stale:
         events.emit("pruned", checkpoints=stale)
@@ -217,9 +299,9 @@ def _print_verdict(metrics: dict) -> None:
     if verdict is None:
         return
     events.emit("verdict", **verdict)
-    print(f"orch runner: {verdict['kind']}: {'; '.join(verdict['reasons'])}")
+    events.say(f"orch runner: {verdict['kind']}: {'; '.join(verdict['reasons'])}")
     for advice in verdict["advice"]:
-        print(f"orch runner:   try: {advice}")
+        events.say(f"orch runner:   try: {advice}")
 
 
 def main() -> int:
@@ -228,7 +310,14 @@ def main() -> int:
         print(f"orch runner: {ENV_VAR} is not set; this module is started by orch", file=sys.stderr)
         return 2
     try:
-        return run(RunRequest.from_json(raw))
+        req = RunRequest.from_json(raw)
+        # What jobs.secret_env took out of its file before this process started; or the
+        # file itself, when the runner was started without that step.
+        hidden = {**secret_env.take(), **secret_env.from_environ()}
+        from jobs import hosted
+
+        code = hosted.delegate(req, hidden)  # to the target's runner host, where it has one
+        return run(req, hidden) if code is None else code
     except (secret_env.MissingFile, BadRequest) as e:
         events.emit("result", ok=False, error=f"orch runner: {e}")
         print(f"orch runner: {e}", file=sys.stderr)
@@ -239,9 +328,10 @@ def _exit(code: int) -> None:
     """Leave without the interpreter's teardown: once Ray is shut down (its logs and the
     GCS told), unloading torch and the rest only delays the job's end, by 0.9 s a job on a
     2-core machine (1.25 s from the result to Ray's job end, 0.39 s this way)."""
-    import ray
+    if "ray" in sys.modules:  # not imported when the runner host ran the job
+        import ray
 
-    ray.shutdown()
+        ray.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 def local_ray(settings: Settings) -> LocalRay:
     """The local Ray instance of these settings (started or not)."""
     return LocalRay(settings.home, cpus=settings.local.cpus,
-                    object_store_mb=settings.local.object_store_mb)
+                    object_store_mb=settings.local.object_store_mb,
+                    runner_host=settings.local.runner_host)
 
 
 class LocalProvider(RayJobsProvider, KeepsLogs):
@@ -46,6 +47,16 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
     def shell_prelude(cls) -> str:
         """`python` in a run: or setup: line means the interpreter orch (and its Ray) runs in."""
         return f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"\n'
+
+    def job_env(self, public: dict) -> dict:
+        """Where the local Ray has a runner host: its socket, for the runner to hand the job to
+        (jobs/hosted.py), and which of the job's values are its own."""
+        sock = self.ray.host_socket()
+        if sock is None:
+            return {}
+        from jobs.hosted import HOST_VAR, PUBLIC_VAR
+
+        return {HOST_VAR: sock, PUBLIC_VAR: ",".join(sorted(public))}
 
     def prepare(self) -> None:
         state = self.ray.up(on_start=self.on_start)

@@ -23,6 +23,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from jobs.hosted import host_alive as _host_alive
+from jobs.hosted import pid_file
 from orchestrator.errors import BackendError
 
 # Ray puts unix sockets at <temp>/session_<date>_<pid>/sockets/plasma_store (~70 chars
@@ -42,8 +44,10 @@ def ray_executable() -> str:
 
 
 class LocalRay:
-    def __init__(self, home: Path, cpus: Optional[int] = None, object_store_mb: int = 1024):
+    def __init__(self, home: Path, cpus: Optional[int] = None, object_store_mb: int = 1024,
+                 runner_host: bool = True):
         self.home = Path(home)
+        self.runner_host = runner_host
         self.dir = self.home / "local"
         self.state_file = self.dir / "ray.json"
         self.token_file = self.dir / "auth_token"
@@ -108,6 +112,12 @@ class LocalRay:
         with self._lock():
             state = self.status()
             if state:
+                if self.runner_host and not host_alive(state.get("host_socket")):
+                    # The runner host died (or this instance was started without one): a
+                    # new one, so the next jobs start warm again.
+                    state.pop("processes", None)
+                    state["host_socket"] = self._start_host(state, self._env())
+                    self._write(state)
                 return state
             stale = self._state()
             if stale:  # crashed or killed: clear what is left before starting anew
@@ -140,12 +150,7 @@ class LocalRay:
             f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
             "--disable-usage-stats",
         ]
-        env = dict(os.environ, **ray_env(self.token_file))
-        env.pop("RAY_ADDRESS", None)
-        # `ray start` swaps a loopback --node-ip-address for the machine's routable address
-        # (services.resolve_ip_for_localhost) unless multi-node is off, as on macOS: then
-        # this Ray, and every process it starts, stays on 127.0.0.1 and no node can join.
-        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        env = self._env()
         log = self.dir / "ray-start.log"
         with open(log, "w") as out:
             proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -168,10 +173,44 @@ class LocalRay:
                 raise BackendError("the local Ray dashboard did not come up within 60 s",
                                    f"see {log} and {temp_dir}/session_latest/logs")
             time.sleep(0.25)
+        if self.runner_host:
+            state["host_socket"] = self._start_host(state, env)
+        self._write(state)
+        return state
+
+    def _env(self) -> dict:
+        """The environment of `ray start` and of the runner host."""
+        env = dict(os.environ, **ray_env(self.token_file))
+        env.pop("RAY_ADDRESS", None)
+        # `ray start` swaps a loopback --node-ip-address for the machine's routable address
+        # (services.resolve_ip_for_localhost) unless multi-node is off, as on macOS: then
+        # this Ray, and every process it starts, stays on 127.0.0.1 and no node can join.
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        return env
+
+    def _write(self, state: dict) -> None:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.state_file)
-        return state
+
+    def _start_host(self, state: dict, env: dict) -> str:
+        """Start the runner host (jobs/host.py) beside this Ray; it listens once it is ready
+        (it imports torch and Ray Train first), and jobs that come before wait for it."""
+        sock = str(Path(state["temp_dir"]) / "orch-host.sock")
+        with open(self.dir / "host.log", "w") as out:
+            # Its --address ends with this Ray's GCS port: `down` stops it with the rest.
+            proc = subprocess.Popen([sys.executable, "-m", "jobs.host", "--socket", sock,
+                                     "--workers", str(state["cpus"]), "--address", state["address"]],
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True)
+        # Written here as well as by the host, so that an `up` right after this one finds it.
+        Path(pid_file(sock)).write_text(str(proc.pid))
+        return sock
+
+    def host_socket(self) -> Optional[str]:
+        """The runner host's socket, where this instance has one (started with it)."""
+        state = self._state()
+        return state.get("host_socket") if state else None
 
     def down(self) -> int:
         """Stop this instance's processes; returns how many were stopped."""
@@ -209,6 +248,11 @@ class LocalRay:
                 p.kill()
         psutil.wait_procs(alive, timeout=5)
         return len(procs)
+
+
+def host_alive(sock: Optional[str]) -> bool:
+    """Whether the runner host of that socket runs (its pid file names a live process)."""
+    return bool(sock) and _host_alive(str(sock))
 
 
 def processes_matching(text: str, suffix: Optional[str] = None) -> list:

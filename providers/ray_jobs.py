@@ -53,13 +53,13 @@ class RayJobsProvider(Backend, HasCapacity):
         client = self._connect()
         # Ray logs a runtime_env and shows it on its dashboard: secrets go in a file instead.
         public, hidden = launch.split_env()
-        runtime_env: dict = {"env_vars": public, **self.extra_runtime_env()}
+        runtime_env: dict = {"env_vars": {**public, **self.job_env(public)}, **self.extra_runtime_env()}
         entrypoint = launch.entrypoint
         with self._secret_file(launch, hidden) as (working_dir, name):
             if working_dir:
                 runtime_env["working_dir"] = working_dir
             if name:
-                runtime_env["env_vars"] = {**public, secret_env.FILE_VAR: name}
+                runtime_env["env_vars"] = {**runtime_env["env_vars"], secret_env.FILE_VAR: name}
                 # By default every node unpacks a job's working_dir when its driver starts;
                 # this way only the nodes that run a part of the job do (and remove the file).
                 runtime_env["config"] = {**runtime_env.get("config", {}), "eager_install": False}
@@ -75,6 +75,10 @@ class RayJobsProvider(Backend, HasCapacity):
                     return launch.job_id  # submitted before a crash: never launch twice
                 raise BackendError(f"Ray at {self.address} rejected job {launch.job_id}: {_short(e)}",
                                    self.hint) from None
+
+    def job_env(self, public: dict) -> dict:
+        """What the job's environment carries beside its own `public` values: nothing here."""
+        return {}
 
     def extra_runtime_env(self) -> dict:
         """What every job's runtime_env carries beside its env and workdir: nothing here,

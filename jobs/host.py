@@ -1,0 +1,268 @@
+"""The runner host: one long-lived Ray driver per local Ray that runs orch's training jobs.
+
+Why: a job that starts its own driver pays, on 2 cores, for a driver process and for a
+Ray Train controller, a synchronization actor and one process per worker, each importing
+torch and Ray Train (a no-op `TorchTrainer.fit()` from a running driver took 10-11 s here).
+Ray hands an actor a process started before only when that process belongs to the same Ray
+job and was started with the very runtime env the actor asks for. So the host is that
+job: it has torch and Ray Train imported, keeps warm worker processes of its own (started
+through the raylet's PrestartWorkers call, with the exact runtime envs Ray Train's
+controller and workers get, and torch imported by a worker setup hook while they wait), and
+runs each job's `TorchTrainer.fit()` in a thread of its own. A no-op `fit()` there took
+1.5-1.7 s instead of 10-11 s.
+
+Each job is still one Ray job (jobs/hosted.py: a thin runner that hands the request here
+and relays the log), so Ray's Jobs API keeps its state, log, exit code and cancel. A run's
+controller and workers are fresh processes from the warm pool, the job's alone: they write
+to the job's log, take its environment from their config and run in its working_dir.
+
+Run by orch (`providers/local_ray.py`) as `python -m jobs.host --socket S --workers N
+--address ADDR`; it listens on the unix socket S (mode 0600) once it is ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Optional
+
+from jobs import events
+from jobs.hosted import pid_file
+from jobs.request import BadRequest, RunRequest
+
+# Ray's worker setup hook: a process started with this variable imports the module and
+# calls the function before it takes work.
+_SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
+# A controller and a synchronization actor per run.
+_PER_RUN = 2
+
+
+def preload() -> None:
+    """Run in each warm process as it starts: import what a run's controller and workers
+    import, so that a run finds them ready. Never fails the process."""
+    with contextlib.suppress(Exception):
+        import ray.train.torch  # noqa: F401
+        import torch  # noqa: F401
+        from ray.train.v2._internal.execution.controller import TrainController  # noqa: F401
+
+        import jobs.builtin.image_classification  # noqa: F401
+        import jobs.context  # noqa: F401
+        import jobs.runner  # noqa: F401
+
+
+def controller_env() -> dict:
+    """The env_vars of every run's controller: the Ray Train settings of orch's jobs (the
+    runner's, the health check at 0.2 s as orch's launches set it) and Ray Train's own
+    default, which its trainer adds; plus the setup hook. The workers get the same through
+    Ray Train, which hands the controller's settings on to them."""
+    from ray.train.v2._internal.constants import (
+        DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
+        RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
+    )
+
+    from jobs.runner import TRAIN_ENV
+
+    return {**TRAIN_ENV, "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2",
+            RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR: DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
+            _SETUP_HOOK_VAR: "jobs.host.preload"}
+
+
+@functools.cache
+def controller_class() -> type:
+    """Ray Train's controller, its output sent to the job's log first."""
+    from ray.train.v2._internal.execution.controller import TrainController as Base
+
+    class TrainController(Base):  # the same name: `ray::TrainController` in the process list
+        def __init__(self, log_path: str, *args: Any, **kwargs: Any):
+            from jobs.runner import to_log
+
+            to_log(log_path)
+            super().__init__(*args, **kwargs)
+
+    return TrainController
+
+
+def runtime_env_strings(env: dict) -> tuple[str, str]:
+    """The runtime env as Ray serializes it for the controller (and the synchronization
+    actor, which inherits it), and as Ray's core merges it for each worker (the controller's
+    env under the worker's own, written compactly): a warm process serves only the string
+    it was started with."""
+    doc = {"env_vars": dict(sorted(env.items()))}
+    return json.dumps(doc), json.dumps(doc, separators=(",", ":"))
+
+
+class WarmPool:
+    """Idle worker processes of this job, started ahead through the raylet's PrestartWorkers
+    call for the runtime envs a run asks for."""
+
+    def __init__(self, env: dict, keep_alive_s: int = 7 * 24 * 3600):
+        import ray
+        from ray._private.grpc_utils import init_grpc_channel
+        from ray.core.generated import node_manager_pb2, node_manager_pb2_grpc
+
+        me = ray.get_runtime_context().get_node_id()
+        node = next(n for n in ray.nodes() if n["NodeID"] == me)
+        channel = init_grpc_channel(f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}")
+        self._stub = node_manager_pb2_grpc.NodeManagerServiceStub(channel)
+        self._request = node_manager_pb2.PrestartWorkersRequest  # type: ignore[attr-defined]
+        self._job = bytes.fromhex(ray.get_runtime_context().get_job_id())
+        self._controller, self._worker = runtime_env_strings(env)
+        self._keep_alive_s = keep_alive_s
+        self.started = 0
+
+    def add(self, controllers: int, workers: int) -> None:
+        for serialized, n in ((self._controller, controllers), (self._worker, workers)):
+            if n <= 0:
+                continue
+            info = self._request.DESCRIPTOR.fields_by_name["runtime_env_info"].message_type._concrete_class(
+                serialized_runtime_env=serialized)
+            try:
+                self._stub.PrestartWorkers(self._request(
+                    language=0, job_id=self._job, runtime_env_info=info,  # 0: Python
+                    keep_alive_duration_secs=self._keep_alive_s, num_workers=n), timeout=10)
+                self.started += n
+            except Exception as e:  # noqa: BLE001  (runs still work, from cold processes)
+                print(f"orch host: could not start warm processes: {e}", file=sys.stderr, flush=True)
+
+
+class Host:
+    def __init__(self, pool: WarmPool, env: dict):
+        self.pool = pool
+        self.env = env
+        self.running = 0
+        self.lock = threading.Lock()
+
+    def serve(self, conn: socket.socket) -> None:
+        """One job: its request in, its run, its exit code out; the connection closing
+        before that is a cancel."""
+        with conn:
+            try:
+                message = json.loads(conn.makefile("rb").readline())
+                req = RunRequest.from_dict(message["request"])
+                log = str(message["log"])
+            except (ValueError, KeyError, TypeError, BadRequest) as e:
+                print(f"orch host: refused a request: {e}", file=sys.stderr, flush=True)
+                return
+            code = self.run(conn, req, dict(message.get("env") or {}), message.get("cwd"), log)
+            with contextlib.suppress(OSError):
+                conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
+
+    def run(self, conn: socket.socket, req: RunRequest, env: dict, cwd: Optional[str], log: str) -> int:
+        from jobs.runner import Hosted, run
+
+        done = threading.Event()
+        cancelled = threading.Event()
+        controllers: list = []
+
+        def on_controller(controller: Any) -> None:
+            controllers.append(controller)
+            if cancelled.is_set():
+                _abort(controller)
+
+        def watch() -> None:  # the runner sends nothing more: a read ends when it is gone
+            with contextlib.suppress(OSError):
+                while conn.recv(4096):
+                    pass
+            if not done.is_set():
+                cancelled.set()
+                for controller in controllers:
+                    _abort(controller)
+
+        threading.Thread(target=watch, daemon=True, name=f"watch-{req.job_id}").start()
+        with self.lock:
+            self.running += 1
+        try:
+            with open(log, "a") as out, events.redirect(out):
+                try:
+                    return run(req, hosted=Hosted(env=env, cwd=cwd, log_path=log,
+                                                  controller_env=self.env, on_controller=on_controller))
+                except Exception as e:  # noqa: BLE001  (one job's failure is not the host's)
+                    events.say(traceback.format_exc(), err=True)
+                    events.emit("result", ok=False, error=f"orch host: {type(e).__name__}: {e}")
+                    return 1
+        finally:
+            done.set()
+            with self.lock:
+                self.running -= 1
+            _release(controllers)
+            # What the run took from the pool, started again once it is over: started
+            # beside the run, their imports would slow its first steps and skew the
+            # precision trial it times then.
+            self.pool.add(_PER_RUN, req.num_workers)
+
+
+def _abort(controller: Any) -> None:
+    """Stop a run as Ray Train's own Ctrl-C does (its workers and placement group go);
+    killed outright when that does not finish."""
+    import ray
+
+    try:
+        ray.get(controller.abort.remote(), timeout=30)
+    except ray.exceptions.RayActorError:
+        return  # the abort ends with the controller's exit
+    except Exception:  # noqa: BLE001
+        pass
+    with contextlib.suppress(Exception):
+        ray.kill(controller)
+
+
+def _release(controllers: list) -> None:
+    """A run's controller, once the run is over: its process goes now, not when the host's
+    handles to it are collected."""
+    import ray
+
+    for controller in controllers:
+        with contextlib.suppress(Exception):
+            ray.kill(controller)
+    controllers.clear()
+
+
+def listen(path: str) -> socket.socket:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a host before this one left it
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        server.bind(path)  # 0600: the job's secret values travel here
+    finally:
+        os.umask(old)
+    server.listen(64)
+    return server
+
+
+def main(argv: Optional[list] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jobs.host")
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--workers", type=int, default=2, help="warm worker processes to keep")
+    parser.add_argument("--address", required=True)
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    with open(pid_file(args.socket), "w") as f:
+        f.write(str(os.getpid()))
+    preload()
+    import ray
+
+    host = args.address.rsplit(":", 1)[0]
+    ray.init(address=args.address, log_to_driver=False,
+             **({"_node_ip_address": host} if host.startswith("127.") else {}))
+    env = controller_env()
+    pool = WarmPool(env)
+    pool.add(_PER_RUN, args.workers)
+    server = listen(args.socket)
+    print(f"orch host: ready in {time.monotonic() - started:.1f} s at {args.socket}", flush=True)
+    runner = Host(pool, env)
+    while True:
+        conn, _ = server.accept()
+        threading.Thread(target=runner.serve, args=(conn,), daemon=True).start()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The local Ray's runner host (jobs/host.py) with a real Ray: jobs train on its warm
+processes, and a host that died is started again by the next submit."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+
+import psutil
+import pytest
+
+from jobs import events
+from jobs.hosted import connect, pid_file
+from tests.conftest import run_orch, status_in_process
+
+pytestmark = pytest.mark.integration
+
+SHORT = ("name: short\ntrain:\n  job: image-classification\n  config: {epochs: 1}\n"
+         "scaling: {num_workers: 2}\nprecision: fp32\n")
+
+
+def host_socket(home) -> str:
+    return json.loads((home / "local" / "ray.json").read_text())["host_socket"]
+
+
+def host_pid(home) -> int:
+    with open(pid_file(host_socket(home))) as f:
+        return int(f.read())
+
+
+def epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def wait_ready(home, timeout=120) -> None:
+    conn = connect(host_socket(home), wait_s=timeout)
+    assert conn is not None, (home / "local" / "host.log").read_text()[-2000:]
+    conn.close()  # a connection that sends nothing: the host refuses it and goes on
+
+
+def test_a_job_trains_on_warm_processes_the_host_started_before_it(ray_home, tmp_path):
+    wait_ready(ray_home)
+    time.sleep(8)  # the warm processes import torch once the host is ready
+    job = tmp_path / "short.yaml"
+    job.write_text(SHORT)
+    proc = run_orch(ray_home, "submit", str(job), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout)
+    assert rec["status"] == "SUCCEEDED", rec["message"]
+    log = run_orch(ray_home, "logs", rec["id"]).stdout
+    workers = [e for e in events.parse(log) if e["event"] == "worker"]
+    assert sorted(w["rank"] for w in workers) == [0, 1]
+    created = epoch(rec["created_at"])  # whole seconds
+    for w in workers:  # each worker's process was started before the job was recorded
+        assert w["t"] - w["process_age_s"] < created, (w, created)
+    assert "::orch::" in log and ":actor_name:" not in log  # Ray's markers left out
+
+
+def test_a_killed_host_is_started_again_by_the_next_submit(ray_home, tmp_path):
+    wait_ready(ray_home)
+    old = host_pid(ray_home)
+    process = psutil.Process(old)
+    process.kill()
+    process.wait(10)
+    job = tmp_path / "short.yaml"
+    job.write_text(SHORT)
+    proc = run_orch(ray_home, "submit", str(job), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["status"] == "SUCCEEDED"
+    new = host_pid(ray_home)
+    assert new != old and psutil.pid_exists(new)
+    wait_ready(ray_home)
+
+
+def test_two_jobs_at_once_each_log_only_their_own_run(ray_home, tmp_path):
+    # One worker each, so both fit on the local Ray's 2 CPUs at once, in two of the host's
+    # threads: each job's log holds its own run's events, and no line of the other's.
+    wait_ready(ray_home)
+    ids = []
+    for name in ("left", "right"):
+        job = tmp_path / f"{name}.yaml"
+        job.write_text(SHORT.replace("name: short", f"name: {name}").replace("num_workers: 2", "num_workers: 1"))
+        proc = run_orch(ray_home, "submit", str(job), "--detach")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        ids.append(proc.stdout.strip())
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        recs = [status_in_process(ray_home, i) for i in ids]
+        if all(r["status"] not in ("PENDING", "RUNNING") for r in recs):
+            break
+        time.sleep(1)
+    assert [r["status"] for r in recs] == ["SUCCEEDED", "SUCCEEDED"], [r["message"] for r in recs]
+    spans = [(r["created_at"], r["finished_at"]) for r in recs]
+    assert spans[1][0] < spans[0][1]  # the second was recorded before the first ended
+    for job_id, other in (ids, ids[::-1]):
+        log = run_orch(ray_home, "logs", job_id).stdout
+        starts = [e for e in events.parse(log) if e["event"] == "start"]
+        assert [s["run_name"] for s in starts] == [job_id]
+        assert other not in log
+        assert [e["rank"] for e in events.parse(log) if e["event"] == "worker"] == [0]

@@ -1,0 +1,196 @@
+"""The runner host (jobs/host.py) and the runner's thin side of it (jobs/hosted.py), without
+Ray: the protocol, the log relay, the fallback, cancel and the runtime envs of the warm
+processes. A real job through the host runs in tests/integration/test_local_jobs.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from jobs import events, host, hosted
+from jobs.request import RunRequest
+
+
+def test_the_controllers_runtime_env_is_written_as_ray_writes_it():
+    # A warm process serves only the runtime env string it was started with: the
+    # controller's must be Ray's own serialization of the env it is given.
+    from ray.runtime_env import RuntimeEnv
+
+    env = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2", "B": "2", "A": "1"}
+    spaced, compact = host.runtime_env_strings(env)
+    assert spaced == RuntimeEnv(env_vars=env).serialize()
+    assert json.loads(compact) == json.loads(spaced) and " " not in compact
+
+
+def test_every_controller_gets_the_same_env_with_the_setup_hook():
+    env = host.controller_env()
+    assert env == host.controller_env()
+    assert env["__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"] == "jobs.host.preload"
+    assert env["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] == "0.2"
+    assert env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] == "0"
+
+
+def _writer(path, chunks, then):
+    def go():
+        for chunk in chunks:
+            with open(path, "ab") as f:
+                f.write(chunk)
+            time.sleep(0.05)
+        then()
+    t = threading.Thread(target=go)
+    t.start()
+    return t
+
+
+def test_relay_copies_the_log_without_rays_markers_and_returns_the_exit_code(tmp_path):
+    log = tmp_path / "job.log"
+    log.write_bytes(b"")
+    ours, theirs = socket.socketpair()
+    chunks = [b":actor_name:RayTrainWorker\nfirst line\nhalf ", b"a line\n", b":task_name:x\nlast"]
+    t = _writer(log, chunks, lambda: theirs.sendall(b'{"exit": 3}\n'))
+    out = io.BytesIO()
+    assert hosted.relay(ours, str(log), out) == 3
+    t.join()
+    assert out.getvalue() == b"first line\nhalf a line\nlast\n"
+
+
+def test_relay_says_why_when_the_host_goes_before_the_end(tmp_path, capsys):
+    log = tmp_path / "job.log"
+    log.write_bytes(b"")
+    ours, theirs = socket.socketpair()
+    t = _writer(log, [b"step 1\n"], theirs.close)
+    out = io.BytesIO()
+    assert hosted.relay(ours, str(log), out) == 1
+    t.join()
+    assert out.getvalue() == b"step 1\n"
+    result = [e for e in events.parse(capsys.readouterr().out) if e["event"] == "result"]
+    assert result and result[0]["ok"] is False and "runner host stopped" in result[0]["error"]
+
+
+def test_without_a_host_the_runner_runs_the_job_itself(tmp_path, monkeypatch, capsys):
+    req = RunRequest(job_id="orch-1", target="image-classification")
+    monkeypatch.delenv(hosted.HOST_VAR, raising=False)
+    assert hosted.delegate(req, {}) is None
+    # A socket nobody listens on, and no live host process: no wait, no host.
+    monkeypatch.setenv(hosted.HOST_VAR, str(tmp_path / "gone.sock"))
+    started = time.monotonic()
+    assert hosted.delegate(req, {}) is None
+    assert time.monotonic() - started < 2
+    assert "no runner host answers" in capsys.readouterr().err
+
+
+def test_a_starting_host_is_waited_for(tmp_path):
+    sock = str(tmp_path / "h.sock")
+    with open(hosted.pid_file(sock), "w") as f:
+        f.write(str(os.getpid()))  # alive: the host is importing, not listening yet
+
+    servers = []
+
+    def later():
+        time.sleep(0.6)
+        servers.append(host.listen(sock))
+    thread = threading.Thread(target=later)
+    thread.start()
+    conn = hosted.connect(sock, wait_s=10)
+    thread.join()
+    assert conn is not None
+    conn.close()
+    servers[0].close()
+    assert oct(os.stat(sock).st_mode & 0o777) == "0o600"  # secret values travel here
+
+
+class FakePool:
+    def __init__(self):
+        self.added = []
+
+    def add(self, controllers, workers):
+        self.added.append((controllers, workers))
+
+
+def _serve(tmp_path, monkeypatch, fake_run):
+    """A Host on a real unix socket whose runs are `fake_run`; returns (host, socket path)."""
+    import jobs.runner
+
+    monkeypatch.setattr(jobs.runner, "run", fake_run)
+    the_host = host.Host(FakePool(), {"E": "1"})
+    sock = str(tmp_path / "h.sock")
+    server = host.listen(sock)
+
+    def accept():
+        conn, _ = server.accept()
+        the_host.serve(conn)
+        server.close()
+    threading.Thread(target=accept, daemon=True).start()
+    return the_host, sock
+
+
+def test_a_job_through_the_host(tmp_path, monkeypatch, capfdbinary):
+    seen = {}
+
+    def fake_run(req, hidden=None, hosted=None):
+        seen.update(req=req, hosted=hosted)
+        events.emit("start", num_workers=req.num_workers)
+        hosted.on_controller("controller-handle")
+        events.say("training")
+        return 0
+
+    the_host, sock = _serve(tmp_path, monkeypatch, fake_run)
+    aborted = []
+    monkeypatch.setattr(host, "_abort", aborted.append)
+    monkeypatch.setattr(host, "_release", lambda controllers: None)
+    monkeypatch.setenv(hosted.HOST_VAR, sock)
+    monkeypatch.setenv("MY_VALUE", "public")
+    monkeypatch.setenv(hosted.PUBLIC_VAR, "MY_VALUE,NOT_SET")
+    monkeypatch.chdir(tmp_path)
+    req = RunRequest(job_id="orch-2", target="image-classification", num_workers=3)
+    assert hosted.delegate(req, {"API_TOKEN": "s3cret"}) == 0
+    assert seen["req"] == req
+    h = seen["hosted"]
+    assert h.env == {"MY_VALUE": "public", "API_TOKEN": "s3cret"}
+    assert h.cwd == str(tmp_path) and h.controller_env == {"E": "1"}
+    out = capfdbinary.readouterr().out
+    assert b"training\n" in out and [e["event"] for e in events.parse(out.decode())] == ["start"]
+    assert not os.path.exists(h.log_path)  # the job's log goes with the job
+    assert the_host.pool.added == [(2, 3)]  # what the run took, started again after it
+    assert aborted == [] and the_host.running == 0
+
+
+def test_a_runner_that_goes_away_aborts_its_run(tmp_path, monkeypatch):
+    release = threading.Event()
+
+    def fake_run(req, hidden=None, hosted=None):
+        hosted.on_controller("controller-handle")
+        release.wait(10)
+        return 1
+
+    _, sock = _serve(tmp_path, monkeypatch, fake_run)
+    aborted = []
+    monkeypatch.setattr(host, "_abort", lambda c: (aborted.append(c), release.set()))
+    monkeypatch.setattr(host, "_release", lambda controllers: None)
+    log = tmp_path / "job.log"
+    log.write_text("")
+    conn = hosted.connect(sock, wait_s=5)
+    req = RunRequest(job_id="orch-3", target="image-classification")
+    conn.sendall(json.dumps({"request": req.__dict__ | {"budget": None}, "env": {}, "cwd": None,
+                             "log": str(log)}).encode() + b"\n")
+    time.sleep(0.3)
+    conn.close()  # what `orch cancel` does to the runner: stop_job kills it
+    assert release.wait(10)
+    assert aborted == ["controller-handle"]
+
+
+@pytest.mark.parametrize("message", [b"not json\n", b'{"request": {"job_id": "x"}, "log": "/tmp/x"}\n'])
+def test_a_bad_request_is_refused_and_the_host_goes_on(tmp_path, monkeypatch, message, capsys):
+    ran = []
+    _, sock = _serve(tmp_path, monkeypatch, lambda *a, **k: ran.append(1) or 0)
+    conn = hosted.connect(sock, wait_s=5)
+    conn.sendall(message)
+    assert conn.recv(100) == b""  # closed with no exit code
+    assert ran == []
+    assert "refused a request" in capsys.readouterr().err

@@ -144,8 +144,11 @@ class Host:
         """One job: its request in, its run, its exit code out; the connection closing
         before that is a cancel."""
         with conn:
+            line = conn.makefile("rb").readline()
+            if not line.strip():
+                return  # a look whether the host answers (`orch local status`), no job
             try:
-                message = json.loads(conn.makefile("rb").readline())
+                message = json.loads(line)
                 req = RunRequest.from_dict(message["request"])
                 log = str(message["log"])
             except (ValueError, KeyError, TypeError, BadRequest) as e:

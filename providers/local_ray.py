@@ -92,6 +92,7 @@ class LocalRay:
         state = self._state()
         if state and self._responds(state["dashboard_url"]):
             state["processes"] = len(self._processes(state))
+            state["runner_host"] = host_state(state.get("host_socket"))
             return state
         return None
 
@@ -116,6 +117,7 @@ class LocalRay:
                     # The runner host died (or this instance was started without one): a
                     # new one, so the next jobs start warm again.
                     state.pop("processes", None)
+                    state.pop("runner_host", None)
                     state["host_socket"] = self._start_host(state, self._env())
                     self._write(state)
                 return state
@@ -253,6 +255,20 @@ class LocalRay:
 def host_alive(sock: Optional[str]) -> bool:
     """Whether the runner host of that socket runs (its pid file names a live process)."""
     return bool(sock) and _host_alive(str(sock))
+
+
+def host_state(sock: Optional[str]) -> str:
+    """The runner host: ready (it answers), starting (it runs, importing torch), stopped,
+    or off (this instance was started without one)."""
+    if not sock:
+        return "off"
+    from jobs.hosted import connect
+
+    conn = connect(sock, wait_s=0)
+    if conn is not None:
+        conn.close()
+        return "ready"
+    return "starting" if host_alive(sock) else "stopped"
 
 
 def processes_matching(text: str, suffix: Optional[str] = None) -> list:

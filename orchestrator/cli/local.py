@@ -46,4 +46,5 @@ def status(json_out: bool = typer.Option(False, "--json")) -> None:
         out.print("local Ray is not running (`orch local up` or any `orch submit` starts it)")
         raise typer.Exit(1)
     out.print(f"local Ray running at {state['dashboard_url']}: {state['cpus']} CPUs, "
-              f"{state['processes']} processes, files in {state['temp_dir']}")
+              f"{state['processes']} processes, files in {state['temp_dir']}; "
+              f"runner host {state['runner_host']}")

@@ -194,3 +194,15 @@ def test_a_bad_request_is_refused_and_the_host_goes_on(tmp_path, monkeypatch, me
     assert conn.recv(100) == b""  # closed with no exit code
     assert ran == []
     assert "refused a request" in capsys.readouterr().err
+
+
+def test_a_look_whether_the_host_answers_is_no_request(tmp_path, monkeypatch, capsys):
+    from providers.local_ray import host_state
+
+    ran = []
+    _, sock = _serve(tmp_path, monkeypatch, lambda *a, **k: ran.append(1) or 0)
+    assert host_state(sock) == "ready"  # connects and closes, as `orch local status` does
+    time.sleep(0.3)
+    assert ran == [] and "refused" not in capsys.readouterr().err
+    assert host_state(None) == "off"
+    assert host_state(str(tmp_path / "none.sock")) == "stopped"

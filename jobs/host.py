@@ -196,6 +196,9 @@ class Host:
             with self.lock:
                 self.running -= 1
             _release(controllers)
+            if cancelled.is_set():  # the runner was killed before it could remove the log
+                with contextlib.suppress(OSError):
+                    os.unlink(log)
             # What the run took from the pool, started again once it is over: started
             # beside the run, their imports would slow its first steps and skew the
             # precision trial it times then.

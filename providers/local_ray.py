@@ -32,6 +32,12 @@ from orchestrator.errors import BackendError
 _MAX_TEMP_DIR_LEN = 36
 
 
+# Warm worker processes the runner host starts with (one per CPU, at most this many: about
+# 0.4 GiB each while idle). After a run it starts again as many as the run took, so the
+# pool grows to the largest job's worker count.
+_WARM_WORKERS = 4
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -202,7 +208,8 @@ class LocalRay:
         with open(self.dir / "host.log", "w") as out:
             # Its --address ends with this Ray's GCS port: `down` stops it with the rest.
             proc = subprocess.Popen([sys.executable, "-m", "jobs.host", "--socket", sock,
-                                     "--workers", str(state["cpus"]), "--address", state["address"]],
+                                     "--workers", str(min(state["cpus"], _WARM_WORKERS)),
+                                     "--address", state["address"]],
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=env, start_new_session=True)
         # Written here as well as by the host, so that an `up` right after this one finds it.

@@ -183,6 +183,10 @@ def test_a_runner_that_goes_away_aborts_its_run(tmp_path, monkeypatch):
     conn.close()  # what `orch cancel` does to the runner: stop_job kills it
     assert release.wait(10)
     assert aborted == ["controller-handle"]
+    deadline = time.monotonic() + 10
+    while log.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not log.exists()  # the killed runner could not remove the job's log: the host does
 
 
 @pytest.mark.parametrize("message", [b"not json\n", b'{"request": {"job_id": "x"}, "log": "/tmp/x"}\n'])

@@ -13,6 +13,7 @@ import pytest
 from jobs import events
 from jobs.hosted import connect, pid_file
 from tests.conftest import run_orch, status_in_process
+from tests.integration.conftest import train_processes
 
 pytestmark = pytest.mark.integration
 
@@ -99,3 +100,37 @@ def test_two_jobs_at_once_each_log_only_their_own_run(ray_home, tmp_path):
         assert [s["run_name"] for s in starts] == [job_id]
         assert other not in log
         assert [e["rank"] for e in events.parse(log) if e["event"] == "worker"] == [0]
+
+
+def test_a_run_whose_host_dies_fails_with_why_and_leaves_no_workers(ray_home, tmp_path):
+    wait_ready(ray_home)
+    job = tmp_path / "long.yaml"
+    job.write_text(SHORT.replace("{epochs: 1}", "{epochs: 200, dataset_multiplier: 4}"))
+    proc = run_orch(ray_home, "submit", str(job), "--detach")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job_id = proc.stdout.strip()
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # until it really trains
+        rec = status_in_process(ray_home, job_id)
+        if rec["metrics"].get("reports"):
+            break
+        assert rec["status"] in ("PENDING", "RUNNING"), rec
+        time.sleep(1)
+    process = psutil.Process(host_pid(ray_home))
+    process.kill()
+    process.wait(10)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        rec = status_in_process(ray_home, job_id)
+        if rec["status"] not in ("PENDING", "RUNNING"):
+            break
+        time.sleep(1)
+    assert rec["status"] == "FAILED", rec
+    assert "runner host stopped during the run" in rec["message"], rec["message"]
+    deadline = time.monotonic() + 30  # Ray ends a dead driver's actors: the run's too
+    while train_processes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert train_processes() == []
+    proc = run_orch(ray_home, "local", "up")  # and a new host for the tests after this one
+    assert proc.returncode == 0, proc.stderr
+    wait_ready(ray_home)

@@ -271,7 +271,10 @@ def host_state(sock: Optional[str]) -> str:
         return "off"
     from jobs.hosted import connect
 
-    conn = connect(sock, wait_s=0)
+    try:
+        conn = connect(sock, wait_s=0)
+    except Exception:  # noqa: BLE001  (a status line never fails the caller)
+        return "unknown"
     if conn is not None:
         conn.close()
         return "ready"

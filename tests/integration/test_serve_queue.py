@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -51,8 +52,12 @@ def _api(server: Server, method: str, path: str, body: dict | None = None) -> di
                                  data=json.dumps(body).encode() if body is not None else None,
                                  headers={"Authorization": f"Bearer {token}",
                                           "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:  # the server's own traceback says why
+        raise AssertionError(f"{method} {path}: HTTP {e.code} {e.read()[:500]!r}\n"
+                             f"server log:\n{server.log.read_text()[-6000:]}") from None
 
 
 def _history(home: Path, job_id: str) -> list[tuple]:

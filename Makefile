@@ -6,12 +6,18 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint unit integration postgres-test bench clean browser postgres
 
+# uv installs the same wheels from the same indexes as pip (.ci/uv_flags.py hands it pip's
+# configuration) in about 10 s where pip takes about 110 s; pip does it where uv cannot be had.
+# The CPU wheel of torch first: an unpinned torch would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	# The CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	if $(BIN)/pip install -q uv; then \
+	  flags="$$($(BIN)/python .ci/uv_flags.py $(BIN)/pip)"; \
+	  $(BIN)/uv pip install -q -p $(BIN)/python $$flags torch==2.13.0 \
+	  && $(BIN)/uv pip install -q -p $(BIN)/python $$flags -e '.[test]'; \
+	else false; fi \
+	|| { $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q torch==2.13.0 \
+	     && $(BIN)/pip install -q -e '.[test]'; }
 	touch $(STAMP)
 
 # The status page's browser test needs chromium and chromedriver: installed here when they are
@@ -71,13 +77,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# The whole suite, then PG_SUITE again on PostgreSQL, one after the other. (Measured from a
-# fresh clone: 1,618 s so; 1,425 s with the tests without Ray in a second pytest beside the
-# Ray tests, which then ran up to 2.4x slower each, closer to their waits' timeouts on a
-# slower CI machine: kept one after the other, the safer to land.)
+# The whole suite on two processes (pytest-xdist): the tests on the session's local Ray on one,
+# everything else on the other (tests/conftest.py puts each test in one of the two groups);
+# then PG_SUITE again on PostgreSQL, the same way. Measured from a fresh clone on 2 cores: see
+# docs/development.md.
+PYTEST_2 = $(BIN)/python -m pytest -n 2 --dist loadgroup
 test: $(STAMP) browser postgres lint
-	$(BIN)/python -m pytest tests --durations=20
-	$(BIN)/python -m pytest --store postgresql $(PG_SUITE) --durations=10
+	$(PYTEST_2) tests --durations=20
+	$(PYTEST_2) --store postgresql $(PG_SUITE) --durations=10
 
 postgres-test: $(STAMP) postgres
 	$(BIN)/python -m pytest --store postgresql $(PG_SUITE)

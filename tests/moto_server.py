@@ -72,7 +72,7 @@ def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(10)
+            proc.wait(3)  # it exits in a fraction of a second when not starved of CPU
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)

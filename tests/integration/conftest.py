@@ -68,19 +68,21 @@ def ray_home():
         assert not leftover, f"processes left running: {leftover}"
 
 
-def stop_local_ray_and_remove(home) -> None:
-    """Teardown of a test's ORCH_HOME: `orch local down` for the local Ray a job started
-    there, then check no process of it is left, then remove the home."""
-    state = home / "local" / "ray.json"  # written when a job started the local Ray
-    temp = json.loads(state.read_text())["temp_dir"] if state.exists() else None
-    down = run_orch(home, "local", "down", timeout=120)
-    deadline = time.monotonic() + 20
-    while temp and ray_processes_under(temp) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    leftover = ray_processes_under(temp) if temp else []
+def on_session_ray(home, ray_home):
+    """`home` in local mode on the session's local Ray and its runner host, rather than a Ray
+    of its own (a start and a stop of about 20 s each): its `local` folder, where orch keeps
+    the local Ray's state, is the session home's. Remove it with `remove_home`."""
+    (home / "local").symlink_to(ray_home / "local", target_is_directory=True)
+    return home
+
+
+def remove_home(home) -> None:
+    """Teardown of a home on the session's Ray: the Ray stays up (`ray_home` stops it at the
+    session's end and checks that no process of it is left)."""
+    link = home / "local"
+    if link.is_symlink():
+        link.unlink()
     shutil.rmtree(home, ignore_errors=True)
-    assert down.returncode == 0, down.stderr
-    assert not leftover, f"processes left running: {leftover}"
 
 
 def wait_until(what: str, check, timeout: float = 120, poll_s: float = 0.3):

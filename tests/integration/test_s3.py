@@ -15,12 +15,13 @@ from tests.moto_server import CREDENTIALS, moto_s3  # noqa: F401  (a fixture)
 pytestmark = pytest.mark.integration
 
 EPOCHS = 10
-# About 3 s an epoch with two workers here: long enough to interrupt after two epochs.
+# About 1.2 s an epoch with two workers here: the cancel, sent once epoch 2 is reported,
+# lands a few epochs before the tenth.
 JOB = """\
 name: s3-resume
 train:
   job: image-classification
-  config: {{epochs: {epochs}, dataset_multiplier: 10}}
+  config: {{epochs: {epochs}, dataset_multiplier: 4}}
 scaling: {{num_workers: 2}}
 checkpoint:
   storage: s3://{bucket}/ckpt

@@ -21,7 +21,7 @@ from orchestrator.records import JobRow
 from orchestrator.server import auth
 from orchestrator.store import iso
 from tests.conftest import ORCH, ROOT, home_store, orch_env, run_orch, short_tmp, store_at
-from tests.integration.conftest import stop_local_ray_and_remove
+from tests.integration.conftest import on_session_ray, remove_home
 from tests.integration.conftest import wait_until as _wait
 
 pytestmark = pytest.mark.integration
@@ -67,8 +67,8 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def home(postgres_base):
-    home = short_tmp("ohs")
+def home(postgres_base, ray_home):
+    home = on_session_ray(short_tmp("ohs"), ray_home)
     with home_store(home, postgres_base):
         yield from _serve_home(home)
 
@@ -86,7 +86,7 @@ def _serve_home(home: Path):
     try:
         yield home
     finally:
-        stop_local_ray_and_remove(home)
+        remove_home(home)
 
 
 def _token(home: Path, name: str) -> str:

@@ -14,16 +14,16 @@ import pytest
 
 from orchestrator.server import auth
 from tests.conftest import home_store, run_orch, short_tmp, store_at
-from tests.integration.conftest import stop_local_ray_and_remove
+from tests.integration.conftest import on_session_ray, remove_home
 from tests.integration.test_serve import Server
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def served(postgres_base):
+def served(postgres_base, ray_home):
     """(server, home, tokens): alice and bob are users, root an admin."""
-    home = short_tmp("osc")
+    home = on_session_ray(short_tmp("osc"), ray_home)
     with home_store(home, postgres_base):
         store = store_at(home)
         tokens = {}
@@ -36,7 +36,7 @@ def served(postgres_base):
             yield server, home, tokens
         finally:
             server.stop()
-            stop_local_ray_and_remove(home)
+            remove_home(home)
 
 
 def orch_as(served, client_home, who, *args, **env):

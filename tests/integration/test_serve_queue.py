@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.server import auth
 from tests.conftest import short_tmp, store_at
-from tests.integration.conftest import stop_local_ray_and_remove, wait_until
+from tests.integration.conftest import on_session_ray, remove_home, wait_until
 from tests.integration.test_serve import Server
 
 pytestmark = pytest.mark.integration
@@ -32,8 +32,8 @@ scaling: {num_workers: 4, use_gpu: false}
 
 
 @pytest.fixture
-def home():
-    home = short_tmp("ohq")
+def home(ray_home):
+    home = on_session_ray(short_tmp("ohq"), ray_home)
     (home / "config.toml").write_text("[local]\ncpus = 2\n")
     store = store_at(home)
     token, digest = auth.new_token()
@@ -43,7 +43,7 @@ def home():
     try:
         yield home
     finally:
-        stop_local_ray_and_remove(home)
+        remove_home(home)
 
 
 def _api(server: Server, method: str, path: str, body: dict | None = None) -> dict:

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.conftest import run_orch, short_tmp
-from tests.integration.conftest import stop_local_ray_and_remove
+from tests.integration.conftest import on_session_ray, remove_home
 from tests.integration.conftest import wait_until as _wait
 from tests.integration.test_serve import Server
 
@@ -39,13 +39,13 @@ def _browser():
 
 
 @pytest.fixture
-def home():
-    """A temporary ORCH_HOME with one token; the local Ray the job starts is stopped after."""
-    home = short_tmp("ohp")
+def home(ray_home):
+    """A temporary ORCH_HOME with one token, on the session's local Ray."""
+    home = on_session_ray(short_tmp("ohp"), ray_home)
     try:
         yield home
     finally:
-        stop_local_ray_and_remove(home)
+        remove_home(home)
 
 
 @pytest.fixture

@@ -7,14 +7,16 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test lint unit integration postgres-test bench clean browser postgres
 
 # uv installs the same wheels from the same indexes as pip (.ci/uv_flags.py hands it pip's
-# configuration) in about 10 s where pip takes about 110 s; pip does it where uv cannot be had.
+# configuration), much faster; pip does it where uv cannot be had. --compile-bytecode as pip
+# does: Ray starts its workers with -B, so without .pyc files each one compiled torch anew,
+# and the suite took 1.6x as long.
 # The CPU wheel of torch first: an unpinned torch would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	if $(BIN)/pip install -q uv; then \
 	  flags="$$($(BIN)/python .ci/uv_flags.py $(BIN)/pip)"; \
-	  $(BIN)/uv pip install -q -p $(BIN)/python $$flags torch==2.13.0 \
-	  && $(BIN)/uv pip install -q -p $(BIN)/python $$flags -e '.[test]'; \
+	  $(BIN)/uv pip install -q --compile-bytecode -p $(BIN)/python $$flags torch==2.13.0 \
+	  && $(BIN)/uv pip install -q --compile-bytecode -p $(BIN)/python $$flags -e '.[test]'; \
 	else false; fi \
 	|| { $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q torch==2.13.0 \
 	     && $(BIN)/pip install -q -e '.[test]'; }

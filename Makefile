@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration postgres-test bench clean browser postgres
+.PHONY: demo test test-2 lint unit integration postgres-test bench clean browser postgres
 
 # uv installs the same wheels from the same indexes as pip (.ci/uv_flags.py hands it pip's
 # configuration), much faster; pip does it where uv cannot be had. --compile-bytecode as pip
@@ -79,15 +79,19 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# The whole suite on two processes (pytest-xdist), the unit tests first (tests/conftest.py),
-# each process with its own session Ray where its tests need one; then PG_SUITE again on
-# PostgreSQL, the same way. Measured from a fresh clone on 2 cores: see docs/development.md.
-# test_api_fuzz.py's last test reads what the others recorded: that file runs in one process.
-PYTEST_2 = $(BIN)/python -m pytest -n 2
+# The whole suite, then PG_SUITE again on PostgreSQL, one after the other, in one process each.
+# `make test-2` runs the suite on two processes instead (pytest-xdist): 686 s against 1,158 s
+# from a fresh clone here, but one of two fresh-clone runs had a Ray test fail under the
+# contention, so it is not yet the default (docs/development.md).
 test: $(STAMP) browser postgres lint
-	$(PYTEST_2) tests --ignore=tests/unit/test_api_fuzz.py --durations=20
+	$(BIN)/python -m pytest tests --durations=20
+	$(BIN)/python -m pytest --store postgresql $(PG_SUITE) --durations=10
+
+# test_api_fuzz.py's last test reads what the others recorded: that file runs in one process.
+test-2: $(STAMP) browser postgres lint
+	$(BIN)/python -m pytest -n 2 tests --ignore=tests/unit/test_api_fuzz.py --durations=20
 	$(BIN)/python -m pytest tests/unit/test_api_fuzz.py
-	$(PYTEST_2) --store postgresql $(PG_SUITE) --durations=10
+	$(BIN)/python -m pytest -n 2 --store postgresql $(PG_SUITE) --durations=10
 
 postgres-test: $(STAMP) postgres
 	$(BIN)/python -m pytest --store postgresql $(PG_SUITE)

@@ -11,13 +11,11 @@ STAMP := $(VENV)/.installed
 # does: Ray starts its workers with -B, so without .pyc files each one compiled torch anew,
 # and the suite took 1.6x as long.
 # The CPU wheel of torch first: an unpinned torch would pull a multi-GB CUDA build.
+UV_INSTALL = $(BIN)/uv pip install -q --compile-bytecode -p $(BIN)/python
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	if $(BIN)/pip install -q uv; then \
-	  flags="$$($(BIN)/python .ci/uv_flags.py $(BIN)/pip)"; \
-	  $(BIN)/uv pip install -q --compile-bytecode -p $(BIN)/python $$flags torch==2.13.0 \
-	  && $(BIN)/uv pip install -q --compile-bytecode -p $(BIN)/python $$flags -e '.[test]'; \
-	else false; fi \
+	{ $(BIN)/pip install -q uv && flags="$$($(BIN)/python .ci/uv_flags.py $(BIN)/pip)" \
+	  && $(UV_INSTALL) $$flags torch==2.13.0 && $(UV_INSTALL) $$flags -e '.[test]'; } \
 	|| { $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q torch==2.13.0 \
 	     && $(BIN)/pip install -q -e '.[test]'; }
 	touch $(STAMP)

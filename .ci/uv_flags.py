@@ -1,9 +1,9 @@
 """The package indexes pip is configured with on this machine, as flags for `uv pip install`.
 
-uv installs the same wheels as pip about ten times faster (a fresh `.venv`: about 10 s
-against 113 s here), but it does not read pip's configuration: where pip is pointed at a
-mirror, local wheels or a constraints file (pip.conf, PIP_* variables), uv must be told too.
-Prints nothing when pip has no such settings (uv then uses PyPI, as pip would).
+uv installs the same wheels as pip much faster (a fresh `.venv` with compiled bytecode: under
+45 s against 113 s here), but it does not read pip's configuration: where pip is pointed at
+a mirror, local wheels or a constraints file (pip.conf, PIP_* variables), uv must be told
+too. Prints nothing when pip has no such settings (uv then uses PyPI, as pip would).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import shlex
 import subprocess
 import sys
 
-# pip's key → uv's flag; the values of the first three may list several, space-separated.
+# pip's key → uv's flag; each value may list several, space-separated.
 FLAGS = {
     "extra-index-url": "--extra-index-url",
     "find-links": "--find-links",
@@ -33,21 +33,15 @@ def pip_settings(pip: str) -> list[tuple[str, str]]:
 
 
 def uv_flags(pairs: list[tuple[str, str]]) -> list[str]:
-    flags: list[str] = []
-    for key, value in pairs:
-        flag = FLAGS.get(key)
-        for item in value.split() if flag else []:
-            if not _has(flags, flag, item):
-                flags += [flag, item]
+    """Each (flag, value) once, in pip's order (the same setting often shows in two scopes)."""
+    chosen = dict.fromkeys((FLAGS[key], item) for key, value in pairs if key in FLAGS
+                           for item in value.split())
+    flags = [part for pair in chosen for part in pair]
     if "--extra-index-url" in flags or "--find-links" in flags:
         # pip takes the best version across all its indexes; uv stops at the first index that
         # has a package unless told otherwise.
         flags += ["--index-strategy", "unsafe-best-match"]
     return flags
-
-
-def _has(flags: list[str], flag: str, item: str) -> bool:
-    return any(flags[i] == flag and flags[i + 1] == item for i in range(0, len(flags) - 1, 2))
 
 
 if __name__ == "__main__":

@@ -124,11 +124,12 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """The unit tests first, then the integration tests (a stable sort: each file keeps its
-    order). Under `pytest -n 2` (make test) the two processes then start on the unit tests
+    order). Under `pytest -n 2` (make test-2) the two processes then start on the unit tests
     together and take the Ray tests as they come, each with its own session Ray. (xdist's
     `xdist_group` marks have no effect under pytest 9, so a file whose tests share state,
-    tests/unit/test_api_fuzz.py, is run apart by the Makefile.) Measured from a fresh clone here: 686 s for the whole suite so,
-    against 1,158 s in one process; in collection order (Ray tests first) it took 804-848 s."""
+    tests/unit/test_api_fuzz.py, is run apart by the Makefile.) Measured from a fresh clone
+    here: the whole suite in 686 s so, against 1,158 s in one process; in collection order
+    (the Ray tests first) 804-848 s."""
     items.sort(key=lambda item: bool(item.get_closest_marker("integration")))
 
 

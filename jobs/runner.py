@@ -174,6 +174,33 @@ TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
 # - PlacementGroupCleanerCallback starts a detached actor that removes the workers'
 #   placement group should the controller die while its driver lives on (as under Ray
 #   Tune); the runner's driver ends with its run, and Ray removes a finished job's groups.
+# Ray Train's fixed-size scaling policy (2.60) tells Ray Data's AutoscalingCoordinator, a
+# detached actor it creates on the cluster's first run, what the workers need, every 20 s,
+# so that a Ray autoscaler can add nodes for them. orch's targets have no Ray autoscaler (a
+# workstation, an on-prem cluster of fixed nodes, a SkyPilot cluster SkyPilot sized): the
+# request changes nothing there, yet the actor is one more process importing Ray Data, and
+# under CPU load its first answer takes over the 5 s Ray Train waits, which printed a
+# GetTimeoutError traceback into the job's log at every scaling decision until it answered.
+def without_autoscaler_requests(policy: Any) -> Any:
+    """`policy`, or, when it is Ray Train's FixedScalingPolicy, one that sends no resource
+    requests (an elastic policy, or another Ray version's, is left as it is)."""
+    try:
+        from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
+    except ImportError:
+        return policy
+    if type(policy) is not FixedScalingPolicy:
+        return policy
+
+    class Fixed(FixedScalingPolicy):
+        def after_controller_start(self, train_run_context):
+            pass  # the request it would send; nothing is left to cancel at shutdown
+
+        def _maybe_send_resource_request(self):
+            pass
+
+    return Fixed(policy.scaling_config)
+
+
 def _trainer_class(base: type, hosted: Optional[Hosted] = None) -> type:
     class Trainer(base):  # a subclass of the class given (TorchTrainer)
         def _create_default_callbacks(self):
@@ -183,23 +210,26 @@ def _trainer_class(base: type, hosted: Optional[Hosted] = None) -> type:
             return [c for c in super()._create_default_callbacks()
                     if type(c).__name__ not in left_out]
 
-        if hosted is not None:
-            def _initialize_and_run_controller(self, **controller_init_kwargs):
-                # As TorchTrainer does (Ray Train 2.60), with the controller's runtime env
-                # fixed to what the host's warm processes were started with, its output in
-                # the job's log, and its handle kept so that a cancel can abort the run.
-                import ray
+        def _initialize_and_run_controller(self, **controller_init_kwargs):
+            policy = controller_init_kwargs.get("scaling_policy")
+            controller_init_kwargs["scaling_policy"] = without_autoscaler_requests(policy)
+            if hosted is None:
+                return super()._initialize_and_run_controller(**controller_init_kwargs)
+            # As TorchTrainer does (Ray Train 2.60), with the controller's runtime env fixed
+            # to what the host's warm processes were started with, its output in the job's
+            # log, and its handle kept so that a cancel can abort the run.
+            import ray
 
-                from jobs.host import controller_class
+            from jobs.host import controller_class
 
-                node = {ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()}  # type: ignore[attr-defined]
-                controller: Any = ray.remote(
-                    num_cpus=0, label_selector=node,
-                    runtime_env={"env_vars": hosted.controller_env},
-                )(controller_class()).remote(hosted.log_path, **controller_init_kwargs)
-                hosted.on_controller(controller)
-                ray.get(controller.run.remote())
-                return ray.get(controller.get_result.remote())
+            node = {ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()}
+            controller: Any = ray.remote(
+                num_cpus=0, label_selector=node,
+                runtime_env={"env_vars": hosted.controller_env},
+            )(controller_class()).remote(hosted.log_path, **controller_init_kwargs)
+            hosted.on_controller(controller)
+            ray.get(controller.run.remote())
+            return ray.get(controller.get_result.remote())
 
     return Trainer
 

@@ -17,18 +17,23 @@ def ray_processes_under(path: str) -> list:
     return processes_matching(path)
 
 
-def train_processes() -> list:
-    """Ray Train actors (they rename themselves, so match the process title)."""
-    names = ("ray::RayTrainWorker", "ray::TrainController")
+def ray_processes(*titles: str) -> list:
+    """Ray's worker processes whose title (Ray renames them `ray::Class...`) starts with one
+    of `titles`."""
     out = []
     for p in psutil.process_iter(["cmdline"]):
         try:
             cmd = " ".join(p.info["cmdline"] or [])
         except psutil.Error:
             continue
-        if cmd.startswith(names):
+        if cmd.startswith(titles):
             out.append(p)
     return out
+
+
+def train_processes() -> list:
+    """Ray Train's actors: its controllers and workers."""
+    return ray_processes("ray::RayTrainWorker", "ray::TrainController")
 
 
 @pytest.fixture(scope="session")

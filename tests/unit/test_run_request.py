@@ -84,3 +84,28 @@ def test_the_runners_trainer_starts_no_dataset_manager_and_no_placement_group_cl
     assert {"DatasetsCallback", "PlacementGroupCleanerCallback"} <= plain
     assert ours == plain - {"DatasetsCallback", "PlacementGroupCleanerCallback"}
     assert "BackendSetupCallback" in ours
+
+
+def test_the_runners_scaling_policy_sends_no_autoscaler_requests():
+    # Ray Train's fixed policy would create Ray Data's AutoscalingCoordinator actor (and, with
+    # no Ray started here, start one); the runner's keeps every decision and sends nothing.
+    from ray.train import ScalingConfig
+    from ray.train.v2._internal.execution.scaling_policy import (
+        FixedScalingPolicy,
+        ResizeDecision,
+        create_scaling_policy,
+    )
+
+    from jobs.runner import without_autoscaler_requests
+
+    plain = create_scaling_policy(ScalingConfig(num_workers=3))
+    assert type(plain) is FixedScalingPolicy
+    ours = without_autoscaler_requests(plain)
+    assert isinstance(ours, FixedScalingPolicy) and type(ours) is not FixedScalingPolicy
+    ours.after_controller_start(object())
+    decision = ours.make_decision_for_non_running_worker_group()
+    assert isinstance(decision, ResizeDecision) and decision.num_workers == 3
+    assert ours._coordinator_client is None
+    ours.before_controller_abort()  # nothing to cancel
+    other = object()
+    assert without_autoscaler_requests(other) is other  # an elastic policy, or another's

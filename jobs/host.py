@@ -112,7 +112,7 @@ class WarmPool:
         node = next(n for n in ray.nodes() if n["NodeID"] == me)
         channel = init_grpc_channel(f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}")
         self._stub = node_manager_pb2_grpc.NodeManagerServiceStub(channel)
-        self._request = node_manager_pb2.PrestartWorkersRequest  # type: ignore[attr-defined]
+        self._request = node_manager_pb2.PrestartWorkersRequest
         self._job = bytes.fromhex(ray.get_runtime_context().get_job_id())
         self._controller, self._worker = runtime_env_strings(env)
         self._keep_alive_s = keep_alive_s

@@ -99,7 +99,10 @@ class S3Artifacts:
                 raise BackendError("boto3 is not installed", "pip install boto3") from None
             # Short timeouts and few retries: an unreachable endpoint is reported in seconds.
             cfg = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 2})
-            self._client = boto3.client("s3", endpoint_url=self.endpoint, config=cfg)
+            # A session of its own: boto3's default one keeps the first credentials it found
+            # for the life of the process (`orch serve`'s), whatever changed since.
+            session = boto3.session.Session()
+            self._client = session.client("s3", endpoint_url=self.endpoint, config=cfg)
         return self._client
 
     def list(self, prefix: str = "") -> list[Artifact]:

@@ -219,3 +219,18 @@ def test_problems_print_their_fix_and_exit_1(orch_home, monkeypatch, capsys):
             f"                            fix: chmod 600 {orch_home}/orch.db\n") in out
     assert out.endswith("1 problem\n")
     assert stat.S_IMODE(os.stat(orch_home / "orch.db").st_mode) == 0o644  # doctor fixes nothing
+
+
+def test_each_s3_client_takes_the_credentials_there_are_now(clean_env, monkeypatch):
+    # boto3's default session keeps the first credentials it finds for the process's life:
+    # the doctor (and `orch serve`) would go on using keys that were since removed.
+    from providers.artifacts import S3Artifacts
+
+    endpoint = f"http://127.0.0.1:{_free_port()}"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIADOCTORTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    first = S3Artifacts("s3://ckpt-bucket/runs", endpoint).client()
+    assert first._request_signer._credentials.access_key == "AKIADOCTORTEST"
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    assert S3Artifacts("s3://ckpt-bucket/runs", endpoint).client()._request_signer._credentials is None

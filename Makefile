@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-2 lint unit integration postgres-test bench clean browser postgres
+.PHONY: demo test test-1 lint unit integration postgres-test bench clean browser postgres
 
 # uv installs the same wheels from the same indexes as pip (.ci/uv_flags.py hands it pip's
 # configuration), much faster; pip does it where uv cannot be had. --compile-bytecode as pip
@@ -77,19 +77,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# The whole suite, then PG_SUITE again on PostgreSQL, one after the other, in one process each.
-# `make test-2` runs the suite on two processes instead (pytest-xdist): 686 s against 1,158 s
-# from a fresh clone here, but one of two fresh-clone runs had a Ray test fail under the
-# contention, so it is not yet the default (docs/development.md).
+# The whole suite, then PG_SUITE again on PostgreSQL, each on two processes (pytest-xdist):
+# each shared Ray's tests run in one of them, the other tests go to whichever is free
+# (tests/scheduling.py). `make test-1` runs both passes in one process each.
 test: $(STAMP) browser postgres lint
+	$(BIN)/python -m pytest -n 2 tests --durations=20
+	$(BIN)/python -m pytest -n 2 --store postgresql $(PG_SUITE) --durations=10
+
+test-1: $(STAMP) browser postgres lint
 	$(BIN)/python -m pytest tests --durations=20
 	$(BIN)/python -m pytest --store postgresql $(PG_SUITE) --durations=10
-
-# test_api_fuzz.py's last test reads what the others recorded: that file runs in one process.
-test-2: $(STAMP) browser postgres lint
-	$(BIN)/python -m pytest -n 2 tests --ignore=tests/unit/test_api_fuzz.py --durations=20
-	$(BIN)/python -m pytest tests/unit/test_api_fuzz.py
-	$(BIN)/python -m pytest -n 2 --store postgresql $(PG_SUITE) --durations=10
 
 postgres-test: $(STAMP) postgres
 	$(BIN)/python -m pytest --store postgresql $(PG_SUITE)

@@ -17,14 +17,16 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 ORCH = str(Path(sys.executable).with_name("orch"))
 
-# The user's cache folder (SkyPilot's schemas, orchestrator/spec/sky_schema.py): one for the
-# test run, shared by the processes it starts, removed at its end.
-_CACHE = tempfile.mkdtemp(prefix="orch-test-cache-")
-os.environ["XDG_CACHE_HOME"] = _CACHE
+# The user's cache folder (SkyPilot's schemas, orchestrator/spec/sky_schema.py): one for each
+# pytest process, shared by the processes it starts, removed at its end. Made in pytest's
+# configure step, not at import: the helper processes that import this module (Ray's
+# workers, tests/writer_process.py) left one behind each.
+_CACHE: list[str] = []
 
 
 def pytest_unconfigure(config):
-    shutil.rmtree(_CACHE, ignore_errors=True)
+    for path in _CACHE:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def job_row(rec: dict):
@@ -118,19 +120,30 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    _CACHE.append(tempfile.mkdtemp(prefix="orch-test-cache-"))
+    os.environ["XDG_CACHE_HOME"] = _CACHE[-1]
     config.addinivalue_line("markers", "sqlite_only: see pyproject.toml")
     config.addinivalue_line("markers", "store_incidental: see pyproject.toml")
 
 
 def pytest_collection_modifyitems(config, items):
-    """The unit tests first, then the integration tests (a stable sort: each file keeps its
-    order). Under `pytest -n 2` (make test-2) the two processes then start on the unit tests
-    together and take the Ray tests as they come, each with its own session Ray. (xdist's
-    `xdist_group` marks have no effect under pytest 9, so a file whose tests share state,
-    tests/unit/test_api_fuzz.py, is run apart by the Makefile.) Measured from a fresh clone
-    here: the whole suite in 686 s so, against 1,158 s in one process; in collection order
-    (the Ray tests first) 804-848 s."""
-    items.sort(key=lambda item: bool(item.get_closest_marker("integration")))
+    """Checked and ordered as tests/scheduling.py says (a stable sort: each file keeps its
+    order)."""
+    from tests import scheduling
+
+    scheduling.check(items)
+    xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    items.sort(key=lambda item: scheduling.sort_key(item, xdist))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`pytest -n 2` (make test): each shared Ray's tests in one process (tests/scheduling.py);
+    another `--dist` than the default is left to xdist."""
+    if config.getoption("dist") != "load":
+        return None
+    from tests import scheduling
+
+    return scheduling.make_scheduler(config, log)
 
 
 def pytest_report_header(config):

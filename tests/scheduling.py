@@ -1,0 +1,98 @@
+"""How `make test` shares the suite between its two pytest-xdist processes.
+
+Two shared Ray instances serve most of the integration tests: the session's local Ray
+(`ray_home`, with its runner host) and the two-node loopback cluster (`cluster`). Under
+xdist's plain load balancing each process took tests of both as they came, so each started
+both: four Ray instances and their daemons on two cores, and the two processes' Ray jobs
+contending with each other. Here each Ray's tests are one unit of work that one process
+takes whole (xdist's LoadScopeScheduling, with the units below), the local Ray's first and
+the cluster's next, so each process starts one of them; every other test is a unit of its
+own and goes to whichever process is free. `--dist loadgroup` and `xdist_group` marks would
+say the same, but have no effect under pytest 9 (xdist 3.8 renames `item._nodeid`; pytest 9
+reads `_id`).
+
+The controller process sees test ids only, not their fixtures; so the units are named here
+by test id, and every process checks at collection that each test of a shared Ray is in
+its Ray's unit (a test added without its line here is a usage error that says what to add).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pytest
+
+# The session fixture each shared Ray comes from -> that unit's name.
+SHARED = {"ray_home": "local-ray", "cluster": "two-node-cluster"}
+
+# Test ids (a file, or a file::test) -> their unit. A file's tests share one unit unless
+# one of its tests is named on its own.
+UNITS = {
+    "tests/integration/test_crash_safety.py": "local-ray",
+    "tests/integration/test_local_jobs.py": "local-ray",
+    "tests/integration/test_local_ports.py": "local-ray",
+    "tests/integration/test_runner_host.py": "local-ray",
+    "tests/integration/test_s3.py": "local-ray",
+    "tests/integration/test_secrets_travel.py::test_local_jobs_see_their_secrets_and_nothing_keeps_them": "local-ray",
+    "tests/integration/test_serve.py": "local-ray",
+    "tests/integration/test_serve_client.py": "local-ray",
+    "tests/integration/test_serve_queue.py": "local-ray",
+    "tests/integration/test_speed.py": "local-ray",
+    "tests/integration/test_status_page.py": "local-ray",
+    "tests/integration/test_onprem.py": "two-node-cluster",
+    "tests/integration/test_secrets_travel.py::test_on_prem_jobs_see_their_secrets_and_nothing_keeps_them": "two-node-cluster",
+    # Its last test reads what the file's fuzz tests recorded in this process.
+    "tests/unit/test_api_fuzz.py": "api-fuzz",
+}
+# The order the units are handed out in: the longest first.
+ORDER = ("local-ray", "two-node-cluster")
+
+
+def unit_of(nodeid: str) -> Optional[str]:
+    """The unit a test id belongs to; None: a unit of its own."""
+    path, _, rest = nodeid.partition("::")
+    name = rest.split("[")[0].split("::")[0]
+    return UNITS.get(f"{path}::{name}") or UNITS.get(path)
+
+
+def check(items: list) -> None:
+    """Every test that uses a shared Ray is in that Ray's unit, and no other is."""
+    wrong = []
+    for item in items:
+        uses = [SHARED[f] for f in SHARED if f in getattr(item, "fixturenames", ())]
+        named = unit_of(item.nodeid)
+        listed = named if named in SHARED.values() else None
+        if len(uses) > 1 or listed != (uses[0] if uses else None):
+            wrong.append(f"{item.nodeid}: uses {', '.join(uses) or 'no shared Ray'}, "
+                         f"listed under {named or 'nothing'}")
+    if wrong:
+        raise pytest.UsageError(
+            "tests/scheduling.py's UNITS disagree with the tests' fixtures (a test of a shared "
+            "Ray belongs in that Ray's unit; one test cannot use both):\n  " + "\n  ".join(wrong))
+
+
+def sort_key(item, xdist: bool) -> tuple:
+    """In one process: the unit tests first (quick failures come first). Under xdist: the
+    shared Rays' units first, the longest first, then the other integration tests, then the
+    unit tests, which fill in at the end whichever process is free first."""
+    integration = bool(item.get_closest_marker("integration"))
+    if not xdist:
+        return (integration,)
+    unit = unit_of(item.nodeid)
+    return (ORDER.index(unit) if unit in ORDER else len(ORDER), not integration)
+
+
+def make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        """Units in collection order (not xdist's largest-first), a test of no unit alone."""
+
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            config.option.loadscopereorder = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid) or nodeid
+
+    return ByUnit(config, log)

@@ -10,7 +10,9 @@ STAMP := $(VENV)/.installed
 # configuration), much faster; pip does it where uv cannot be had. --compile-bytecode as pip
 # does: Ray starts its workers with -B, so without .pyc files each one compiled torch anew,
 # and the suite took 1.6x as long.
-# The CPU wheel of torch first: an unpinned torch would pull a multi-GB CUDA build.
+# The CPU wheel of torch first: an unpinned torch would pull a multi-GB CUDA build. orch's own
+# modules compiled too (an editable install leaves them as source): every `orch` and Ray
+# worker process the tests start would compile them again, about 0.1 s each.
 UV_INSTALL = $(BIN)/uv pip install -q --compile-bytecode -p $(BIN)/python
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +20,7 @@ $(STAMP): pyproject.toml
 	  && $(UV_INSTALL) $$flags torch==2.13.0 && $(UV_INSTALL) $$flags -e '.[test]'; } \
 	|| { $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q torch==2.13.0 \
 	     && $(BIN)/pip install -q -e '.[test]'; }
+	$(BIN)/python -m compileall -q orchestrator providers jobs
 	touch $(STAMP)
 
 # The status page's browser test needs chromium and chromedriver: installed here when they are

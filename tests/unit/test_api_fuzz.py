@@ -86,7 +86,7 @@ OPERATIONS = [("POST", "/v1/jobs"), ("POST", "/v1/plan"), ("GET", "/v1/jobs"),
 
 
 STATUSES: dict[str, list[int]] = {}  # what each operation answered: the last test reads it
-# ...so `make test-2` runs this file whole in one process, apart from its two-process pass.
+# ...so under `make test`'s two processes this file is one unit, run whole in one (tests/scheduling.py).
 
 
 def _schema(app):

@@ -167,13 +167,6 @@ TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
              "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
 
 
-# Ray Train callbacks the runner leaves out, each one actor process fewer per run (Ray
-# Train 2.50-2.60; another version without them is left as it is):
-# - DatasetsCallback starts a DatasetManager actor for the run's Ray Datasets, even when
-#   there are none, as here (the loop builds its own DataLoader);
-# - PlacementGroupCleanerCallback starts a detached actor that removes the workers'
-#   placement group should the controller die while its driver lives on (as under Ray
-#   Tune); the runner's driver ends with its run, and Ray removes a finished job's groups.
 # Ray Train's fixed-size scaling policy (2.60) tells Ray Data's AutoscalingCoordinator, a
 # detached actor it creates on the cluster's first run, what the workers need, every 20 s,
 # so that a Ray autoscaler can add nodes for them. orch's targets have no Ray autoscaler (a
@@ -201,6 +194,13 @@ def without_autoscaler_requests(policy: Any) -> Any:
     return Fixed(policy.scaling_config)
 
 
+# Ray Train callbacks the runner leaves out, each one actor process fewer per run (Ray
+# Train 2.50-2.60; another version without them is left as it is):
+# - DatasetsCallback starts a DatasetManager actor for the run's Ray Datasets, even when
+#   there are none, as here (the loop builds its own DataLoader);
+# - PlacementGroupCleanerCallback starts a detached actor that removes the workers'
+#   placement group should the controller die while its driver lives on (as under Ray
+#   Tune); the runner's driver ends with its run, and Ray removes a finished job's groups.
 def _trainer_class(base: type, hosted: Optional[Hosted] = None) -> type:
     class Trainer(base):  # a subclass of the class given (TorchTrainer)
         def _create_default_callbacks(self):

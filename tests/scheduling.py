@@ -44,8 +44,8 @@ UNITS = {
     # Its last test reads what the file's fuzz tests recorded in this process.
     "tests/unit/test_api_fuzz.py": "api-fuzz",
 }
-# The order the units are handed out in: the longest first.
-ORDER = ("local-ray", "two-node-cluster")
+# The order the shared Rays' units are handed out in: SHARED's, the longest first.
+ORDER = tuple(SHARED.values())
 
 
 def unit_of(nodeid: str) -> Optional[str]:

@@ -6,7 +6,6 @@ import json
 import shutil
 import time
 
-import psutil
 import pytest
 
 from providers.local_ray import processes_matching
@@ -17,23 +16,9 @@ def ray_processes_under(path: str) -> list:
     return processes_matching(path)
 
 
-def ray_processes(*titles: str) -> list:
-    """Ray's worker processes whose title (Ray renames them `ray::Class...`) starts with one
-    of `titles`."""
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            cmd = " ".join(p.info["cmdline"] or [])
-        except psutil.Error:
-            continue
-        if cmd.startswith(titles):
-            out.append(p)
-    return out
-
-
 def train_processes() -> list:
-    """Ray Train's actors: its controllers and workers."""
-    return ray_processes("ray::RayTrainWorker", "ray::TrainController")
+    """Ray Train's actors: its controllers and workers (Ray titles them `ray::Class...`)."""
+    return processes_matching("ray::RayTrainWorker") + processes_matching("ray::TrainController")
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,9 @@ import pytest
 from jobs.precision import pick
 from orchestrator.cli.follow import when
 from orchestrator.run_metrics import PHASES
+from providers.local_ray import processes_matching
 from tests.conftest import ROOT, run_json, run_orch, status_in_process
-from tests.integration.conftest import ray_processes, train_processes
+from tests.integration.conftest import train_processes
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +62,7 @@ def test_quickstart_trains_with_two_workers_in_the_precision_it_measured(ray_hom
     for noise in ("Traceback", "PreemptionWatcher", "PlacementGroupCleaner",
                   "resource request", " E "):
         assert noise not in proc.stderr, proc.stderr[-3000:]
-    assert not ray_processes("ray::_AutoscalingCoordinatorActor")
+    assert not processes_matching("ray::_AutoscalingCoordinatorActor")
     # Data in memory, a model to train: the time goes to compute, and orch says so.
     assert m["verdict"]["kind"] == "compute-bound", m["verdict"]
     assert m["data_fraction"] < 0.3 and m["time_compute_s"] > m["time_data_s"]

@@ -43,7 +43,7 @@ browser:
 	    || echo "$$skip apt-get install chromium chromium-driver failed (see $$log)"; \
 	fi
 
-# The store tests run a second time against PostgreSQL (`pytest --store postgresql`): on a
+# The store-backed tests run on PostgreSQL too (`pytest --store both`; tests/conftest.py): on a
 # server the tests start from this machine's PostgreSQL binaries, installed here with apt
 # when they are missing and this is root; otherwise that pass skips, saying why.
 APT_POSTGRES = DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql
@@ -61,16 +61,6 @@ postgres:
 	    || echo "$$skip apt-get install postgresql failed (see $$log)"; \
 	fi
 
-# The store's own tests, and those of the service and the server that exercise it (claims,
-# once-per-slot schedules, recovery after a crash), run a second time on PostgreSQL; tests
-# of parsing, rendering, uploads or the browser page do not depend on which store it is.
-# Those that check the SQLite file itself are marked sqlite_only and skip.
-PG_SUITE = tests/unit/test_store.py tests/unit/test_store_pg.py tests/unit/test_service.py \
-	tests/unit/test_serve_unit.py tests/unit/test_many_writers.py tests/unit/test_secrets.py \
-	tests/unit/test_schedule_cli.py tests/unit/test_records.py \
-	tests/integration/test_serve.py tests/integration/test_serve_queue.py \
-	tests/integration/test_crash_safety.py
-
 demo: $(STAMP)
 	$(BIN)/orch submit examples/quickstart.yaml
 
@@ -80,19 +70,22 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# The whole suite, then PG_SUITE again on PostgreSQL, each on two processes (pytest-xdist):
-# each shared Ray's tests run in one of them, the other tests go to whichever is free
-# (tests/scheduling.py). `make test-1` runs both passes in one process each.
+# The whole suite in one run on two processes (pytest-xdist), the store-backed tests on
+# SQLite and again on PostgreSQL (BOTH_STORES in tests/conftest.py): each shared Ray's tests
+# run in one of the processes, the other tests go to whichever is free (tests/scheduling.py).
+# PYTHONDONTWRITEBYTECODE is left out of the suite's environment, where it is set: pytest then
+# keeps the modules it rewrote for their asserts (the tests, hypothesis, schemathesis), and
+# the next run's processes read them instead of spending 8 s each rewriting them again.
+# `make test-1` runs the same in one process.
+PYTEST = env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 test: $(STAMP) browser postgres lint
-	$(BIN)/python -m pytest -n 2 tests --durations=20
-	$(BIN)/python -m pytest -n 2 --store postgresql $(PG_SUITE) --durations=10
+	$(PYTEST) -n 2 --store both tests --durations=20
 
 test-1: $(STAMP) browser postgres lint
-	$(BIN)/python -m pytest tests --durations=20
-	$(BIN)/python -m pytest --store postgresql $(PG_SUITE) --durations=10
+	$(PYTEST) --store both tests --durations=20
 
 postgres-test: $(STAMP) postgres
-	$(BIN)/python -m pytest --store postgresql $(PG_SUITE)
+	$(PYTEST) --store postgresql tests
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not integration"

@@ -14,6 +14,8 @@ from typing import Optional
 
 import pytest
 
+pytest_plugins = ["pytester"]  # tests/unit/test_scheduling.py runs pytest on its own files
+
 ROOT = Path(__file__).resolve().parent.parent
 ORCH = str(Path(sys.executable).with_name("orch"))
 
@@ -111,12 +113,59 @@ def orch_home():
     shutil.rmtree(home, ignore_errors=True)
 
 
-# -- the job store: SQLite (default) or PostgreSQL (`pytest --store postgresql`) -----------
+# -- the job store: SQLite, PostgreSQL, or both in one run ---------------------------------
+
+# The tests of the store and of what reads and writes it (the service, the server: claims,
+# once-per-slot schedules, recovery after a crash). `make test` (--store both) runs each of
+# them twice in the same run, on SQLite and on PostgreSQL; the tests of parsing, rendering,
+# uploads or the browser page do not depend on which store it is and run on SQLite only.
+# In these files, tests that check the SQLite file itself are marked sqlite_only, and serve
+# tests whose subject is not the store store_incidental: both run on SQLite only.
+BOTH_STORES = (
+    "tests/unit/test_store.py", "tests/unit/test_store_pg.py", "tests/unit/test_service.py",
+    "tests/unit/test_serve_unit.py", "tests/unit/test_many_writers.py",
+    "tests/unit/test_secrets.py", "tests/unit/test_schedule_cli.py", "tests/unit/test_records.py",
+    "tests/integration/test_serve.py", "tests/integration/test_serve_queue.py",
+    "tests/integration/test_crash_safety.py",
+)
+_ON_SQLITE_ONLY = ("sqlite_only", "store_incidental")
+
 
 def pytest_addoption(parser):
-    parser.addoption("--store", choices=("sqlite", "postgresql"), default="sqlite",
-                     help="the job store the tests use; postgresql: ORCH_TEST_DATABASE_URL, or a "
-                          "server started from this machine's PostgreSQL binaries")
+    parser.addoption("--store", choices=("sqlite", "postgresql", "both"), default="sqlite",
+                     help="the job store the tests use. sqlite (the default): every test on "
+                          "SQLite; postgresql: only the store-backed tests (BOTH_STORES in "
+                          "tests/conftest.py), on PostgreSQL; both (make test): every test on "
+                          "SQLite and the store-backed ones on PostgreSQL too. PostgreSQL is "
+                          "ORCH_TEST_DATABASE_URL, or a server started from this machine's "
+                          "PostgreSQL binaries")
+
+
+def _store_backed(nodeid: str) -> bool:
+    return nodeid.partition("::")[0] in BOTH_STORES
+
+
+def pytest_generate_tests(metafunc):
+    """With --store both, a store-backed test runs on each store: `store_kind` takes both
+    values, grouped by module, so that a module's server (test_serve.py's) is started once
+    for each store."""
+    if metafunc.config.getoption("--store") != "both" or "store_kind" not in metafunc.fixturenames:
+        return
+    if not _store_backed(metafunc.definition.nodeid):
+        return
+    if any(metafunc.definition.get_closest_marker(m) for m in _ON_SQLITE_ONLY):
+        return
+    metafunc.parametrize("store_kind", ["sqlite", "postgresql"], indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def store_kind(request) -> str:
+    """The store this test's orch uses: "sqlite" or "postgresql"."""
+    given = getattr(request, "param", None)
+    if given:
+        return given
+    option = request.config.getoption("--store")
+    return "sqlite" if option == "both" else option
 
 
 def pytest_configure(config):
@@ -127,10 +176,15 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Checked and ordered as tests/scheduling.py says (a stable sort: each file keeps its
-    order)."""
+    """With --store postgresql, the store-backed tests only. Then checked and ordered as
+    tests/scheduling.py says (a stable sort: each file keeps its order)."""
     from tests import scheduling
 
+    if config.getoption("--store") == "postgresql":
+        left_out = [item for item in items if not _store_backed(item.nodeid)]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if _store_backed(item.nodeid)]
     scheduling.check(items)
     xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))
     items.sort(key=lambda item: scheduling.sort_key(item, xdist))
@@ -147,22 +201,24 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_report_header(config):
-    if config.getoption("--store") == "postgresql":
-        from tests import pgserver
+    option = config.getoption("--store")
+    if option == "sqlite":
+        return ["job store: SQLite"]
+    from tests import pgserver
 
-        given = os.environ.get("ORCH_TEST_DATABASE_URL")
-        why = None if given else pgserver.unavailable()
-        return [f"job store: PostgreSQL, {'ORCH_TEST_DATABASE_URL' if given else 'a server started for this run'}"
-                if why is None else f"job store: PostgreSQL unavailable, store tests skip: {why}"]
-    return ["job store: SQLite"]
+    given = os.environ.get("ORCH_TEST_DATABASE_URL")
+    why = None if given else pgserver.unavailable()
+    where = ("ORCH_TEST_DATABASE_URL" if given else "a server started for this run") if why is None \
+        else f"unavailable, its tests skip: {why}"
+    if option == "both":
+        return [f"job store: SQLite; the store-backed tests on PostgreSQL too ({where})"]
+    return [f"job store: PostgreSQL ({where})"]
 
 
 @pytest.fixture(scope="session")
-def postgres_base(request):
-    """The PostgreSQL server of a `--store postgresql` run: its URL (None for SQLite)."""
-    if request.config.getoption("--store") != "postgresql":
-        yield None
-        return
+def postgres_server():
+    """The PostgreSQL server the run's PostgreSQL tests share (one per pytest process), started
+    the first time one needs it: its URL."""
     given = os.environ.get("ORCH_TEST_DATABASE_URL")
     if given:
         yield given
@@ -179,10 +235,18 @@ def postgres_base(request):
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def postgres_base(request, store_kind):
+    """The PostgreSQL server's URL where this test runs on PostgreSQL; None on SQLite."""
+    if store_kind != "postgresql":
+        return None
+    return request.getfixturevalue("postgres_server")
+
+
 @pytest.fixture(autouse=True)
 def job_store(request, postgres_base, monkeypatch):
-    """With --store postgresql, every test's orch (in this process and the processes it
-    starts) uses a fresh PostgreSQL schema through ORCH_DATABASE_URL."""
+    """A test on PostgreSQL: its orch (in this process and the processes it starts) uses a
+    fresh schema of its own through ORCH_DATABASE_URL."""
     if postgres_base is None:
         monkeypatch.delenv("ORCH_DATABASE_URL", raising=False)
         yield None
@@ -190,7 +254,7 @@ def job_store(request, postgres_base, monkeypatch):
     if request.node.get_closest_marker("sqlite_only"):
         pytest.skip("checks the SQLite store file itself")
     if request.node.get_closest_marker("store_incidental"):
-        pytest.skip("its subject is not the store (run on SQLite; the store's own tests run here)")
+        pytest.skip("its subject is not the store (runs on SQLite; the store's own tests run on PostgreSQL)")
     from tests import pgserver
 
     name, url = pgserver.create_schema(postgres_base)

@@ -1,6 +1,6 @@
 """The job store: records, status history, concurrency, schema version and migrations.
 
-Run on SQLite, and on PostgreSQL with `pytest --store postgresql` (tests/conftest.py)."""
+Run on SQLite, and on PostgreSQL too with `pytest --store both` (make test; tests/conftest.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The job store on PostgreSQL: what differs from SQLite, and what a team's user sees.
 
-The first tests need no server and run in both passes; the rest need the `--store
-postgresql` pass (tests/conftest.py starts the server) and skip in the SQLite one.
+The first tests need no server and run on each store; the rest need PostgreSQL (`--store
+both`, as `make test` runs, or `--store postgresql`: tests/conftest.py starts the server) and
+skip on SQLite.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def test_config_show_never_prints_the_password(orch_home):
 @pytest.fixture
 def pg(job_store):
     if job_store is None:
-        pytest.skip("needs PostgreSQL: runs in the `pytest --store postgresql` pass (make test)")
+        pytest.skip("needs PostgreSQL: runs with --store both (make test) or --store postgresql")
     return job_store
 
 

@@ -72,14 +72,17 @@ def check(items: list) -> None:
 
 
 def sort_key(item, xdist: bool) -> tuple:
-    """In one process: the unit tests first (quick failures come first). Under xdist: the
-    shared Rays' units first, the longest first, then the other integration tests, then the
-    unit tests, which fill in at the end whichever process is free first."""
+    """In one process: the unit tests first (quick failures come first), then each shared
+    Ray's tests together. Under xdist: the shared Rays' units first, the longest first, then
+    the other integration tests, then the unit tests, which fill in at the end whichever
+    process is free first. Either way a Ray's tests follow each other, and it is stopped
+    after its last (tests/integration/conftest.py)."""
     integration = bool(item.get_closest_marker("integration"))
-    if not xdist:
-        return (integration,)
     unit = unit_of(item.nodeid)
-    return (ORDER.index(unit) if unit in ORDER else len(ORDER), not integration)
+    shared = ORDER.index(unit) if unit in ORDER else len(ORDER)
+    if not xdist:
+        return (integration, shared)
+    return (shared, not integration)
 
 
 def make_scheduler(config, log):

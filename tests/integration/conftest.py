@@ -21,6 +21,24 @@ def train_processes() -> list:
     return processes_matching("ray::RayTrainWorker") + processes_matching("ray::TrainController")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """A shared Ray (the session's local Ray, the two-node cluster) is stopped as soon as this
+    process's next test does not use it, not at the run's end: tests/scheduling.py runs a
+    Ray's tests one after the other in one process, and an idle Ray takes about a tenth of a
+    core from the tests still running. A later test that asked for it would start it again."""
+    result = yield
+    if nextitem is not None:  # after the last test, the session's own teardown stops them
+        from tests.scheduling import SHARED
+
+        for name in SHARED:
+            if name in item.fixturenames and name not in getattr(nextitem, "fixturenames", ()):
+                fixturedef = item._request._fixture_defs.get(name)  # pytest has no public way
+                if fixturedef is not None:
+                    fixturedef.finish(item._request)
+    return result
+
+
 @pytest.fixture(scope="session")
 def cluster():
     """The two-node loopback cluster (tests/integration/cluster.py), started once a session

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests import scheduling
+from tests.conftest import ROOT
 
 
 def item(nodeid, *fixtures, integration=True):
@@ -44,4 +45,79 @@ def test_under_xdist_the_shared_rays_come_first_and_the_unit_tests_last():
     order = [i.nodeid.split("::")[1] for i in sorted(items, key=lambda i: scheduling.sort_key(i, True))]
     assert order == ["test_d", "test_c", "test_b", "test_a"]
     order = [i.nodeid.split("::")[1] for i in sorted(items, key=lambda i: scheduling.sort_key(i, False))]
-    assert order == ["test_a", "test_b", "test_c", "test_d"]
+    assert order == ["test_a", "test_d", "test_c", "test_b"]
+
+
+def test_in_either_way_a_shared_rays_tests_follow_each_other():
+    items = [item("tests/integration/test_crash_safety.py::test_a", "ray_home"),
+             item("tests/integration/test_onprem.py::test_b", "cluster"),
+             item("tests/integration/test_runner_host.py::test_c", "ray_home")]
+    for xdist in (True, False):
+        order = [i.nodeid.split("::")[1] for i in sorted(items, key=lambda i: scheduling.sort_key(i, xdist))]
+        assert order == ["test_a", "test_c", "test_b"]
+
+
+def test_a_shared_ray_stops_after_its_last_test_and_starts_again_if_a_later_one_asks(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the inner pytest imports the real hook
+    log = pytester.path / "log"
+    pytester.makeconftest(f"""
+        import pytest
+        from tests.integration.conftest import pytest_runtest_teardown  # noqa: F401
+
+        def note(what):
+            with open({str(log)!r}, "a") as f:
+                f.write(what + " ")
+
+        @pytest.fixture(scope="session")
+        def ray_home():
+            note("up")
+            yield
+            note("down")
+
+        @pytest.fixture(scope="module")
+        def server(ray_home):
+            yield
+            note("server-down")
+    """)
+    pytester.makepyfile(test_shared="""
+        from conftest import note
+
+        def test_1(ray_home, server):
+            note("t1")
+
+        def test_2(ray_home):
+            note("t2")
+
+        def test_3():
+            note("t3")
+
+        def test_4(ray_home):
+            note("t4")
+    """)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=4)
+    # What uses the Ray is stopped with it; the Ray starts again for the one test that asks.
+    assert log.read_text().split() == ["up", "t1", "t2", "server-down", "down", "t3", "up", "t4", "down"]
+
+
+def test_store_both_runs_the_store_backed_tests_on_each_store_and_the_rest_on_sqlite():
+    import subprocess
+    import sys
+
+    def collected(*args):
+        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                               *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return {line for line in proc.stdout.splitlines() if "::" in line}
+
+    store, other = "tests/unit/test_store.py", "tests/unit/test_scheduling.py"
+    both = collected("--store", "both", store, other)
+    on_pg = {i for i in both if i.endswith("[postgresql]")}
+    assert on_pg and {i.replace("[postgresql]", "[sqlite]") for i in on_pg} <= both
+    # The SQLite file's own tests, and every test of a file that is not store-backed: once.
+    assert f"{store}::test_file_mode" in both and f"{store}::test_file_mode[postgresql]" not in both
+    assert all(i.startswith(store) for i in on_pg) and any(i.startswith(other) for i in both)
+    assert not [i for i in both if i.startswith(other) and "[" in i.split("::")[1]]
+    # --store postgresql: the store-backed files only (the SQLite ones skip as they run).
+    sqlite_only = {f"{store}::test_file_mode", f"{store}::test_corrupt_store_is_a_clear_error"}
+    assert collected("--store", "postgresql", store, other) == {
+        i.replace("[postgresql]", "") for i in on_pg} | sqlite_only

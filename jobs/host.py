@@ -7,7 +7,8 @@ Ray hands an actor a process started before only when that process belongs to th
 job and was started with the very runtime env the actor asks for. So the host is that
 job: it has torch and Ray Train imported, keeps warm worker processes of its own (started
 through the raylet's PrestartWorkers call, with the exact runtime envs Ray Train's
-controller and workers get, and torch imported by a worker setup hook while they wait), and
+controller and workers get, and torch imported by a worker setup hook while they wait; the
+synchronization actor's with Ray Train only, through a setup hook of its own), and
 runs each job's `TorchTrainer.fit()` in a thread of its own. A no-op `fit()` there took
 1.5-1.7 s instead of 10-11 s.
 
@@ -41,12 +42,12 @@ from jobs.request import BadRequest, RunRequest
 # Ray's worker setup hook: a process started with this variable imports the module and
 # calls the function before it takes work.
 _SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
-# A controller and a synchronization actor per run.
-_PER_RUN = 2
+# The synchronization actor's warm process runs this hook instead of `preload`.
+_LIGHT_HOOK = "jobs.host.preload_light"
 
 
 def preload() -> None:
-    """Run in each warm process as it starts: import what a run's controller and workers
+    """Run in each warm process of a controller or a worker as it starts: import what they
     import, so that a run finds them ready. Never fails the process."""
     with contextlib.suppress(Exception):
         import ray.train.torch  # noqa: F401
@@ -56,6 +57,42 @@ def preload() -> None:
         import jobs.builtin.image_classification  # noqa: F401
         import jobs.context  # noqa: F401
         import jobs.runner  # noqa: F401
+
+
+def preload_light() -> None:
+    """The synchronization actor's `preload`: Ray Train's barrier between a run's workers
+    needs Ray Train, not torch, whose import was 2-3 of the 5 CPU-seconds its process took."""
+    with contextlib.suppress(Exception):
+        from ray.train.v2._internal.execution.checkpoint.sync_actor import (  # noqa: F401
+            SynchronizationActor,
+        )
+
+
+def sync_actor_env(env: dict) -> dict:
+    """The synchronization actor's env_vars: the controller's, with the light setup hook."""
+    return {**env, _SETUP_HOOK_VAR: _LIGHT_HOOK}
+
+
+def _sync_actor_in_a_light_process() -> None:
+    """In a run's controller: its worker group starts the synchronization actor with the
+    light setup hook, so that it takes the warm process `WarmPool` keeps for it. A Ray Train
+    without that module attribute keeps its own way (its sync actor then takes a full one)."""
+    from ray.train.v2._internal.execution.worker_group import worker_group
+
+    base = getattr(worker_group, "SynchronizationActor", None)
+    if base is None or isinstance(base, _LightSyncActor):
+        return
+    worker_group.SynchronizationActor = _LightSyncActor(base)
+
+
+class _LightSyncActor:
+    """Ray Train's SynchronizationActor, its `.options()` with the light hook added."""
+
+    def __init__(self, base: Any):
+        self._base = base
+
+    def options(self, **kwargs: Any) -> Any:
+        return self._base.options(runtime_env={"env_vars": {_SETUP_HOOK_VAR: _LIGHT_HOOK}}, **kwargs)
 
 
 def controller_env() -> dict:
@@ -85,23 +122,24 @@ def controller_class() -> type:
             from jobs.runner import to_log
 
             to_log(log_path)
+            _sync_actor_in_a_light_process()
             super().__init__(*args, **kwargs)
 
     return TrainController
 
 
 def runtime_env_strings(env: dict) -> tuple[str, str]:
-    """The runtime env as Ray serializes it for the controller (and the synchronization
-    actor, which inherits it), and as Ray's core merges it for each worker (the controller's
-    env under the worker's own, written compactly): a warm process serves only the string
-    it was started with."""
+    """The runtime env as Ray serializes it for the controller, and as Ray's core merges it
+    for each worker and the synchronization actor (the controller's env under their own,
+    written compactly): a warm process serves only the string it was started with."""
     doc = {"env_vars": dict(sorted(env.items()))}
     return json.dumps(doc), json.dumps(doc, separators=(",", ":"))
 
 
 class WarmPool:
     """Idle worker processes of this job, started ahead through the raylet's PrestartWorkers
-    call for the runtime envs a run asks for."""
+    call for the runtime envs a run asks for: its controller's, its synchronization actor's
+    (without torch) and its workers'."""
 
     def __init__(self, env: dict, keep_alive_s: int = 7 * 24 * 3600):
         import ray
@@ -115,11 +153,16 @@ class WarmPool:
         self._request = node_manager_pb2.PrestartWorkersRequest
         self._job = bytes.fromhex(ray.get_runtime_context().get_job_id())
         self._controller, self._worker = runtime_env_strings(env)
+        # Started by the controller with an env of its own, which Ray's core merges over the
+        # controller's and writes compactly, as it does a worker's.
+        self._sync = runtime_env_strings(sync_actor_env(env))[1]
         self._keep_alive_s = keep_alive_s
         self.started = 0
 
-    def add(self, controllers: int, workers: int) -> None:
-        for serialized, n in ((self._controller, controllers), (self._worker, workers)):
+    def add(self, runs: int, workers: int) -> None:
+        """Processes for `runs` more runs' controllers and synchronization actors, and for
+        `workers` more workers."""
+        for serialized, n in ((self._controller, runs), (self._sync, runs), (self._worker, workers)):
             if n <= 0:
                 continue
             info = self._request.DESCRIPTOR.fields_by_name["runtime_env_info"].message_type._concrete_class(
@@ -202,7 +245,7 @@ class Host:
             # What the run took from the pool, started again once it is over: started
             # beside the run, their imports would slow its first steps and skew the
             # precision trial it times then.
-            self.pool.add(_PER_RUN, req.num_workers)
+            self.pool.add(1, req.num_workers)
 
 
 def _abort(controller: Any) -> None:
@@ -261,7 +304,7 @@ def main(argv: Optional[list] = None) -> int:
              **({"_node_ip_address": host} if host.startswith("127.") else {}))
     env = controller_env()
     pool = WarmPool(env)
-    pool.add(_PER_RUN, args.workers)
+    pool.add(1, args.workers)
     server = listen(args.socket)
     print(f"orch host: ready in {time.monotonic() - started:.1f} s at {args.socket}", flush=True)
     runner = Host(pool, env)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
 
+import psutil
 import pytest
 
 from providers.local_ray import processes_matching
@@ -16,9 +18,21 @@ def ray_processes_under(path: str) -> list:
     return processes_matching(path)
 
 
-def train_processes() -> list:
-    """Ray Train's actors: its controllers and workers (Ray titles them `ray::Class...`)."""
-    return processes_matching("ray::RayTrainWorker") + processes_matching("ray::TrainController")
+def local_ray_dir(home) -> str:
+    """The temp folder of the local Ray a home's orch runs on (its state, `local/ray.json`)."""
+    return json.loads((home / "local" / "ray.json").read_text())["temp_dir"]
+
+
+def train_processes(ray_dir) -> list:
+    """Ray Train's actors, its controllers and workers (Ray titles them `ray::Class...`), of
+    the Ray whose temp folder is `ray_dir`: their raylet names it. The other pytest process
+    may be running a job on another Ray at the same moment."""
+    found = []
+    for p in processes_matching("ray::RayTrainWorker") + processes_matching("ray::TrainController"):
+        with contextlib.suppress(psutil.Error):
+            if str(ray_dir) in " ".join(p.parent().cmdline()):
+                found.append(p)
+    return found
 
 
 @pytest.hookimpl(wrapper=True)

@@ -14,7 +14,7 @@ from orchestrator.cli.follow import when
 from orchestrator.run_metrics import PHASES
 from providers.local_ray import processes_matching
 from tests.conftest import ROOT, run_json, run_orch, status_in_process
-from tests.integration.conftest import train_processes
+from tests.integration.conftest import local_ray_dir, train_processes
 
 pytestmark = pytest.mark.integration
 
@@ -109,16 +109,16 @@ def test_cancel_running_job_leaves_no_workers(ray_home, tmp_path):
             break
         assert rec["status"] in ("PENDING", "RUNNING"), rec
         time.sleep(1)
-    assert len(train_processes()) >= 2
+    assert len(train_processes(local_ray_dir(ray_home))) >= 2
     proc = run_orch(ray_home, "cancel", job_id)
     assert proc.returncode == 0, proc.stderr
     assert "CANCELLED" in proc.stdout
     rec = run_json(ray_home, "status", job_id)
     assert rec["status"] == "CANCELLED"
     deadline = time.monotonic() + 30
-    while train_processes() and time.monotonic() < deadline:
+    while train_processes(local_ray_dir(ray_home)) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert train_processes() == []
+    assert train_processes(local_ray_dir(ray_home)) == []
     assert run_orch(ray_home, "cancel", job_id).returncode == 0  # already ended: says so
 
 
@@ -140,9 +140,9 @@ def test_a_job_stops_at_its_budget_after_a_checkpoint(ray_home, tmp_path):
     cost = rec["run"]["cost"]  # the ledger line: Ray's own clock, about 1 USD a second
     assert 20 <= cost["cost_usd"] <= 120, cost
     deadline = time.monotonic() + 30
-    while train_processes() and time.monotonic() < deadline:
+    while train_processes(local_ray_dir(ray_home)) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert train_processes() == []
+    assert train_processes(local_ray_dir(ray_home)) == []
 
 
 def test_no_secret_value_in_the_store_the_logs_or_the_status(ray_home, tmp_path):

@@ -137,9 +137,9 @@ def test_cancel_on_prem_job(cluster, home, tmp_path):
     proc = orch(cluster, home, "cancel", job_id)
     assert proc.returncode == 0 and "CANCELLED" in proc.stdout, proc.stderr
     deadline = time.monotonic() + 30
-    while train_processes() and time.monotonic() < deadline:
+    while train_processes(cluster.temp_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert train_processes() == []
+    assert train_processes(cluster.temp_dir) == []
 
 
 def test_busy_cluster_bursts_to_cloud_or_queues(cluster, home, tmp_path, monkeypatch):

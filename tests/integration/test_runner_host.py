@@ -3,6 +3,7 @@ processes, and a host that died is started again by the next submit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from datetime import datetime
@@ -12,8 +13,9 @@ import pytest
 
 from jobs import events
 from jobs.hosted import connect, pid_file
+from providers.local_ray import processes_matching
 from tests.conftest import run_orch, status_in_process
-from tests.integration.conftest import train_processes
+from tests.integration.conftest import local_ray_dir, train_processes
 
 pytestmark = pytest.mark.integration
 
@@ -45,10 +47,26 @@ def test_a_job_trains_on_warm_processes_the_host_started_before_it(ray_home, tmp
     time.sleep(8)  # the warm processes import torch once the host is ready
     job = tmp_path / "short.yaml"
     job.write_text(SHORT)
-    proc = run_orch(ray_home, "submit", str(job), "--json")
+    proc = run_orch(ray_home, "submit", str(job), "--detach")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rec = json.loads(proc.stdout)
+    job_id = proc.stdout.strip()
+    ours = local_ray_dir(ray_home)
+    syncs = {}  # the run's synchronization actor: pid -> (started at, whether torch is loaded)
+    deadline = time.monotonic() + 180
+    while (rec := status_in_process(ray_home, job_id))["status"] in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline, rec
+        for p in processes_matching("ray::SynchronizationActor"):
+            with contextlib.suppress(psutil.Error, OSError):
+                if ours not in " ".join(p.parent().cmdline()):  # the cluster's, in another test
+                    continue
+                with open(f"/proc/{p.pid}/maps") as maps:
+                    syncs.setdefault(p.pid, (p.create_time(), "libtorch" in maps.read()))
+        time.sleep(0.1)
     assert rec["status"] == "SUCCEEDED", rec["message"]
+    # Its process was warm too, and without torch (jobs.host.preload_light).
+    assert len(syncs) == 1, syncs
+    (sync_started, sync_has_torch), = syncs.values()
+    assert sync_started < epoch(rec["created_at"]) and not sync_has_torch, syncs
     log = run_orch(ray_home, "logs", rec["id"]).stdout
     workers = [e for e in events.parse(log) if e["event"] == "worker"]
     assert sorted(w["rank"] for w in workers) == [0, 1]
@@ -128,9 +146,9 @@ def test_a_run_whose_host_dies_fails_with_why_and_leaves_no_workers(ray_home, tm
     assert rec["status"] == "FAILED", rec
     assert "runner host stopped during the run" in rec["message"], rec["message"]
     deadline = time.monotonic() + 30  # Ray ends a dead driver's actors: the run's too
-    while train_processes() and time.monotonic() < deadline:
+    while train_processes(local_ray_dir(ray_home)) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert train_processes() == []
+    assert train_processes(local_ray_dir(ray_home)) == []
     proc = run_orch(ray_home, "local", "up")  # and a new host for the tests after this one
     assert proc.returncode == 0, proc.stderr
     wait_ready(ray_home)

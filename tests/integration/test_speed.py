@@ -9,7 +9,7 @@ import pytest
 
 from jobs import events
 from tests.conftest import run_orch, status_in_process
-from tests.integration.conftest import train_processes
+from tests.integration.conftest import local_ray_dir, train_processes
 from tests.integration.test_local_jobs import wait_for
 
 pytestmark = pytest.mark.integration
@@ -65,7 +65,7 @@ def test_a_killed_worker_is_restarted_and_training_resumes(ray_home, tmp_path):
         if (rec["metrics"].get("reports") or 0) >= 2:
             break
         time.sleep(1)
-    victims = [p for p in train_processes() if " ".join(p.cmdline()).startswith("ray::RayTrainWorker")]
+    victims = [p for p in train_processes(local_ray_dir(ray_home)) if " ".join(p.cmdline()).startswith("ray::RayTrainWorker")]
     assert victims, "no training worker to kill"
     victims[0].kill()  # one worker process dies mid-run, as on an out-of-memory kill
     rec, _ = wait_for(ray_home, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=300)

@@ -8,6 +8,8 @@ import io
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -15,6 +17,7 @@ import pytest
 
 from jobs import events, host, hosted
 from jobs.request import RunRequest
+from tests.conftest import ROOT
 
 
 def test_the_controllers_runtime_env_is_written_as_ray_writes_it():
@@ -210,3 +213,29 @@ def test_a_look_whether_the_host_answers_is_no_request(tmp_path, monkeypatch, ca
     assert ran == [] and "refused" not in capsys.readouterr().err
     assert host_state(None) == "off"
     assert host_state(str(tmp_path / "none.sock")) == "stopped"
+
+
+def test_the_synchronization_actor_asks_for_the_light_warm_process():
+    env = host.controller_env()
+    light = host.sync_actor_env(env)
+    assert light["__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"] == "jobs.host.preload_light"
+    assert {k: v for k, v in light.items() if not k.startswith("__RAY")} == \
+        {k: v for k, v in env.items() if not k.startswith("__RAY")}
+    asked = []
+
+    class Base:
+        def options(self, **kwargs):
+            asked.append(kwargs)
+            return "handle"
+
+    wrapped = host._LightSyncActor(Base())
+    assert wrapped.options(label_selector={"node": "n1"}) == "handle"
+    assert asked == [{"label_selector": {"node": "n1"}, "runtime_env": {
+        "env_vars": {"__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR": "jobs.host.preload_light"}}}]
+
+
+def test_the_light_preload_leaves_torch_out():
+    sync = "ray.train.v2._internal.execution.checkpoint.sync_actor"
+    code = f"import sys; from jobs import host; host.preload_light(); print({sync!r} in sys.modules, 'torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.stdout.split() == ["True", "False"], proc.stdout + proc.stderr

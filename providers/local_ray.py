@@ -194,6 +194,10 @@ class LocalRay:
         # (services.resolve_ip_for_localhost) unless multi-node is off, as on macOS: then
         # this Ray, and every process it starts, stays on 127.0.0.1 and no node can join.
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        # Ray starts a worker per CPU for the first driver to connect, with no runtime env:
+        # here that driver is the runner host, whose runs ask for processes of their own
+        # runtime envs (its warm pool), so those workers only sat idle, 80 MiB each.
+        env["RAY_prestart_worker_first_driver"] = "0"
         return env
 
     def _write(self, state: dict) -> None:

@@ -169,10 +169,17 @@ def store_kind(request) -> str:
 
 
 def pytest_configure(config):
+    global _SPANS
+    from tests.scheduling import Spans
+
+    _SPANS = Spans()
     _CACHE.append(tempfile.mkdtemp(prefix="orch-test-cache-"))
     os.environ["XDG_CACHE_HOME"] = _CACHE[-1]
     config.addinivalue_line("markers", "sqlite_only: see pyproject.toml")
     config.addinivalue_line("markers", "store_incidental: see pyproject.toml")
+
+
+_SPANS = None  # tests.scheduling.Spans, made at configure
 
 
 def pytest_collection_modifyitems(config, items):
@@ -198,6 +205,18 @@ def pytest_xdist_make_scheduler(config, log):
     from tests import scheduling
 
     return scheduling.make_scheduler(config, log)
+
+
+def pytest_runtest_logreport(report):
+    _SPANS.add(report)
+
+
+def pytest_terminal_summary(terminalreporter):
+    lines = _SPANS.lines()
+    if lines:
+        terminalreporter.write_sep("-", "the test processes")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def pytest_report_header(config):

@@ -18,6 +18,7 @@ its Ray's unit (a test added without its line here is a usage error that says wh
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import pytest
@@ -99,3 +100,46 @@ def make_scheduler(config, log):
             return unit_of(nodeid) or nodeid
 
     return ByUnit(config, log)
+
+
+class Spans:
+    """When each pytest-xdist process ran tests: the end of `make test`'s output shows it, so
+    that a process left idle while the other still runs (a unit too long) is seen at once."""
+
+    def __init__(self) -> None:
+        self.by_process: dict[str, list[float]] = {}  # name -> [first start, last stop, busy s, tests]
+        self.cpu_at_start = cpu_times()
+
+    def add(self, report) -> None:
+        node = getattr(report, "node", None)  # set by xdist in the controlling process
+        if node is None:
+            return
+        span = self.by_process.setdefault(node.gateway.id, [report.start, report.stop, 0.0, 0])
+        span[0], span[1] = min(span[0], report.start), max(span[1], report.stop)
+        span[2] += report.duration
+        span[3] += report.when == "call"
+
+    def lines(self) -> list[str]:
+        if not self.by_process:
+            return []
+        t0 = min(s[0] for s in self.by_process.values())
+        out = [f"{name}: {int(n)} tests, {busy:.0f} s in tests, its last ended {stop - t0:.0f} s "
+               f"after the first began" for name, (_, stop, busy, n) in sorted(self.by_process.items())]
+        now = cpu_times()
+        if self.cpu_at_start and now and now != self.cpu_at_start:
+            busy, idle = (b - a for a, b in zip(self.cpu_at_start, now))
+            out.append(f"this machine's CPUs: busy {busy / (busy + idle):.0%} of the time since the "
+                       f"run began ({busy:.0f} CPU-seconds)")
+        return out
+
+
+def cpu_times() -> Optional[tuple[float, float]]:
+    """The machine's CPU-seconds busy and idle since boot (Linux's /proc/stat); None elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / ticks, idle / ticks

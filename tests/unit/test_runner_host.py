@@ -112,8 +112,8 @@ class FakePool:
     def __init__(self):
         self.added = []
 
-    def add(self, controllers, workers):
-        self.added.append((controllers, workers))
+    def add(self, runs, workers):
+        self.added.append((runs, workers))
 
 
 def _serve(tmp_path, monkeypatch, fake_run):
@@ -160,7 +160,7 @@ def test_a_job_through_the_host(tmp_path, monkeypatch, capfdbinary):
     out = capfdbinary.readouterr().out
     assert b"training\n" in out and [e["event"] for e in events.parse(out.decode())] == ["start"]
     assert not os.path.exists(h.log_path)  # the job's log goes with the job
-    assert the_host.pool.added == [(2, 3)]  # what the run took, started again after it
+    assert the_host.pool.added == [(1, 3)]  # what the run took (1 run, 3 workers), started again after it
     assert aborted == [] and the_host.running == 0
 
 
@@ -239,3 +239,9 @@ def test_the_light_preload_leaves_torch_out():
     code = f"import sys; from jobs import host; host.preload_light(); print({sync!r} in sys.modules, 'torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.stdout.split() == ["True", "False"], proc.stdout + proc.stderr
+
+
+def test_the_local_ray_starts_no_idle_workers_for_the_runner_hosts_job(tmp_path):
+    from providers.local_ray import LocalRay
+
+    assert LocalRay(tmp_path)._env()["RAY_prestart_worker_first_driver"] == "0"

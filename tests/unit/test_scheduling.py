@@ -121,3 +121,20 @@ def test_store_both_runs_the_store_backed_tests_on_each_store_and_the_rest_on_sq
     sqlite_only = {f"{store}::test_file_mode", f"{store}::test_corrupt_store_is_a_clear_error"}
     assert collected("--store", "postgresql", store, other) == {
         i.replace("[postgresql]", "") for i in on_pg} | sqlite_only
+
+
+def test_the_spans_say_how_long_each_process_ran_tests():
+    spans = scheduling.Spans()
+    spans.cpu_at_start = (0.0, 0.0)  # as if the run began at boot
+
+    def report(gw, when, start, stop):
+        node = SimpleNamespace(gateway=SimpleNamespace(id=gw))
+        return SimpleNamespace(node=node, when=when, start=start, stop=stop, duration=stop - start)
+
+    for r in (report("gw0", "setup", 100, 110), report("gw0", "call", 110, 130),
+              report("gw1", "call", 101, 105), SimpleNamespace(when="call", start=0, stop=9)):
+        spans.add(r)
+    lines = spans.lines()
+    assert lines[:2] == ["gw0: 1 tests, 30 s in tests, its last ended 30 s after the first began",
+                         "gw1: 1 tests, 4 s in tests, its last ended 5 s after the first began"]
+    assert len(lines) == 3 and lines[2].startswith("this machine's CPUs: busy ")

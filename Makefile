@@ -88,10 +88,10 @@ postgres-test: $(STAMP) postgres
 	$(PYTEST) --store postgresql tests
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -m "not integration"
+	$(PYTEST) tests -m "not integration"
 
 integration: $(STAMP) browser
-	$(BIN)/python -m pytest tests -m integration
+	$(PYTEST) tests -m integration
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -168,6 +168,9 @@ def store_kind(request) -> str:
     return "sqlite" if option == "both" else option
 
 
+_SPANS = None  # tests.scheduling.Spans, made at configure
+
+
 def pytest_configure(config):
     global _SPANS
     from tests.scheduling import Spans
@@ -177,9 +180,6 @@ def pytest_configure(config):
     os.environ["XDG_CACHE_HOME"] = _CACHE[-1]
     config.addinivalue_line("markers", "sqlite_only: see pyproject.toml")
     config.addinivalue_line("markers", "store_incidental: see pyproject.toml")
-
-
-_SPANS = None  # tests.scheduling.Spans, made at configure
 
 
 def pytest_collection_modifyitems(config, items):

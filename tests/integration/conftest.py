@@ -23,16 +23,22 @@ def local_ray_dir(home) -> str:
     return json.loads((home / "local" / "ray.json").read_text())["temp_dir"]
 
 
-def train_processes(ray_dir) -> list:
-    """Ray Train's actors, its controllers and workers (Ray titles them `ray::Class...`), of
-    the Ray whose temp folder is `ray_dir`: their raylet names it. The other pytest process
-    may be running a job on another Ray at the same moment."""
+def actor_processes(ray_dir, *titles: str) -> list:
+    """The actor processes of the Ray whose temp folder is `ray_dir` (their raylet names it)
+    whose title (Ray titles them `ray::Class...`) holds one of `titles`: the other pytest
+    process may be running a job on another Ray at the same moment."""
     found = []
-    for p in processes_matching("ray::RayTrainWorker") + processes_matching("ray::TrainController"):
-        with contextlib.suppress(psutil.Error):
-            if str(ray_dir) in " ".join(p.parent().cmdline()):
-                found.append(p)
+    for title in titles:
+        for p in processes_matching(title):
+            with contextlib.suppress(psutil.Error):
+                if str(ray_dir) in " ".join(p.parent().cmdline()):
+                    found.append(p)
     return found
+
+
+def train_processes(ray_dir) -> list:
+    """Ray Train's actors of that Ray: its controllers and workers."""
+    return actor_processes(ray_dir, "ray::RayTrainWorker", "ray::TrainController")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -13,9 +13,8 @@ import pytest
 
 from jobs import events
 from jobs.hosted import connect, pid_file
-from providers.local_ray import processes_matching
 from tests.conftest import run_orch, status_in_process
-from tests.integration.conftest import local_ray_dir, train_processes
+from tests.integration.conftest import actor_processes, local_ray_dir, train_processes
 
 pytestmark = pytest.mark.integration
 
@@ -55,13 +54,11 @@ def test_a_job_trains_on_warm_processes_the_host_started_before_it(ray_home, tmp
     deadline = time.monotonic() + 180
     while (rec := status_in_process(ray_home, job_id))["status"] in ("PENDING", "RUNNING"):
         assert time.monotonic() < deadline, rec
-        for p in processes_matching("ray::SynchronizationActor"):
-            with contextlib.suppress(psutil.Error, OSError):
-                if ours not in " ".join(p.parent().cmdline()):  # the cluster's, in another test
-                    continue
-                with open(f"/proc/{p.pid}/maps") as maps:
+        for _ in range(10):  # the processes every 0.1 s, the job's status every second
+            for p in actor_processes(ours, "ray::SynchronizationActor"):
+                with contextlib.suppress(psutil.Error, OSError), open(f"/proc/{p.pid}/maps") as maps:
                     syncs.setdefault(p.pid, (p.create_time(), "libtorch" in maps.read()))
-        time.sleep(0.1)
+            time.sleep(0.1)
     assert rec["status"] == "SUCCEEDED", rec["message"]
     # Its process was warm too, and without torch (jobs.host.preload_light).
     assert len(syncs) == 1, syncs

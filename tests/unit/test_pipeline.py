@@ -67,6 +67,24 @@ def test_a_stages_error_names_its_line_in_the_file():
     assert (e.value.line, e.value.key) == (14, "bogus")
 
 
+def test_a_deeply_nested_file_stops_the_document_split_at_the_depth_limit(monkeypatch):
+    # PyYAML's scanner takes time quadratic in the nesting to go on (15 CPU-s for 10,000
+    # levels, about 20 KB): the split reads no further than the depth the loader refuses.
+    import yaml
+
+    from orchestrator.spec import pipeline
+
+    events, parse = [], yaml.parse
+    monkeypatch.setattr(pipeline.yaml, "parse", lambda *a, **k: (
+        events.append(ev) or ev for ev in parse(*a, **k)))
+    text = "run: echo\nx: " + "[" * 10_000 + "]" * 10_000 + "\n---\nrun: echo\n"
+    assert pipeline.documents(text) == []
+    assert len(events) < 2 * pipeline.MAX_DEPTH
+    with pytest.raises(SpecError, match="nested more than 64 levels deep") as e:
+        load_pipeline_text(text, "deep.yaml") or pipeline.load_spec_text(text, "deep.yaml")
+    assert e.value.line == 2
+
+
 def test_a_job_group_is_refused_with_what_to_use_instead():
     text = "---\nname: server-client\nexecution: parallel\n---\nrun: a\n---\nrun: b\n"
     with pytest.raises(SpecError) as e:

@@ -4,16 +4,22 @@ SkyPilot's own `sky.catalog.list_accelerators` downloads a catalog that is missi
 older than its pull interval, with no timeout, and fixes each catalog's path when its
 module is first imported. So orch reads the same CSV files itself (from `catalog_dir`,
 else SkyPilot's catalog directory) and hands them to SkyPilot's
-`list_accelerators_impl`, the function every CSV-backed cloud's catalog uses.
+`list_accelerators_impl`, the function every CSV-backed cloud's catalog uses. What it
+makes of each file is kept in the user's cache folder (orchestrator/skycache.py), with the
+cloud names SkyPilot knows and its catalog directory: a process that finds them there
+imports neither SkyPilot nor pandas (about 2.5 CPU-s).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 import os
 from pathlib import Path
 from typing import Iterable, Optional
 
+from orchestrator import skycache
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.models import Offer
 from orchestrator.errors import BackendError, InputError
@@ -39,22 +45,42 @@ class _Problem(Exception):
 
 def default_catalog_dir() -> Path:
     """SkyPilot's own catalog directory (honours SKY_RUNTIME_DIR), e.g. ~/.sky/catalogs/v8."""
+    # Where it is depends on the installed SkyPilot and on these two: kept for each.
+    where = f"{os.environ.get('HOME', '')}|{os.environ.get('SKY_RUNTIME_DIR', '')}"
+    kept = skycache.read("catalog-dirs")
+    kept = kept if isinstance(kept, dict) else {}
+    if isinstance(kept.get(where), str):
+        return Path(kept[where])
     _quiet_sky()
     from sky.catalog import common
 
-    return Path(common.get_catalog_path(""))
+    found = common.get_catalog_path("")
+    skycache.write("catalog-dirs", {**kept, where: found})
+    return Path(found)
+
+
+def _all_clouds() -> list[str]:
+    """The clouds the installed SkyPilot knows (`sky.skylet.constants.ALL_CLOUDS`)."""
+    kept = skycache.read("clouds")
+    if isinstance(kept, list) and kept:
+        return kept
+    _quiet_sky()
+    from sky.skylet import constants
+
+    clouds = list(constants.ALL_CLOUDS)
+    skycache.write("clouds", clouds)
+    return clouds
 
 
 def _check_cloud(cloud: str) -> None:
-    from sky.skylet import constants
-
     if cloud in _NOT_PRICED:
         raise InputError(f"ORCH_CLOUDS: {cloud} has no price catalog orch can use "
                          f"({_NOT_PRICED[cloud]})", f"remove {cloud} from ORCH_CLOUDS")
-    if cloud not in constants.ALL_CLOUDS:
-        known = sorted(set(constants.ALL_CLOUDS) - set(_NOT_PRICED))
+    known = _all_clouds()
+    if cloud not in known:
         raise InputError(f"ORCH_CLOUDS: unknown cloud {cloud!r}",
-                         f"SkyPilot clouds with price catalogs: {', '.join(known)}")
+                         "SkyPilot clouds with price catalogs: "
+                         f"{', '.join(sorted(set(known) - set(_NOT_PRICED)))}")
 
 
 def cloud_offers(clouds: Iterable[str], catalog_dir: Optional[Path] = None) -> list[Offer]:
@@ -86,16 +112,41 @@ _CACHE: dict[tuple, tuple[Offer, ...]] = {}
 
 
 def _read_cached(cloud: str, path: Path) -> list[Offer]:
-    """A catalog read once per process while the file is unchanged (a long-lived orch, the
-    simulator and planning many jobs read the same catalogs again and again)."""
+    """A catalog read once while the file is unchanged: in this process (a long-lived orch,
+    the simulator and planning many jobs read the same catalogs again and again), and
+    across processes through the cache folder, so that a new `orch` process reads the
+    offers SkyPilot's code made of this very file without importing SkyPilot."""
     try:
         st = path.stat()
-        key = (cloud, str(path), st.st_mtime_ns, st.st_size)
+        key = (cloud, str(path.resolve()), st.st_mtime_ns, st.st_size)
     except OSError:
         return _read(cloud, path)  # missing: _read says so
     if key not in _CACHE:
-        _CACHE[key] = tuple(_read(cloud, path))
+        kept = _kept_offers(key)
+        _CACHE[key] = tuple(kept if kept is not None else _read_and_keep(key, path))
     return list(_CACHE[key])
+
+
+def _cache_name(key: tuple) -> str:
+    return f"offers-{key[0]}-{hashlib.sha256(key[1].encode()).hexdigest()[:16]}"
+
+
+def _kept_offers(key: tuple) -> Optional[list[Offer]]:
+    """The offers kept for this catalog file, if they were made of it as it is now."""
+    kept = skycache.read(_cache_name(key))
+    if not isinstance(kept, dict) or kept.get("file") != list(key[1:]):
+        return None
+    try:
+        return [Offer(**o) for o in kept["offers"]]
+    except (KeyError, TypeError):
+        return None
+
+
+def _read_and_keep(key: tuple, path: Path) -> list[Offer]:
+    offers = _read(key[0], path)
+    skycache.write(_cache_name(key), {"file": list(key[1:]),
+                                      "offers": [dataclasses.asdict(o) for o in offers]})
+    return offers
 
 
 def _read(cloud: str, path: Path) -> list[Offer]:

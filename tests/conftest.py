@@ -19,7 +19,7 @@ pytest_plugins = ["pytester"]  # tests/unit/test_scheduling.py runs pytest on it
 ROOT = Path(__file__).resolve().parent.parent
 ORCH = str(Path(sys.executable).with_name("orch"))
 
-# The user's cache folder (SkyPilot's schemas, orchestrator/spec/sky_schema.py): one for each
+# The user's cache folder (what orch keeps of SkyPilot, orchestrator/skycache.py): one for each
 # pytest process, shared by the processes it starts, removed at its end. Made in pytest's
 # configure step, not at import: the helper processes that import this module (Ray's
 # workers, tests/writer_process.py) left one behind each.

@@ -1,60 +1,33 @@
 """SkyPilot's part of a job file, checked by SkyPilot's own schemas (its task schema and its
 resources schema, `sky.utils.schemas`), as `sky launch` checks a task file.
 
-Importing SkyPilot costs about 3 s, so its two schemas are kept as JSON in the user's cache
-folder, one file per SkyPilot version: the first job file read under a SkyPilot version
-pays that once, every later one reads the file (a few milliseconds).
+Importing SkyPilot costs about 3 s, so its two schemas are kept in the user's cache folder
+(orchestrator/skycache.py): the first job file read under a SkyPilot version pays that
+once, every later one reads the file (a few milliseconds).
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-import json
-import os
 import re
-import tempfile
-from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from orchestrator import skycache
 from orchestrator.errors import SpecError
 from orchestrator.spec.document import SourceMap
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "orch"
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("skypilot")
-    except PackageNotFoundError:  # pragma: no cover - skypilot is one of orch's dependencies
-        return "unknown"
 
 
 @functools.lru_cache(maxsize=1)
 def schemas() -> dict[str, dict]:
     """{"task": ..., "resources": ...}: the installed SkyPilot's schemas."""
-    path = _cache_dir() / f"skypilot-{_version()}-schemas.json"
-    try:
-        data = json.loads(path.read_text())
-        if isinstance(data, dict) and {"task", "resources"} <= data.keys():
-            return data
-    except (OSError, ValueError):
-        pass
+    data = skycache.read("schemas")
+    if isinstance(data, dict) and {"task", "resources"} <= data.keys():
+        return data
     from sky.utils import schemas as sky_schemas
 
     data = {"task": sky_schemas.get_task_schema(), "resources": sky_schemas.get_resources_schema()}
-    try:  # a cache: a folder that cannot be written only costs the next read its 3 s
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".schemas-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    skycache.write("schemas", data)
     return data
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -11,7 +14,9 @@ from orchestrator.errors import BackendError, InputError
 from orchestrator.planning import gather_offers
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
+from providers import catalog
 from providers.catalog import cloud_offers, default_catalog_dir
+from tests.conftest import ROOT
 
 
 def _gpu_info(name: str, count: int, mib: int) -> str:
@@ -141,3 +146,62 @@ def test_planning_reads_the_catalog_dir_setting(catalogs):
     no_cloud = load_spec_text("name: t\nrun: x\nplacement: {allow: [local]}\n")
     # Not allowed in the cloud: the catalogs are not even read.
     assert gather_offers(no_cloud, Settings(clouds=["vast"], catalog_dir=catalogs), local=[]) == []
+
+
+# What a new process reads: the offers (sorted), whether it imported SkyPilot, and pandas.
+_READ = """import json, sys
+from providers.catalog import cloud_offers
+offers = sorted((o.cloud, o.instance_type, o.region, o.spot, o.price_per_hour, o.gpu, o.count)
+                for o in cloud_offers(["lambda", "runpod", "aws"], sys.argv[1]))
+print(json.dumps([offers, any(m == "sky" or m.startswith("sky.") for m in sys.modules),
+                  "pandas" in sys.modules]))
+"""
+
+
+def _read_in_a_new_process(catalog_dir, cache) -> tuple[list, bool, bool]:
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache), PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", _READ, str(catalog_dir)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    offers, sky, pandas = json.loads(proc.stdout)
+    return [tuple(o) for o in offers], sky, pandas
+
+
+def test_a_later_process_reads_the_kept_offers_without_importing_skypilot(catalogs, tmp_path):
+    cache = tmp_path / "cache"
+    cold, cold_sky, _ = _read_in_a_new_process(catalogs, cache)
+    warm, warm_sky, warm_pandas = _read_in_a_new_process(catalogs, cache)
+    assert cold_sky and not warm_sky and not warm_pandas, "the kept offers were not used"
+    assert warm == cold and len(cold) == 10
+    assert ("runpod", "1x_RTX4090_SECURE", "US", False, 0.69, "RTX4090", 1.0) in warm
+    # A catalog that changed (SkyPilot fetched a new one) is read again, by SkyPilot's code.
+    lines = CATALOGS["runpod"][:2] + [CATALOGS["runpod"][2].replace(",0.69,", ",0.59,")]
+    (catalogs / "runpod" / "vms.csv").write_text("\n".join(lines) + "\n")
+    changed, changed_sky, _ = _read_in_a_new_process(catalogs, cache)
+    assert changed_sky
+    assert ("runpod", "1x_RTX4090_SECURE", "US", False, 0.59, "RTX4090", 1.0) in changed
+    assert [o for o in changed if o[1] != "1x_RTX4090_SECURE"] == [
+        o for o in cold if o[1] != "1x_RTX4090_SECURE"]
+
+
+def test_a_damaged_or_unwritable_cache_only_costs_a_read(catalogs, tmp_path, monkeypatch):
+    want = sorted(map(repr, cloud_offers(["lambda", "aws"], catalogs)))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    catalog._CACHE.clear()
+    assert sorted(map(repr, cloud_offers(["lambda", "aws"], catalogs))) == want
+    kept = sorted((tmp_path / "cache" / "orch").glob("skypilot-*-offers-*.json"))
+    assert [p.name.split("-offers-")[1].split("-")[0] for p in kept] == ["aws", "lambda"]
+    for p in kept:
+        p.write_text("{not json")
+    (tmp_path / "cache" / "orch" / next(iter(
+        (tmp_path / "cache" / "orch").glob("skypilot-*-clouds.json"))).name).write_text('"x"')
+    catalog._CACHE.clear()
+    assert sorted(map(repr, cloud_offers(["lambda", "aws"], catalogs))) == want
+    with pytest.raises(InputError, match="unknown cloud"):
+        cloud_offers(["nosuchcloud"], catalogs)  # the damaged cloud list was made again
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # no folder can be made under it
+    catalog._CACHE.clear()
+    assert sorted(map(repr, cloud_offers(["lambda", "aws"], catalogs))) == want
+    assert default_catalog_dir().as_posix().rstrip("/").endswith(".sky/catalogs/v8")

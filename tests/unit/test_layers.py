@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 LAYERS: dict[str, tuple[str, ...]] = {
     "runner": ("jobs",),
     "base": ("orchestrator.errors", "orchestrator.failpoints", "orchestrator.inputs",
-             "orchestrator.redact"),
+             "orchestrator.redact", "orchestrator.skycache"),
     "config": ("orchestrator.spec", "orchestrator.settings", "orchestrator.checks"),
     "decision": ("orchestrator.decision", "orchestrator.ledger"),
     "records": ("orchestrator.records",),

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+from providers.catalog import cloud_offers
 from tests.conftest import ROOT, orch_env, store_at
 
 WRITERS, JOBS = 8, 25
@@ -15,6 +16,9 @@ ORDER = {"PENDING": 0, "RUNNING": 1, "SUCCEEDED": 2, "FAILED": 2, "CANCELLED": 2
 def test_eight_writers_leave_exactly_200_consistent_records(tmp_path):
     home = tmp_path / "home"
     env = orch_env(home, ORCH_MODE="hybrid")
+    # The catalogs' offers kept in the cache folder, as on a machine where orch ran before
+    # (providers/catalog.py): the writers spend their time on the store, not SkyPilot's import.
+    cloud_offers(["lambda", "runpod", "aws"], ROOT / "examples" / "catalog")
     started = time.monotonic()
     procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "writer_process.py"), str(home),
                                str(w), str(JOBS)], env=env, cwd=str(ROOT), stdout=subprocess.PIPE,

@@ -41,7 +41,11 @@ def path_without_venv() -> str:
 class TwoNodeCluster:
     def __init__(self, root: Path, head_cpus: int = 2, node_cpus: int = 1):
         self.root = root
+        # Each node has a temp folder of its own, as two machines would: sharing one, both
+        # nodes' log monitors read every worker's log, and a job's log held each line twice.
+        # Ray's processes name their node's folder, so `temp_dir` (both) finds either node's.
         self.temp_dir = root / "r"
+        self.head_dir, self.node_dir = self.temp_dir / "head", self.temp_dir / "node"
         self.token_file = root / "token"
         self.token_file.write_text(secrets.token_hex(24))
         os.chmod(self.token_file, 0o600)
@@ -91,7 +95,7 @@ class TwoNodeCluster:
             "--head", "--node-ip-address=127.0.0.1", f"--port={self.gcs_port}",
             "--include-dashboard=true", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={self.dashboard_port}", f"--ray-client-server-port={_free_port()}",
-            f"--temp-dir={self.temp_dir}", f"--num-cpus={self.head_cpus}",
+            f"--temp-dir={self.head_dir}", f"--num-cpus={self.head_cpus}",
             "--object-store-memory=300000000", *self.agent_ports()])
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -107,7 +111,7 @@ class TwoNodeCluster:
     def start_node(self) -> None:
         self.node_pids = self._ray_start([
             f"--address=127.0.0.1:{self.gcs_port}", "--node-ip-address=127.0.0.1",
-            f"--num-cpus={self.node_cpus}", '--resources={"node_b": 1}',
+            f"--num-cpus={self.node_cpus}", '--resources={"node_b": 1}', f"--temp-dir={self.node_dir}",
             "--object-store-memory=200000000", *self.agent_ports()])
         self.wait_nodes(2)
 

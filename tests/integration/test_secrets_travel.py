@@ -196,10 +196,11 @@ def test_on_prem_jobs_see_their_secrets_and_nothing_keeps_them(cluster, orch_hom
     token = cluster.token_file.read_text().strip()
     # With no checkpoint storage set, Ray Train keeps the run under ~/ray_results/<run name>.
     ray_results = Path.home() / "ray_results" / recs["train"]["id"]
-    places = {**files_under(orch_home, cluster.root, ray_results, *Path("/tmp/ray").glob("session_*")),
+    places = {**files_under(orch_home, cluster.root, ray_results),  # both nodes' Ray folders
               **outputs, **ray_api(cluster.address, {"Authorization": f"Bearer {token}"}),
               **served(orch_home, [r["id"] for r in recs.values()])}
-    assert any("/session_" in p for p in places)
+    for node in (cluster.head_dir, cluster.node_dir):
+        assert any(p.startswith(f"{node}/session_") for p in places), node
     assert runtime_env_logs(places), "no runtime_env_agent.log among the places searched"
     # The runner packs the job's folder again for its workers, without the file: no node but
     # the driver's unpacks the package that held it (there, the driver removed it).

@@ -17,7 +17,7 @@ def item(nodeid, *fixtures, integration=True):
 
 
 def test_a_files_tests_share_its_unit_unless_one_is_named_alone():
-    onprem = "tests/integration/test_onprem.py::test_cancel_on_prem_job"
+    onprem = "tests/integration/test_onprem.py::test_cluster_status"
     assert scheduling.unit_of(onprem) == "two-node-cluster"
     travel = "tests/integration/test_secrets_travel.py::"
     assert scheduling.unit_of(travel + "test_local_jobs_see_their_secrets_and_nothing_keeps_them") == "local-ray"

@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import secrets
 import stat
+import subprocess
 import time
 
 import pytest
 
+from jobs import events
 from jobs.precision import pick
 from orchestrator.cli.follow import when
 from orchestrator.run_metrics import PHASES
 from providers.local_ray import processes_matching
-from tests.conftest import ROOT, run_json, run_orch, status_in_process
+from tests.conftest import ORCH, ROOT, orch_env, run_json, run_orch, status_in_process
 from tests.integration.conftest import local_ray_dir, train_processes
+from tests.integration.test_runner_host import epoch, wait_ready, watch_sync_actors
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +42,20 @@ def write_job(tmp_path, text, name="job.yaml"):
     return path
 
 
-def test_quickstart_trains_with_two_workers_in_the_precision_it_measured(ray_home):
-    proc = run_orch(ray_home, "submit", "examples/quickstart.yaml", "--json")
+def test_quickstart_trains_with_two_workers_in_the_precision_it_measured_on_warm_processes(
+        ray_home, tmp_path):
+    wait_ready(ray_home)
+    time.sleep(8)  # the warm processes import torch once the runner host is ready
+    out, err = tmp_path / "out", tmp_path / "err"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        submit = subprocess.Popen([ORCH, "submit", "examples/quickstart.yaml", "--json"],
+                                  env=orch_env(ray_home), cwd=str(ROOT), stdout=stdout,
+                                  stderr=stderr, stdin=subprocess.DEVNULL)
+        # The run's synchronization actor, looked for every 0.1 s: pid -> (started at, whether
+        # torch is loaded in it).
+        syncs = watch_sync_actors(local_ray_dir(ray_home), lambda: submit.poll() is not None,
+                                  timeout=600)
+    proc = subprocess.CompletedProcess(submit.args, submit.returncode, out.read_text(), err.read_text())
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(proc.stdout)
     m = rec["metrics"]
@@ -81,6 +96,17 @@ def test_quickstart_trains_with_two_workers_in_the_precision_it_measured(ray_hom
     assert listed[rec["id"]]["target"] == "local" and listed[rec["id"]]["status"] == "SUCCEEDED"
     logs = run_orch(ray_home, "logs", rec["id"])
     assert logs.returncode == 0 and "Wrapping provided model in DistributedDataParallel" in logs.stdout
+    # It ran on the runner host's warm processes: its synchronization actor's too, without
+    # torch (jobs.host.preload_light); each worker's process started before the job was.
+    assert len(syncs) == 1, syncs
+    (sync_started, sync_has_torch), = syncs.values()
+    created = epoch(rec["created_at"])  # whole seconds
+    assert sync_started < created and not sync_has_torch, syncs
+    workers = [e for e in events.parse(logs.stdout) if e["event"] == "worker"]
+    assert sorted(w["rank"] for w in workers) == [0, 1]
+    for w in workers:
+        assert w["t"] - w["process_age_s"] < created, (w, created)
+    assert "::orch::" in logs.stdout and ":actor_name:" not in logs.stdout  # Ray's markers left out
 
 
 def test_cancel_running_job_leaves_no_workers(ray_home, tmp_path):

@@ -1,5 +1,6 @@
-"""The local Ray's runner host (jobs/host.py) with a real Ray: jobs train on its warm
-processes, a run whose host dies fails, and the next submit starts the host again."""
+"""The local Ray's runner host (jobs/host.py) with a real Ray: two jobs at once, a run whose
+host dies fails, and the next submit starts the host again. That jobs train on its warm
+processes is checked on the quickstart's run (test_local_jobs.py)."""
 
 from __future__ import annotations
 
@@ -41,36 +42,18 @@ def wait_ready(home, timeout=120) -> None:
     conn.close()  # a connection that sends nothing: the host refuses it and goes on
 
 
-def test_a_job_trains_on_warm_processes_the_host_started_before_it(ray_home, tmp_path):
-    wait_ready(ray_home)
-    time.sleep(8)  # the warm processes import torch once the host is ready
-    job = tmp_path / "short.yaml"
-    job.write_text(SHORT)
-    proc = run_orch(ray_home, "submit", str(job), "--detach")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    job_id = proc.stdout.strip()
-    ours = local_ray_dir(ray_home)
-    syncs = {}  # the run's synchronization actor: pid -> (started at, whether torch is loaded)
-    deadline = time.monotonic() + 180
-    while (rec := status_in_process(ray_home, job_id))["status"] in ("PENDING", "RUNNING"):
-        assert time.monotonic() < deadline, rec
-        for _ in range(10):  # the processes every 0.1 s, the job's status every second
-            for p in actor_processes(ours, "ray::SynchronizationActor"):
-                with contextlib.suppress(psutil.Error, OSError), open(f"/proc/{p.pid}/maps") as maps:
-                    syncs.setdefault(p.pid, (p.create_time(), "libtorch" in maps.read()))
-            time.sleep(0.1)
-    assert rec["status"] == "SUCCEEDED", rec["message"]
-    # Its process was warm too, and without torch (jobs.host.preload_light).
-    assert len(syncs) == 1, syncs
-    (sync_started, sync_has_torch), = syncs.values()
-    assert sync_started < epoch(rec["created_at"]) and not sync_has_torch, syncs
-    log = run_orch(ray_home, "logs", rec["id"]).stdout
-    workers = [e for e in events.parse(log) if e["event"] == "worker"]
-    assert sorted(w["rank"] for w in workers) == [0, 1]
-    created = epoch(rec["created_at"])  # whole seconds
-    for w in workers:  # each worker's process was started before the job was recorded
-        assert w["t"] - w["process_age_s"] < created, (w, created)
-    assert "::orch::" in log and ":actor_name:" not in log  # Ray's markers left out
+def watch_sync_actors(ray_dir: str, done, timeout: float) -> dict:
+    """The synchronization actors of that Ray seen every 0.1 s until `done()`: pid -> (when
+    its process started, whether torch is loaded in it)."""
+    syncs: dict = {}
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "the run did not end"
+        for p in actor_processes(ray_dir, "ray::SynchronizationActor"):
+            with contextlib.suppress(psutil.Error, OSError), open(f"/proc/{p.pid}/maps") as maps:
+                syncs.setdefault(p.pid, (p.create_time(), "libtorch" in maps.read()))
+        time.sleep(0.1)
+    return syncs
 
 
 def test_two_jobs_at_once_each_log_only_their_own_run(ray_home, tmp_path):

@@ -100,6 +100,11 @@ def status_in_process(home: Path, job_id: str, **env: str) -> dict:
     return _in_process(home, env, lambda local: local.job(job_id))
 
 
+def list_in_process(home: Path, limit: int = 1000, **env: str) -> list[dict]:
+    """`orch status --limit N --json`, in this process."""
+    return _in_process(home, env, lambda local: local.jobs(limit))
+
+
 def run_json(home: Path, *args: str, **kw) -> object:
     proc = run_orch(home, *args, "--json", **kw)
     assert proc.returncode == 0, proc.stderr

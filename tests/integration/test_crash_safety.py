@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.failpoints import SUBMIT_STEPS
 from providers.local_ray import LocalRay
-from tests.conftest import run_json, run_orch
+from tests.conftest import list_in_process, run_json, run_orch
 from tests.integration.test_local_jobs import wait_for
 
 pytestmark = pytest.mark.integration
@@ -59,7 +59,7 @@ def test_a_submit_killed_at_each_step_is_reconciled(ray_home, tmp_path, step):
     else:
         assert second["id"] == rec["id"] and "submitted before" in again.stderr
         assert len(ray_jobs(ray_home, rec["id"])) == (0 if step in NOT_LAUNCHED else 1)
-    same_key = [j for j in run_json(ray_home, "status", "--limit", "1000") if j["name"] == name]
+    same_key = [j for j in list_in_process(ray_home) if j["name"] == name]
     assert len(same_key) == 1
 
 

@@ -17,7 +17,7 @@ from orchestrator.run_metrics import PHASES
 from providers.local_ray import processes_matching
 from tests.conftest import ORCH, ROOT, orch_env, run_json, run_orch, status_in_process
 from tests.integration.conftest import local_ray_dir, train_processes
-from tests.integration.test_runner_host import epoch, wait_ready, watch_sync_actors
+from tests.integration.test_runner_host import epoch, wait_ready, wait_warm, watch_sync_actors
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ def write_job(tmp_path, text, name="job.yaml"):
 def test_quickstart_trains_with_two_workers_in_the_precision_it_measured_on_warm_processes(
         ray_home, tmp_path):
     wait_ready(ray_home)
-    time.sleep(8)  # the warm processes import torch once the runner host is ready
+    wait_warm(local_ray_dir(ray_home))
     out, err = tmp_path / "out", tmp_path / "err"
     with open(out, "w") as stdout, open(err, "w") as stderr:
         submit = subprocess.Popen([ORCH, "submit", "examples/quickstart.yaml", "--json"],

@@ -42,6 +42,20 @@ def wait_ready(home, timeout=120) -> None:
     conn.close()  # a connection that sends nothing: the host refuses it and goes on
 
 
+def wait_warm(ray_dir: str, n: int = 4, age_s: float = 8, timeout: float = 120) -> None:
+    """Until that Ray holds at least `n` idle processes (the runner host's warm ones: a run's
+    controller, synchronization actor and two workers), each started `age_s` ago or more:
+    they import torch while they wait, and a run that came sooner could find them busy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        idle = actor_processes(ray_dir, "ray::IDLE")
+        with contextlib.suppress(psutil.Error):
+            if len(idle) >= n and all(time.time() - p.create_time() >= age_s for p in idle):
+                return
+        assert time.monotonic() < deadline, f"{len(idle)} warm processes after {timeout} s"
+        time.sleep(0.2)
+
+
 def watch_sync_actors(ray_dir: str, done, timeout: float) -> dict:
     """The synchronization actors of that Ray seen every 0.1 s until `done()`: pid -> (when
     its process started, whether torch is loaded in it)."""

@@ -14,7 +14,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 
 def cache_dir() -> Path:
@@ -58,3 +58,14 @@ def write(name: str, data: Any) -> None:
             raise
     except OSError:
         pass
+
+
+def kept(name: str, make: Callable[[], Any], usable: Callable[[Any], bool]) -> Any:
+    """What was kept under `name` when `usable` takes it; else `make()`'s, kept for the next
+    process (the one place that imports SkyPilot, inside `make`)."""
+    data = read(name)
+    if data is not None and usable(data):
+        return data
+    data = make()
+    write(name, data)
+    return data

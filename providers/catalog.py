@@ -45,31 +45,31 @@ class _Problem(Exception):
 
 def default_catalog_dir() -> Path:
     """SkyPilot's own catalog directory (honours SKY_RUNTIME_DIR), e.g. ~/.sky/catalogs/v8."""
+    def from_skypilot() -> str:
+        _quiet_sky()
+        from sky.catalog import common
+
+        return common.get_catalog_path("")
+
     # Where it is depends on the installed SkyPilot and on these two: kept for each.
     where = f"{os.environ.get('HOME', '')}|{os.environ.get('SKY_RUNTIME_DIR', '')}"
-    kept = skycache.read("catalog-dirs")
-    kept = kept if isinstance(kept, dict) else {}
-    if isinstance(kept.get(where), str):
-        return Path(kept[where])
-    _quiet_sky()
-    from sky.catalog import common
-
-    found = common.get_catalog_path("")
-    skycache.write("catalog-dirs", {**kept, where: found})
-    return Path(found)
+    return Path(skycache.kept(f"catalog-dir-{_digest(where)}", from_skypilot,
+                              lambda found: isinstance(found, str)))
 
 
 def _all_clouds() -> list[str]:
     """The clouds the installed SkyPilot knows (`sky.skylet.constants.ALL_CLOUDS`)."""
-    kept = skycache.read("clouds")
-    if isinstance(kept, list) and kept:
-        return kept
-    _quiet_sky()
-    from sky.skylet import constants
+    def from_skypilot() -> list[str]:
+        _quiet_sky()
+        from sky.skylet import constants
 
-    clouds = list(constants.ALL_CLOUDS)
-    skycache.write("clouds", clouds)
-    return clouds
+        return list(constants.ALL_CLOUDS)
+
+    return skycache.kept("clouds", from_skypilot, lambda clouds: isinstance(clouds, list) and bool(clouds))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _check_cloud(cloud: str) -> None:
@@ -122,31 +122,24 @@ def _read_cached(cloud: str, path: Path) -> list[Offer]:
     except OSError:
         return _read(cloud, path)  # missing: _read says so
     if key not in _CACHE:
-        kept = _kept_offers(key)
-        _CACHE[key] = tuple(kept if kept is not None else _read_and_keep(key, path))
+        _CACHE[key] = tuple(_kept_offers(key, path))
     return list(_CACHE[key])
 
 
-def _cache_name(key: tuple) -> str:
-    return f"offers-{key[0]}-{hashlib.sha256(key[1].encode()).hexdigest()[:16]}"
+_OFFER_FIELDS = {f.name for f in dataclasses.fields(Offer)}
 
 
-def _kept_offers(key: tuple) -> Optional[list[Offer]]:
-    """The offers kept for this catalog file, if they were made of it as it is now."""
-    kept = skycache.read(_cache_name(key))
-    if not isinstance(kept, dict) or kept.get("file") != list(key[1:]):
-        return None
-    try:
-        return [Offer(**o) for o in kept["offers"]]
-    except (KeyError, TypeError):
-        return None
+def _kept_offers(key: tuple, path: Path) -> list[Offer]:
+    """The offers of this catalog file as it is now: kept ones, else read by SkyPilot's code."""
+    cloud, file = key[0], list(key[1:])
 
+    def usable(kept) -> bool:
+        return (isinstance(kept, dict) and kept.get("file") == file and isinstance(kept.get("offers"), list)
+                and all(isinstance(o, dict) and o.keys() == _OFFER_FIELDS for o in kept["offers"]))
 
-def _read_and_keep(key: tuple, path: Path) -> list[Offer]:
-    offers = _read(key[0], path)
-    skycache.write(_cache_name(key), {"file": list(key[1:]),
-                                      "offers": [dataclasses.asdict(o) for o in offers]})
-    return offers
+    kept = skycache.kept(f"offers-{cloud}-{_digest(key[1])}", lambda: {
+        "file": file, "offers": [dataclasses.asdict(o) for o in _read(cloud, path)]}, usable)
+    return [Offer(**o) for o in kept["offers"]]
 
 
 def _read(cloud: str, path: Path) -> list[Offer]:

@@ -21,14 +21,13 @@ from orchestrator.spec.document import SourceMap
 @functools.lru_cache(maxsize=1)
 def schemas() -> dict[str, dict]:
     """{"task": ..., "resources": ...}: the installed SkyPilot's schemas."""
-    data = skycache.read("schemas")
-    if isinstance(data, dict) and {"task", "resources"} <= data.keys():
-        return data
-    from sky.utils import schemas as sky_schemas
+    def from_skypilot() -> dict:
+        from sky.utils import schemas as sky_schemas
 
-    data = {"task": sky_schemas.get_task_schema(), "resources": sky_schemas.get_resources_schema()}
-    skycache.write("schemas", data)
-    return data
+        return {"task": sky_schemas.get_task_schema(), "resources": sky_schemas.get_resources_schema()}
+
+    return skycache.kept("schemas", from_skypilot,
+                         lambda data: isinstance(data, dict) and {"task", "resources"} <= data.keys())
 
 
 @functools.lru_cache(maxsize=1)

@@ -193,8 +193,7 @@ def test_a_damaged_or_unwritable_cache_only_costs_a_read(catalogs, tmp_path, mon
     assert [p.name.split("-offers-")[1].split("-")[0] for p in kept] == ["aws", "lambda"]
     for p in kept:
         p.write_text("{not json")
-    (tmp_path / "cache" / "orch" / next(iter(
-        (tmp_path / "cache" / "orch").glob("skypilot-*-clouds.json"))).name).write_text('"x"')
+    next((tmp_path / "cache" / "orch").glob("skypilot-*-clouds.json")).write_text('"x"')
     catalog._CACHE.clear()
     assert sorted(map(repr, cloud_offers(["lambda", "aws"], catalogs))) == want
     with pytest.raises(InputError, match="unknown cloud"):

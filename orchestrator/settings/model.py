@@ -98,6 +98,56 @@ class Settings(BaseSettings):
                                      "needs once it is unused for this long (a resubmit of the "
                                      "same files within it sends nothing); 0: never remove one")
 
+    # What `orch serve` lets a client's job reach on the server (docs/security.md).
+    serve_git_schemes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["https"], description="the URL schemes a client's "
+        "workdir.url may use on `orch serve` (https, ssh, git); file:// and local paths never")
+    serve_git_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["github.com", "gitlab.com", "bitbucket.org"],
+        description="the hosts (host or host:port) a client's workdir.url may name on "
+                    "`orch serve`; * allows any")
+    serve_git_timeout_s: float = Field(20.0, gt=0, le=600, description="longest time `orch "
+                                       "serve` waits for one git command run for a client")
+    serve_git_per_user: int = Field(2, ge=1, le=100, description="git commands one user's "
+                                    "requests may have running at once on `orch serve`; more "
+                                    "are refused at once (HTTP 429)")
+    serve_git_max: int = Field(8, ge=1, le=100, description="git commands all users' requests "
+                               "may have running at once on `orch serve`")
+    serve_workdir_roots: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list, description="folders on the server a client's job may name as "
+        "its workdir or job file (a shared filesystem); none: a client's workdir is an upload "
+        "or a git URL")
+    serve_env_secrets: dict[str, list[str]] = Field(
+        default_factory=dict, description="the `secrets: {NAME: null}` names `orch serve` "
+        "fills from its own environment, by user (\"*\": every user), e.g. {\"*\": "
+        "[\"HF_TOKEN\"], \"alice\": [\"WANDB_API_KEY\"]}; none: no name")
+    upload_quota_mb: int = Field(1000, ge=0, le=1_000_000, description="the unpacked uploads "
+                                 "one user may hold on `orch serve` at once, in MiB; 0: no limit")
+    serve_body_timeout_s: float = Field(30.0, gt=0, le=3600, description="longest pause "
+                                        "`orch serve` waits for the next piece of a request body")
+
+    @field_validator("serve_git_schemes", "serve_git_hosts", mode="before")
+    @classmethod
+    def _lower_list(cls, v: Any) -> Any:
+        v = _split_list(v)
+        if not isinstance(v, list) or not all(isinstance(c, str) for c in v):
+            raise ValueError(f"{clip(v)}: write a list of names, e.g. [\"https\"]")
+        return [c.lower() for c in v]
+
+    @field_validator("serve_workdir_roots", mode="before")
+    @classmethod
+    def _roots(cls, v: Any) -> Any:
+        v = _split_list(v)
+        if not isinstance(v, list):
+            raise ValueError(f"{clip(v)}: write a list of absolute folders")
+        out = []
+        for p in v:
+            path = Path(os.path.expanduser(str(p)))
+            if "\x00" in str(p) or not path.is_absolute():
+                raise ValueError(f"{clip(p)}: give an absolute folder")
+            out.append(path)
+        return out
+
     @field_validator("server", mode="before")
     @classmethod
     def _server(cls, v: Any) -> Any:

@@ -118,22 +118,106 @@ def digests(values: Iterable[str], salt: str, key: bytes) -> list[str]:
     return sorted({digest(v, salt, key) for v in values if len(v) >= _MIN_LEN})
 
 
-def redact_text(text: str, values: Iterable[str] = (), salt: str = "",
-                known: Iterable[str] = (), key: Optional[bytes] = None,
-                legacy: Iterable[str] = ()) -> str:
-    """`text` with every secret replaced: the `values` orch holds now, and any word whose
-    digest is among the job's: `known` (HMACs under `key`) or `legacy` (salted SHA-256)."""
-    for v in sorted((v for v in values if len(v) >= _MIN_LEN), key=len, reverse=True):
-        text = text.replace(v, REDACTED)
-    known = set(known) if key else set()
-    legacy = set(legacy)
-    if not (known or legacy) or not salt:
+def lengths(values: Iterable[str]) -> list[int]:
+    """The lengths of the values that digests are kept for: where a later reader looks for
+    them in a text (a length says little of a value; the digest needs the store's key)."""
+    return sorted({len(v) for v in values if len(v) >= _MIN_LEN})
+
+
+# A place where a secret may start or end in a text: its ends, and beside any character
+# that is not a letter or a digit (a space, '.', '&', '/', '=', ':', a quote...).
+_EDGE = re.compile(r"[^A-Za-z0-9]")
+
+
+def _edges(text: str) -> set[int]:
+    edges = {0, len(text)}
+    for m in _EDGE.finditer(text):
+        edges.add(m.start())
+        edges.add(m.end())
+    return edges
+
+
+class Redactor:
+    """One job's redaction: the values this process holds, and the digests (with the
+    lengths) its record keeps, matched anywhere in a text, not only as whole words.
+
+    Held values are replaced wherever they occur. A value known only by its digest (a log
+    read after the process that launched the job is gone) is found by trying each stretch
+    of the text of a kept length that holds no whitespace and starts and ends at an edge
+    (beside whitespace, the text's ends, or a character that is not a letter or digit):
+    `token is VALUE.`, `?t=VALUE&a=1`, `/p/VALUE/x`, `pw:VALUE`, `VALUE==`. A value glued to
+    letters or digits on a side (`xVALUE`), or holding whitespace, is found only while it
+    is held."""
+
+    def __init__(self, values: Iterable[str] = (), salt: str = "", known: Iterable[str] = (),
+                 key: Optional[bytes] = None, legacy: Iterable[str] = (),
+                 sizes: Iterable[int] = ()):
+        self.values = sorted({v for v in values if len(v) >= _MIN_LEN}, key=len, reverse=True)
+        self.salt = salt
+        self.key = key
+        self.known = set(known) if key and salt else set()
+        self.legacy = set(legacy) if salt else set()
+        self.sizes = sorted({n for n in sizes if n >= _MIN_LEN})
+        if self.known and self.key:  # digests of values held need no search
+            self.known -= {digest(v, salt, self.key) for v in self.values}
+        if self.legacy:
+            self.legacy -= {legacy_digest(v, salt) for v in self.values}
+
+    def __bool__(self) -> bool:
+        return bool(self.values or self.known or self.legacy)
+
+    def __call__(self, text: Optional[str]) -> str:
+        if not text:
+            return text or ""
+        for v in self.values:
+            text = text.replace(v, REDACTED)
+        if self.known and self.sizes:
+            text = self._search(text)
+        if (self.known and not self.sizes) or self.legacy:  # records from before the lengths
+            text = _TOKEN.sub(self._word, text)
         return text
 
-    def word(m: re.Match) -> str:
-        w = m.group(0)
-        if (known and key and digest(w, salt, key) in known) or \
-                (legacy and legacy_digest(w, salt) in legacy):
-            return REDACTED
-        return w
-    return _TOKEN.sub(word, text)
+    def _hit(self, w: str) -> bool:
+        return bool((self.known and self.key and digest(w, self.salt, self.key) in self.known)
+                    or (self.legacy and legacy_digest(w, self.salt) in self.legacy))
+
+    def _word(self, m: re.Match) -> str:
+        return REDACTED if self._hit(m.group(0)) else m.group(0)
+
+    def _search(self, text: str) -> str:
+        """Each run of the text without whitespace that could hold a kept length: its
+        stretches of those lengths between edges, by digest. A run shorter than the shortest
+        value is never hashed, so ordinary prose costs almost nothing."""
+        assert self.key is not None  # self.known is empty without one
+        base = hmac.new(self.key, f"{self.salt}:".encode(), hashlib.sha256)
+        out, done = [], 0
+        for run in re.finditer(r"\S{%d,}" % self.sizes[0], text):
+            word, offset = run.group(0), run.start()
+            edges = _edges(word)
+            last = 0
+            for start in sorted(edges):
+                if start < last:
+                    continue
+                for n in reversed(self.sizes):  # the longest first: a value holding another
+                    end = start + n
+                    if end not in edges:
+                        continue
+                    h = base.copy()
+                    h.update(word[start:end].encode())
+                    if h.hexdigest() in self.known:
+                        out.append(text[done:offset + start])
+                        out.append(REDACTED)
+                        done = last = offset + end
+                        last -= offset
+                        break
+        out.append(text[done:])
+        return "".join(out)
+
+
+def redact_text(text: str, values: Iterable[str] = (), salt: str = "",
+                known: Iterable[str] = (), key: Optional[bytes] = None,
+                legacy: Iterable[str] = (), sizes: Iterable[int] = ()) -> str:
+    """`text` with every secret replaced: the `values` orch holds now, and any stretch whose
+    digest is among the job's: `known` (HMACs under `key`, searched at the `sizes` kept) or
+    `legacy` (salted SHA-256, whole words)."""
+    return Redactor(values, salt, known, key, legacy, sizes)(text)

@@ -129,9 +129,11 @@ class RayJobsProvider(Backend, HasCapacity):
             raise BackendError(f"cannot read job {backend_id} from Ray at {self.address}: {_short(e)}",
                                self.hint) from None
         status = _STATES.get(str(job.status), "FAILED")
-        message = job.message
-        if status == "FAILED" and job.driver_exit_code is not None:
+        message = _without_log_tail(job.message)
+        if status == "FAILED" and job.driver_exit_code is not None and "exit code" not in (message or ""):
             message = f"{message} (exit code {job.driver_exit_code})"
+        if status == "FAILED" and message != job.message:
+            message = f"{message}; its output: `orch logs {backend_id}`"
         # Ray's own clock for when the job held the cluster: what the ledger prices.
         times = {k: t / 1000.0 for k, t in (("backend_start", job.start_time),
                                              ("backend_end", job.end_time)) if t}
@@ -165,3 +167,16 @@ class RayJobsProvider(Backend, HasCapacity):
 def _short(e: Exception) -> str:
     text = str(e).strip().splitlines()
     return text[-1] if text else type(e).__name__
+
+
+def _without_log_tail(message: Optional[str]) -> Optional[str]:
+    """Ray's message without the job's output it quotes when the entrypoint fails ("last
+    available logs (truncated to 20,000 chars): ..."): that output is the job's log, which
+    orch keeps and shows redacted; a copy in a status message would be kept and shown
+    everywhere a message is."""
+    if not message:
+        return message
+    cut = message.find(", last available logs")
+    if cut < 0:
+        cut = message.find("last available logs")
+    return message[:cut].rstrip(" ,:\n") if cut >= 0 else message

@@ -38,6 +38,7 @@ UNITS = {
     "tests/integration/test_serve.py": "local-ray",
     "tests/integration/test_serve_client.py": "local-ray",
     "tests/integration/test_serve_queue.py": "local-ray",
+    "tests/integration/test_serve_security_secrets.py": "local-ray",
     "tests/integration/test_speed.py": "local-ray",
     "tests/integration/test_status_page.py": "local-ray",
     "tests/integration/test_onprem.py": "two-node-cluster",

@@ -93,7 +93,14 @@ class Local:
     def jobs(self, limit: int = 50) -> list[dict]:
         from orchestrator.records import JobRecord
 
-        return [JobRecord.from_row(r).to_json() for r in self.orch.list(limit)]
+        return [JobRecord.from_row(self._shown(r)).to_json() for r in self.orch.list(limit)]
+
+    def _shown(self, rec: JobRow) -> JobRow:
+        """The record with its message redacted again on the way out: a row written before
+        redaction caught every form of a value still shows none."""
+        if not rec.message:
+            return rec
+        return rec.model_copy(update={"message": self.orch.redactor(rec)(rec.message)})
 
     def job(self, job_id: str) -> dict:
         from orchestrator.records import JobDetail
@@ -103,7 +110,10 @@ class Local:
             rec = self.orch.refresh(rec)
         except BackendError as e:  # show what is known, and why it may be stale
             warning = f"last known state: {e.message}" + (f"\n  -> {e.hint}" if e.hint else "")
-        return JobDetail.from_history(rec, self.orch.store.history(rec.id), warning).to_json()
+        shown = self.orch.redactor(rec)
+        history = [{**h, "message": shown(h["message"]) if h["message"] else h["message"]}
+                   for h in self.orch.store.history(rec.id)]
+        return JobDetail.from_history(self._shown(rec), history, warning).to_json()
 
     def logs(self, job_id: str) -> str:
         return self.orch.logs(self.orch.refresh(self.orch.get(job_id)))

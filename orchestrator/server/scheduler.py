@@ -61,6 +61,9 @@ class Scheduler:
         self.me = launcher_id()
         # Job specs as submitted, secret values included, until launched: this process only.
         self.pending: dict[str, object] = {}
+        # Launched jobs' secret values, until each ends: every session redacts its text by
+        # value, in any context (after a restart only the record's digests remain).
+        self.held: dict[str, dict] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -72,8 +75,11 @@ class Scheduler:
         """An embedded client for this thread, closed after use."""
         from orchestrator.client import Local
 
-        local = Local(self.settings, on_ray_start=lambda: log.info(
+        from orchestrator.service import Orch
+
+        orch = Orch(self.settings, held=self.held, on_ray_start=lambda: log.info(
             "starting the local Ray instance (it outlives the server; `orch local down` stops it)"))
+        local = Local(self.settings, orch=orch)
         try:
             yield local
         finally:

@@ -19,11 +19,14 @@ if TYPE_CHECKING:
 
 
 class OrchCore:
-    def __init__(self, settings: Settings, on_ray_start: Optional[Callable[[], None]] = None):
+    def __init__(self, settings: Settings, on_ray_start: Optional[Callable[[], None]] = None,
+                 held: Optional[dict[str, dict]] = None):
         self.settings = settings
         self.on_ray_start = on_ray_start
         self._providers: dict[str, Backend] = {}
-        self._secrets: dict[str, dict] = {}  # job id -> secret values, for this process only
+        # job id -> secret values, in this process only, from launch until the job's end
+        # (redaction by value): `held` is a longer-lived process's own (`orch serve`'s).
+        self._secrets: dict[str, dict] = {} if held is None else held
         # job id -> (spec, secrets) of a pipeline's stage this process submitted, for its launch
         self._held: dict[str, tuple] = {}
 

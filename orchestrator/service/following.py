@@ -3,6 +3,7 @@ end and its ledger line), its log with secrets redacted, and cancelling it."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -53,6 +54,8 @@ class Following(Budgets):
             # last one known, since the job may well still be running there.
             self.store.set_status(rec.id, rec.status, f"last known {rec.status}: {e.message}")
             raise
+        if state.message:  # a backend's message may quote the job's output (Ray's does)
+            state = dataclasses.replace(state, message=self._redact(rec, state.message))
         if state.info and any(getattr(rec.info, k, None) != v for k, v in state.info.items()):
             rec = self.store.update(rec.id, info=with_info(rec, **state.info))
         step = reconcile.launched(gone=None, backend_status=state.status, backend_message=state.message,
@@ -114,8 +117,10 @@ class Following(Budgets):
                        f"{stopped.get('detail')}; last checkpoint {metrics.get('checkpoint')}")
         if status == "SUCCEEDED":
             self._scaling(rec, metrics)
+        message = self._redact(rec, message) if message else message
         rec = self.store.set_status(rec.id, status, message, metrics=metrics,
                                     log_path=str(log_path) if text else rec.log_path)
+        self._secrets.pop(rec.id, None)  # the job's text is all kept, redacted, by now
         from orchestrator import ledger
 
         # The ledger line, kept with the job: what it cost and what it passed over.
@@ -136,17 +141,21 @@ class Following(Budgets):
                               self.store.runs_for_fingerprint(rec.fingerprint or "")
                               if r.status == "SUCCEEDED" and r.id != rec.id])
 
-    def _redact(self, rec: JobRow, text: str) -> str:
-        """The job's secrets out of `text`, and any credential orch's own environment holds
-        (AWS_SECRET_ACCESS_KEY and the like), should the job have printed one."""
-        if not text:
-            return text
+    def redactor(self, rec: JobRow) -> redact.Redactor:
+        """The one redaction of everything orch keeps or shows of a job's text (its log, its
+        messages and history lines, its result): the job's secrets, as values this process
+        holds (`orch serve` holds them from launch to end) and by the digests its record
+        keeps, and any credential orch's own environment holds (AWS_SECRET_ACCESS_KEY and
+        the like), should the job have printed one."""
         info = rec.info
         values = list((self._secrets.get(rec.id) or {}).values())
         values += [v for k, v in os.environ.items() if len(v) >= 8 and redact.looks_secret(k)]
         key = redact.store_key(self.settings.home, create=False) if info.secret_hmacs else None
-        return redact.redact_text(text, values, info.secret_salt, info.secret_hmacs, key,
-                                  legacy=info.secret_digests)
+        return redact.Redactor(values, info.secret_salt, info.secret_hmacs, key,
+                               info.secret_digests, info.secret_lengths)
+
+    def _redact(self, rec: JobRow, text: str) -> str:
+        return self.redactor(rec)(text) if text else text
 
     def logs(self, rec: JobRow) -> str:
         """The job's log, secrets redacted: from the backend while it knows the job, else

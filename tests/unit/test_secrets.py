@@ -44,6 +44,40 @@ def test_a_later_reader_redacts_by_digest_alone(tmp_path):
     assert redact.redact_text(text, salt=salt, known=known) == text
 
 
+FORMS = ("{v}", "token is {v}.", "https://h/cb?t={v}&a=1", "/p/{v}/x", "pw:{v}", '"{v}"',
+         "KEY={v}\n", "({v})")
+
+
+@pytest.mark.parametrize("value", [TOKEN, "c2VjcmV0LXZhbHVlLTEyMw==", "p@ss:w0rd-is-long",
+                                   "a.b.c.d.e", "x&y=z/w"])
+def test_a_value_known_only_by_its_digest_is_found_in_any_context(tmp_path, value):
+    """Issue 32, finding 3: a value before '.', '&' or '/', or holding ':' or '=', was
+    served whole by a reader that had only the record's digests (word-level matching)."""
+    salt, key = redact.new_salt(), redact.store_key(tmp_path)
+    later = redact.Redactor(salt=salt, known=redact.digests([value, PASSWORD], salt, key),
+                            key=key, sizes=redact.lengths([value, PASSWORD]))
+    for form in FORMS:
+        text = "before " + form.format(v=value) + " after " + PASSWORD
+        out = later(text)
+        assert value not in out and PASSWORD not in out, (form, out)
+        assert out == "before " + form.format(v=redact.REDACTED) + " after " + redact.REDACTED
+    # Ordinary text around it is left as it was; a value glued to letters is only found
+    # while it is held (said in Redactor's docstring).
+    assert later("epoch 3 loss=0.25 https://example.org/a?b=c") == \
+        "epoch 3 loss=0.25 https://example.org/a?b=c"
+    assert redact.Redactor([value])("x" + value + "y") == f"x{redact.REDACTED}y"
+
+
+def test_a_long_log_is_searched_by_digest_in_linear_time(tmp_path):
+    salt, key = redact.new_salt(), redact.store_key(tmp_path)
+    later = redact.Redactor(salt=salt, known=redact.digests([TOKEN], salt, key), key=key,
+                            sizes=redact.lengths([TOKEN]))
+    line = "epoch 12 step 400/500 loss=0.1234 lr=3e-4 samples/s=512.5 https://h/x?q=1\n"
+    text = line * 20_000 + f"token={TOKEN}\n"  # 1.5 MB
+    out = later(text)
+    assert out.endswith(f"token={redact.REDACTED}\n") and out.count(redact.REDACTED) == 1
+
+
 def test_digests_are_hmacs_under_the_stores_key_not_plain_sha256(tmp_path):
     salt, key = redact.new_salt(), redact.store_key(tmp_path)
     d = redact.digest(TOKEN, salt, key)

@@ -191,7 +191,7 @@ class Redactor:
         assert self.key is not None  # self.known is empty without one
         base = hmac.new(self.key, f"{self.salt}:".encode(), hashlib.sha256)
         out, done = [], 0
-        for run in re.finditer(r"\S{%d,}" % self.sizes[0], text):
+        for run in re.finditer(r"\S{" + str(self.sizes[0]) + ",}", text):
             word, offset = run.group(0), run.start()
             edges = _edges(word)
             last = 0

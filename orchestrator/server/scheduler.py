@@ -74,7 +74,6 @@ class Scheduler:
     def session(self) -> Iterator:
         """An embedded client for this thread, closed after use."""
         from orchestrator.client import Local
-
         from orchestrator.service import Orch
 
         orch = Orch(self.settings, held=self.held, on_ray_start=lambda: log.info(

@@ -76,7 +76,8 @@ def load_spec_text(text: str, file: str = "<job>", given: Optional[Overrides] = 
             raise SpecError(file, src.line_of((what,)), what, f"makes this {kind}",
                             instead.format(file=file))
     _fill_in_envs(data, src)
-    if "_docker_login_config" in (data.get("resources") or {}):
+    resources = data.get("resources")
+    if isinstance(resources, dict) and "_docker_login_config" in resources:
         raise SpecError(file, src.line_of(("resources", "_docker_login_config")),
                         "resources._docker_login_config", "holds a registry password, which "
                         "orch would keep with the job's record",

@@ -208,3 +208,11 @@ def test_a_secret_with_a_value_in_file_mounts_is_refused_at_its_key():
         assert "secret HF_TOKEN" in e.value.message and "envs.HF_TOKEN" in e.value.hint
     # A null one, as SkyPilot leaves it (its value is not known when the file is read).
     assert load_spec_text(text % "null", "job.yaml").file_mounts == {"/w": "s3://$HF_TOKEN/x"}
+
+
+@pytest.mark.parametrize("resources", ["1", "'text'", "[1, 2]", "true"])
+def test_resources_that_are_not_a_mapping_are_a_located_error_not_a_crash(resources):
+    """Issue 32: `resources: 1` raised a TypeError (HTTP 500 from `orch serve`)."""
+    with pytest.raises(SpecError) as e:
+        load_spec_text(f"resources: {resources}\nrun: echo\n", "job.yaml")
+    assert e.value.key.startswith("resources") and "job.yaml:1" in str(e.value)

@@ -7,9 +7,11 @@ An upload folder HOME/uploads/<sha256> is removed only when all three hold:
 3. it was last used more than `upload_keep_hours` ago, "last used" being the newest of the
    folder's mtime (set when it is unpacked, and again whenever a job, a plan or a resend
    names it) and the created_at / finished_at of every job that referred to it.
+An upload's record of owners (`.owners/<sha256>.json`) is removed with it.
 `upload_keep_hours = 0` removes no upload. Leftovers of a crash (`.unpacking-*`: a server
-that stopped mid-unpack; `.removing-*`: one that stopped mid-removal) are removed once
-nothing has changed them for an hour; nothing else in the folder is touched.
+that stopped mid-unpack; `.removing-*`: one that stopped mid-removal; a record of owners
+whose upload is not there) are removed once nothing has changed them for an hour; nothing
+else in the folder is touched.
 
 A folder is renamed to `.removing-*` before it is deleted, so no job ever sees half of it
 under its real name; a job or upload that named it in the instant before the rename
@@ -29,7 +31,7 @@ from typing import Iterable, Optional
 
 from orchestrator.records import JobRow
 from orchestrator.store import TERMINAL, iso
-from orchestrator.upload import DIGEST_PATTERN, human, uploads_root
+from orchestrator.upload import DIGEST_PATTERN, human, owners, uploads_root
 
 log = logging.getLogger("orch.serve")
 
@@ -220,6 +222,7 @@ def _remove(root: Path, v: Verdict, mtime_ns: int) -> Optional[str]:
         return None
     files, size = _size(aside)
     try:
+        owners.forget(root, v.name)
         shutil.rmtree(aside)
     except OSError as e:  # out of use already; what is left goes as a leftover, in an hour
         log.warning("removing upload %s... failed: %s (in %s)", v.name[:16], e.strerror or e, aside)
@@ -253,4 +256,6 @@ def collect(home: Path, store, keep_hours: float, now: float) -> list[str]:
             log.warning("cannot remove %s: %s; tried again later", root / v.name, e.strerror or e)
             continue
         removed.append(v.name)
+    for name in owners.leftovers(root, {n for n in folders if _DIGEST.match(n)}, now, TEMP_MAX_AGE_S):
+        log.info("removed %s/%s: its upload is not there", owners.DIR, name)
     return removed

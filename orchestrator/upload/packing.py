@@ -93,7 +93,8 @@ def scan(workdir: Path) -> tuple[list[Entry], list[str]]:
         for name in sorted(dirs + files):
             path = Path(root, name)
             rel = path.relative_to(workdir).as_posix()
-            if name in SKIP_DIRS or ignored(rel, patterns):  # folders, files or links
+            # Folders, files or links; .git in any case (the server refuses one).
+            if name in SKIP_DIRS or name.lower() == ".git" or ignored(rel, patterns):
                 continue
             try:
                 st = path.lstat()

@@ -2,7 +2,8 @@
 
 Each is unpacked in HOME/uploads/<sha256 of the archive>, until no job or schedule needs
 it and it has not been used for `upload_keep_hours` (`orchestrator.upload_gc` removes it
-then).
+then). It belongs to the users who sent it (`orchestrator.upload.owners`): to anyone else
+it is not there, with the very error of an upload the server never had.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Optional
 
 from orchestrator.errors import InputError
-from orchestrator.upload.limits import DIGEST_PATTERN, TooLarge, human
-from orchestrator.upload.unpacking import unpack
+from orchestrator.upload import owners
+from orchestrator.upload.headers import survey
+from orchestrator.upload.limits import DIGEST_PATTERN, MAX_FILES, TooLarge, human
+from orchestrator.upload.unpacking import UNREADABLE, unpack, unreadable
 
 
 def uploads_root(home: Path) -> Path:
@@ -42,33 +46,42 @@ def touch(path: Path) -> bool:
     return path.is_dir()
 
 
-def folder(home: Path, digest: str) -> Path:
-    """Where the upload `digest` is unpacked, marked as used now; InputError when this
-    server does not have it."""
+def has(home: Path, digest: str, user: str, admin: bool = False) -> bool:
+    """Whether the upload `digest` is here for `user` (its owner, or an admin)."""
     import re
 
+    if not re.match(DIGEST_PATTERN, digest):
+        return False
+    root = uploads_root(home)
+    return (root / digest).is_dir() and (admin or owners.owns(root, digest, user))
+
+
+def folder(home: Path, digest: str, user: str, admin: bool = False) -> Path:
+    """Where the upload `digest` is unpacked, marked as used now; InputError when this
+    server does not have it for `user` (not there, or not theirs: the same error, so
+    that nobody learns what others sent)."""
     path = uploads_root(home) / digest
-    if not re.match(DIGEST_PATTERN, digest) or not touch(path):
+    if not has(home, digest, user, admin) or not touch(path):
         raise missing(digest)
     return path
 
 
 class Receiver:
     """An upload arriving in pieces: hashed and written to a private temporary file as it
-    comes, refused as soon as it is over the limit, then unpacked under HOME/uploads."""
+    comes, refused as soon as it is over the limit, then unpacked under HOME/uploads and
+    made `user`'s (within their quota: `quota` bytes, 0 for none)."""
 
-    def __init__(self, home: Path, max_bytes: int):
+    def __init__(self, home: Path, max_bytes: int, user: str, quota: int = 0,
+                 keep_hours: float = 24.0):
         self.root = uploads_root(home)
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.max_bytes = max_bytes
+        self.max_bytes, self.user, self.quota, self.keep_hours = max_bytes, user, quota, keep_hours
         self.file = tempfile.TemporaryFile(dir=self.root)
         self.sha = hashlib.sha256()
         self.size = 0
 
     def refuse(self, size: int) -> TooLarge:
-        return TooLarge(f"the upload is {human(size)}; this server takes at most "
-                        f"{human(self.max_bytes)}", "leave files out of the workdir with a "
-                        ".orchignore, or raise upload_max_mb (ORCH_UPLOAD_MAX_MB) on the server")
+        return too_large(size, self.max_bytes)
 
     def write(self, chunk: bytes) -> None:
         self.size += len(chunk)
@@ -79,28 +92,53 @@ class Receiver:
 
     def finish(self) -> dict:
         """{"upload": digest, "existing": bool}: unpacked into HOME/uploads/<digest>, or
-        already there (the same bytes were sent before)."""
+        already there ("existing": this user sent the same bytes before; from another
+        user's, they are made an owner). The quota is checked on the archive's headers,
+        before anything is unpacked."""
         digest = self.sha.hexdigest()
         final = self.root / digest
-        if touch(final):  # False: never here, or removed this instant (unpacked again below)
-            return {"upload": digest, "existing": True}
         if self.size == 0:
             raise InputError("the upload is empty", "send a tar.gz of the workdir as the body")
+        if owners.owns(self.root, digest, self.user) and touch(final):
+            return {"upload": digest, "existing": True}
         self.file.seek(0)
+        try:
+            size = survey(self.file, self.max_bytes, MAX_FILES).bytes
+        except UNREADABLE as e:
+            raise unreadable(e) from None
+        if touch(final):  # sent by someone else: the sender owns it too, from now
+            owners.claim(self.root, digest, self.user, size, self.quota, self.keep_hours)
+            return {"upload": digest, "existing": False}
+        # Over the quota: refused before unpacking (and checked again when claimed, after).
+        owners.check(self.root, digest, self.user, size, self.quota, self.keep_hours)
         unpacking = self.root / f".unpacking-{uuid.uuid4().hex}"
         unpack(self.file, unpacking, self.max_bytes)
         os.utime(unpacking)  # unpacked now: the collector's "last used" starts here
+        try:
+            claimed = owners.claim(self.root, digest, self.user, size, self.quota, self.keep_hours)
+        except BaseException:
+            shutil.rmtree(unpacking, ignore_errors=True)
+            raise
         try:
             os.rename(unpacking, final)
         except OSError:
             shutil.rmtree(unpacking, ignore_errors=True)
             if not final.is_dir():
+                if claimed:
+                    owners.release(self.root, digest, self.user)
                 raise
-            return {"upload": digest, "existing": True}  # the same bytes, sent meanwhile
         return {"upload": digest, "existing": False}
 
     def close(self) -> None:
         self.file.close()
+
+
+def too_large(size: Optional[int], max_bytes: int) -> TooLarge:
+    """An upload of `size` bytes (None: not known, over the limit) over `max_bytes`."""
+    shown = human(size) if size else "over the limit"
+    return TooLarge(f"the upload is {shown}; this server takes at most {human(max_bytes)}",
+                    "leave files out of the workdir with a .orchignore, or raise "
+                    "upload_max_mb (ORCH_UPLOAD_MAX_MB) on the server")
 
 
 # -- the job file: its workdir pointed at the upload ------------------------------------
@@ -122,9 +160,10 @@ def set_workdir(text: str, path: str) -> str:
     raise ValueError("the job file has no workdir")
 
 
-def with_upload(text: str, spec, home: Path, digest: str) -> str:
-    """The job file's text run from the upload `digest` on this server."""
-    path = folder(home, digest)
+def with_upload(text: str, spec, home: Path, digest: str, user: str, admin: bool = False) -> str:
+    """The job file's text run from the upload `digest` on this server, sent by `user`
+    (or any, for an admin)."""
+    path = folder(home, digest, user, admin)
     if not isinstance(spec.workdir, str):
         raise spec.error("workdir", "an upload came with this job, but it has no workdir folder: "
                          "nothing would use it", "give workdir: in the job file, or send no upload")

@@ -1,9 +1,11 @@
 """The server's side of an upload: unpack an archive it trusts nothing of.
 
-Names must be relative and stay inside (no `..`), links must be relative and resolve
-inside, only files, folders and links are allowed, and the number and total size of the
-files are capped by the archive's own headers, before each file is written. What it
-unpacks is readable by the server's user only.
+Names must be relative and stay inside (no `..`) and name no `.git` (git, run in the
+folder later, would obey a config in it), links must be relative and resolve inside, only
+files, folders and links are allowed, and the number and total size of the files, and the
+size of each extended header, are capped by a first pass over the headers
+(`orchestrator.upload.headers`) before anything is written, then again while writing. What
+it unpacks is readable by the server's user only.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from pathlib import Path
 from typing import BinaryIO, Optional
 
 from orchestrator.errors import InputError, OrchError
-from orchestrator.upload.limits import MAX_FILES, MiB, TooLarge, human, link_inside
+from orchestrator.upload.headers import survey, too_big, too_many
+from orchestrator.upload.limits import MAX_FILES, MiB, link_inside
+
+UNREADABLE = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
 
 
 def _bad(name: str, problem: str) -> InputError:
@@ -37,7 +42,19 @@ def safe_name(name: str) -> Optional[str]:
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise _bad(name, "climbs out with '..'")
+    if _has_git(name):
+        raise _git(name, "is in a .git folder")
     return "/".join(parts) or None
+
+
+def _has_git(path: str) -> bool:
+    return any(p.lower() == ".git" for p in path.split("/"))  # .GIT too: a case-insensitive disk
+
+
+def _git(name: str, problem: str) -> InputError:
+    return InputError(f"the upload is refused: {name!r} {problem}",
+                      "an upload holds no git repository (`orch submit` leaves .git out); "
+                      "a job that needs one names it as workdir: {url: ..., ref: ...}")
 
 
 def _inside(top: str, path: str) -> bool:
@@ -46,18 +63,22 @@ def _inside(top: str, path: str) -> bool:
 
 def unpack(archive: BinaryIO, dest: Path, max_bytes: int, max_files: int = MAX_FILES) -> dict:
     """Unpack a tar.gz into `dest` (created here, owner-only), all or nothing: on any
-    problem `dest` is removed and InputError (TooLarge for the limits) raised."""
+    problem `dest` is removed and InputError (TooLarge for the limits) raised. The limits
+    are checked on the headers first, before `dest` is created."""
     dest = Path(dest)
+    try:
+        survey(archive, max_bytes, max_files)
+    except UNREADABLE as e:
+        raise unreadable(e) from None
     dest.mkdir(mode=0o700)
     try:
         with tarfile.open(fileobj=archive, mode="r:gz") as tar:
             stats = _extract(tar, os.path.realpath(dest), max_bytes, max_files)
         os.chmod(dest, 0o700)
         return stats
-    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+    except UNREADABLE as e:
         shutil.rmtree(dest, ignore_errors=True)
-        raise InputError(f"the upload is not a readable tar.gz archive: {e}",
-                         "send a gzip-compressed tar of the workdir (`orch submit` makes one)") from None
+        raise unreadable(e) from None
     except OSError as e:
         shutil.rmtree(dest, ignore_errors=True)
         if e.errno in (errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG):
@@ -69,6 +90,11 @@ def unpack(archive: BinaryIO, dest: Path, max_bytes: int, max_files: int = MAX_F
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
+
+
+def unreadable(e: BaseException) -> InputError:
+    return InputError(f"the upload is not a readable tar.gz archive: {e}",
+                      "send a gzip-compressed tar of the workdir (`orch submit` makes one)")
 
 
 def _place(top: str, rel: str) -> str:
@@ -86,9 +112,8 @@ def _extract(tar: tarfile.TarFile, top: str, max_bytes: int, max_files: int) -> 
     links: list[tuple[str, str]] = []
     for m in tar:
         count += 1
-        if count > max_files:
-            raise TooLarge(f"the upload holds over {max_files:,} entries", "leave files out of "
-                           "the workdir with a .orchignore")
+        if count > max_files:  # the first pass counted the same: a second guard
+            raise too_many(max_files)
         rel = safe_name(m.name)
         if rel is None:
             if m.isdir():
@@ -102,9 +127,7 @@ def _extract(tar: tarfile.TarFile, top: str, max_bytes: int, max_files: int) -> 
         elif m.type in (tarfile.REGTYPE, tarfile.AREGTYPE):
             total += m.size
             if total > max_bytes:
-                raise TooLarge(f"the upload's files are over the limit of {human(max_bytes)}",
-                               "leave files out of the workdir with a .orchignore, or raise "
-                               "upload_max_mb on the server")
+                raise too_big(max_bytes)
             path = _place(top, rel)
             try:  # never through or over something already there
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
@@ -120,6 +143,8 @@ def _extract(tar: tarfile.TarFile, top: str, max_bytes: int, max_files: int) -> 
         elif m.type == tarfile.SYMTYPE:
             if not link_inside(rel, m.linkname):
                 raise _bad(rel, f"is a link to {m.linkname!r}, outside the upload")
+            if _has_git(m.linkname):  # files written through it would make a .git folder
+                raise _git(rel, f"is a link to {m.linkname!r}, a .git folder")
             path = _place(top, rel)
             try:
                 os.symlink(m.linkname, path)

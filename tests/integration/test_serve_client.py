@@ -96,11 +96,12 @@ def test_a_client_workdir_is_sent_and_the_job_runs_from_the_servers_copy(served,
     assert store.get(rec["id"]).spec["workdir"] == str(copy)
     store.close()
     # The same files again (a plan sends the workdir too): found on the server, not sent.
-    proc = orch_as(served, client_home, "bob", "plan", str(job))
+    # (To alice, who sent them: another user sends them to become an owner too.)
+    proc = orch_as(served, client_home, "alice", "plan", str(job))
     assert proc.returncode == 0 and (
         f"note: workdir {code}: the server has these files already ({sent}); "
         "nothing sent") in proc.stderr
-    assert os.listdir(home / "uploads") == [digest]
+    assert sorted(os.listdir(home / "uploads")) == [".owners", digest]
 
 
 def test_schedules_through_the_cli_with_each_users_rights(served, client_home, code):

@@ -248,7 +248,7 @@ def test_an_upload_is_taken_once_and_a_job_runs_from_it(api, workdir):
     assert api("GET", f"/v1/uploads/{digest}").json() == {"upload": digest, "existing": True}
     folder = uploads_root(api.settings.home) / digest
     assert (folder / "train.py").read_text() == "print('trained')\n"
-    assert sorted(os.listdir(uploads_root(api.settings.home))) == [digest]  # no temporary left
+    assert sorted(os.listdir(uploads_root(api.settings.home))) == [".owners", digest]  # no temporary left
     job = {"spec": "name: up\nworkdir: ../code\nrun: python train.py\n",
            "file": str(workdir.parent / "jobs" / "up.yaml"), "upload": digest}
     r = api("POST", "/v1/jobs", json=job)
@@ -273,7 +273,7 @@ def test_an_upload_is_taken_once_and_a_job_runs_from_it(api, workdir):
     r = api("POST", "/v1/uploads", content=b"junk")
     assert r.status_code == 400 and r.json()["error"].startswith("the upload is not a readable tar.gz")
     assert api("GET", "/v1/uploads/abc").status_code == 400
-    assert sorted(os.listdir(uploads_root(api.settings.home))) == [digest]
+    assert sorted(os.listdir(uploads_root(api.settings.home))) == [".owners", digest]
 
 
 def test_a_schedule_registered_with_an_upload_runs_its_slots_from_it(api, workdir):

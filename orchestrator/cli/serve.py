@@ -30,6 +30,7 @@ def serve(
     from orchestrator.store import open_store, store_location
 
     settings = load_settings()
+    settings._serves_clients = True  # its planning and launches treat clients' input as such
     host = host or settings.serve_host
     port = settings.serve_port if port is None else port
     if not 0 < port < 65536:

@@ -256,6 +256,10 @@ class Settings(BaseSettings):
 
     # Where each value came from: filled in by load_settings().
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+    # Set by `orch serve` (cli/serve.py), never by a file or the environment: this process
+    # acts for clients, so it runs no git in a folder one named or sent, and checks their git
+    # URLs (service/git_workdir.serves_clients).
+    _serves_clients: bool = PrivateAttr(False)
 
     def source_of(self, key: str) -> str:
         return self._sources.get(key, "default")

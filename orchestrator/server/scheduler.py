@@ -25,6 +25,7 @@ from typing import Callable, Iterator, Optional
 from orchestrator.errors import BackendError, OrchError
 from orchestrator.records import JobRow
 from orchestrator.server import cron
+from orchestrator.server.client_policy import check_launch
 from orchestrator.service.respec import spec_from_record
 from orchestrator.store import TERMINAL, iso
 
@@ -261,7 +262,9 @@ class Scheduler:
         try:
             with self._lock:
                 spec = self.pending.get(job_id)
-            rec = local.orch.launch(rec, spec or spec_from_record(rec))
+            spec = spec or spec_from_record(rec)
+            check_launch(spec, rec.owner, self.settings)  # the names still listed for its owner
+            rec = local.orch.launch(rec, spec)
         except Exception as e:  # BackendError: launch() marked it FAILED already
             message = e.message if isinstance(e, OrchError) else f"{type(e).__name__}: {e}"
             if store.get(job_id).status not in TERMINAL:

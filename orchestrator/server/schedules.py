@@ -2,8 +2,9 @@
 
 A schedule keeps its job file's text to run it again at every slot, so the text must hold
 no secret value: a scheduled job's `secrets:` are written `NAME: null` and taken from the
-server's environment at each run; a literal value in `secrets:` or in a credential-like
-`envs:` entry is refused at registration.
+server's environment at each run (only the names serve_env_secrets lists for the schedule's
+owner: client_policy); a literal value in `secrets:` or in a credential-like `envs:` entry is
+refused at registration.
 """
 
 from __future__ import annotations
@@ -24,15 +25,20 @@ def literal_secrets(spec) -> list[str]:
             + [f"secrets.{k}" for k, v in spec.secrets.items() if v is not None])
 
 
-def check_server_secrets(spec) -> None:
-    """A job run by the server takes its null-valued secrets from the server's environment."""
-    import os
+def check_server_secrets(spec, settings=None, owner: Optional[str] = None) -> None:
+    """A job run by the server takes its null-valued secrets from the server's environment:
+    only the names serve_env_secrets lists for its owner (`settings` None: the caller
+    checked that already, with client_policy.check), and only when they are set there."""
+    from orchestrator.server import client_policy
 
+    if settings is not None:
+        client_policy.check_env_secrets(spec, owner, settings)
     missing = [k for k, v in spec.secrets.items() if v is None and k not in os.environ]
-    if missing:
-        raise spec.error(f"secrets.{missing[0]}", "no value, and the server's environment does "
-                         "not set it", f"set {', '.join(missing)} in the environment of `orch "
-                         "serve` (under systemd: /etc/orch/serve.env) and restart it")
+    if missing:  # listed for this user, so saying it is unset tells them nothing new
+        raise spec.error(f"secrets.{missing[0]}", "listed in serve_env_secrets, but the "
+                         "server's environment does not set it", f"the server's admin sets "
+                         f"{', '.join(missing)} in the environment of `orch serve` (under "
+                         "systemd: /etc/orch/serve.env) and restarts it")
 
 
 def register(local, spec, text: str, file: Optional[str], owner: Optional[str],
@@ -54,9 +60,9 @@ def register(local, spec, text: str, file: Optional[str], owner: Optional[str],
                          "the server stores the file to run it again",
                          f"write `secrets: {{{names[0]}: null}}` and set {', '.join(names)} in the "
                          "server's environment: each run reads it there")
-    check_runnable(spec)
-    check_server_secrets(spec)
-    fp, dirty = fingerprint(spec)
+    check_runnable(spec, serves_clients=True)  # a schedule is always a client's
+    check_server_secrets(spec, local.settings, owner)
+    fp, dirty = fingerprint(spec, content_only=True)  # no git in a client's folder
     local.orch.place(spec, fp, dirty)  # refused now rather than at every slot
     rec = local.orch.store.add_schedule(
         name=spec.name or "job", owner=owner, cron=expr,

@@ -162,7 +162,10 @@ def api(tmp_path, monkeypatch):
     from orchestrator.server.app import create_app
     from orchestrator.server.scheduler import Scheduler
 
-    settings, token = serve_settings(tmp_path, monkeypatch)
+    # The job files' folder and the userjob fixture they link to are on a filesystem the
+    # server shares with its clients: the only place a client's job may name a workdir.
+    settings, token = serve_settings(tmp_path, monkeypatch, serve_workdir_roots=[
+        tmp_path, ROOT / "tests" / "fixtures"])
     with TestClient(create_app(settings, Scheduler(settings), run_scheduler=False)) as client:
         def post(path: str, body: dict):
             return client.post(path, json=body, headers={"Authorization": f"Bearer {token}"})

@@ -164,7 +164,10 @@ def test_a_cron_job_never_stores_a_secret_value(settings, monkeypatch):
     assert "secrets: {HF_TOKEN: null}" in e.value.hint
     with pytest.raises(InputError, match=r"secrets\.KEY: a scheduled job cannot keep"):
         _register(sched, CRON_JOB + "secrets: {KEY: s3cret}\n")
-    with pytest.raises(InputError, match="secrets.KEY: no value, and the server.s environment does not set it"):
+    with pytest.raises(InputError, match=r"secrets\.KEY: this server fills only the names its admin lists"):
+        _register(sched, CRON_JOB + "secrets: {KEY: null}\n")  # not in serve_env_secrets for alice
+    sched = Scheduler(settings.model_copy(update={"serve_env_secrets": {"alice": ["KEY"]}}))
+    with pytest.raises(InputError, match="secrets.KEY: listed in serve_env_secrets, but the server.s environment does not set it"):
         _register(sched, CRON_JOB + "secrets: {KEY: null}\n")
     monkeypatch.setenv("KEY", "from-the-server")
     s = _register(sched, CRON_JOB + "secrets: {KEY: null}\n")
@@ -238,6 +241,7 @@ def test_a_second_server_never_launches_a_claimed_job(settings, fake):
 def test_after_a_restart_a_queued_job_launches_from_the_store_unless_it_held_a_secret(
         settings, fake, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "from-env-1234")
+    settings = settings.model_copy(update={"serve_env_secrets": {"alice": ["WANDB_API_KEY"]}})
     first = Scheduler(settings)
     plain = _queue(first, "name: p\nrun: echo $SEED\nenvs: {SEED: 3}\nsecrets: {WANDB_API_KEY: null}\n")
     literal = _queue(first, "name: l\nrun: echo hi\nenvs: {HF_TOKEN: hf_literal_value}\n")

@@ -2,11 +2,19 @@
 
 Events travel inside the job's ordinary log stream, so they reach orch the same way from
 a local Ray, an on-prem cluster or a cloud VM, and survive in the saved log.
+
+Anything the job runs can print such a line, so the events that set what orch shows as the
+job's outcome (`result`, `verdict`: STATE_EVENTS) are signed by orch's runner with the
+job's event key (KEY_VAR, one per job, made when orch records it and handed to the runner
+among its secret values, never to its workers or the job's own code): orch reads a state
+event of a job recorded with a key only with a good signature (`verified`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import math
 import sys
@@ -15,6 +23,9 @@ import time
 from typing import IO, Any, Iterator, Optional
 
 MARKER = "::orch::"
+KEY_VAR = "ORCH_EVENT_KEY"  # the job's event key, among the runner's secret values
+SIG = "sig"  # the field a signed event carries its HMAC-SHA256 in
+STATE_EVENTS = frozenset({"result", "verdict"})  # counted only when signed, for a keyed job
 
 # Where this thread's events and messages go: its job's log in the runner host
 # (jobs/host.py), which runs several jobs in one process; stdout everywhere else.
@@ -27,6 +38,23 @@ def stream(err: bool = False) -> IO[str]:
     if out is not None:
         return out
     return sys.stderr if err else sys.stdout
+
+
+def _key() -> Optional[str]:
+    key: Optional[str] = getattr(_OUT, "key", None)
+    return key
+
+
+@contextlib.contextmanager
+def signing(key: Optional[str]) -> Iterator[None]:
+    """Sign this thread's state events with `key` (the job's event key) while the block
+    runs; None: leave them unsigned (a job recorded before keys, or none handed over)."""
+    before = _key()
+    _OUT.key = key
+    try:
+        yield
+    finally:
+        _OUT.key = before
 
 
 @contextlib.contextmanager
@@ -62,12 +90,38 @@ def _clean(value: Any) -> Any:
         return str(value)
 
 
+def _canonical(event: dict) -> bytes:
+    """What a signature covers: the event without its signature, keys sorted, compact
+    (the same bytes whether made from the emitted dict or from its parsed line)."""
+    body = {k: v for k, v in event.items() if k != SIG}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def signature(event: dict, key: str) -> str:
+    return hmac.new(key.encode(), _canonical(event), hashlib.sha256).hexdigest()
+
+
+def verified(event: dict, key: str) -> bool:
+    """Whether `event` (parsed from a line) carries `key`'s signature of itself."""
+    sig = event.get(SIG)
+    return isinstance(sig, str) and hmac.compare_digest(sig, signature(event, key))
+
+
+def event_line(event: str, key: Optional[str], /, **fields: Any) -> str:
+    """One event line (without its newline); a state event signed when `key` is given."""
+    body = {"event": event, "t": round(time.time(), 3), **_clean(fields)}
+    body.pop(SIG, None)  # a field of that name is the signature's alone
+    if key and event in STATE_EVENTS:
+        body[SIG] = signature(body, key)
+    return MARKER + json.dumps(body, separators=(",", ":"))
+
+
 def emit(event: str, /, **fields: Any) -> None:
-    """Print one event line; flushed at once so a follower sees it live."""
-    payload = json.dumps({"event": event, "t": round(time.time(), 3), **_clean(fields)},
-                         separators=(",", ":"))
+    """Print one event line; flushed at once so a follower sees it live. A state event is
+    signed with this thread's key (`signing`), where it has one."""
+    text = event_line(event, _key(), **fields)
     out = stream()
-    out.write(f"{MARKER}{payload}\n")
+    out.write(text + "\n")
     out.flush()
 
 
@@ -80,7 +134,7 @@ def parse_line(line: str) -> dict | None:
         event = json.loads(line[i + len(MARKER):].strip())
     except ValueError:
         return None
-    return event if isinstance(event, dict) and "event" in event else None
+    return event if isinstance(event, dict) and isinstance(event.get("event"), str) else None
 
 
 def parse(text: str) -> Iterator[dict]:

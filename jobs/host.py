@@ -35,7 +35,7 @@ import time
 import traceback
 from typing import Any, Optional
 
-from jobs import events
+from jobs import events, secret_env
 from jobs.hosted import pid_file
 from jobs.request import BadRequest, RunRequest
 
@@ -195,14 +195,20 @@ class Host:
                 message = json.loads(line)
                 req = RunRequest.from_dict(message["request"])
                 log = str(message["log"])
+                key = message.get("event_key")
+                if key is not None and not isinstance(key, str):
+                    raise TypeError("event_key is not a string")
             except (ValueError, KeyError, TypeError, BadRequest) as e:
                 print(f"orch host: refused a request: {e}", file=sys.stderr, flush=True)
                 return
-            code = self.run(conn, req, dict(message.get("env") or {}), message.get("cwd"), log)
+            code = self.run(conn, req, dict(message.get("env") or {}), message.get("cwd"), log, key)
             with contextlib.suppress(OSError):
                 conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
 
-    def run(self, conn: socket.socket, req: RunRequest, env: dict, cwd: Optional[str], log: str) -> int:
+    def run(self, conn: socket.socket, req: RunRequest, env: dict, cwd: Optional[str], log: str,
+            key: Optional[str] = None) -> int:
+        """Run one job in this thread: its events go to its log, its state events signed
+        with its event key `key` (its runner's alone: never in `env`, which its workers get)."""
         from jobs.runner import Hosted, run
 
         done = threading.Event()
@@ -227,10 +233,11 @@ class Host:
         with self.lock:
             self.running += 1
         try:
-            with open(log, "a") as out, events.redirect(out):
+            with open(log, "a") as out, events.redirect(out), events.signing(key):
                 try:
-                    return run(req, hosted=Hosted(env=env, cwd=cwd, log_path=log,
-                                                  controller_env=self.env, on_controller=on_controller))
+                    return run(req, hosted=Hosted(env=secret_env.for_workers(env), cwd=cwd,
+                                                  log_path=log, controller_env=self.env,
+                                                  on_controller=on_controller))
                 except Exception as e:  # noqa: BLE001  (one job's failure is not the host's)
                     events.say(traceback.format_exc(), err=True)
                     events.emit("result", ok=False, error=f"orch host: {type(e).__name__}: {e}")

@@ -3,10 +3,11 @@
 On a target with a runner host, orch sets ORCH_RUNNER_HOST to the host's socket. The
 runner (`python -m jobs.runner`, still one Ray job per orch job, so the Jobs API keeps
 each job's state, log, exit code and cancel) then imports neither Ray nor torch: it hands
-the request, the job's environment and its working_dir to the host, relays the job's log
-to its own output, and exits with the run's exit code. Killing it (a cancel) closes the
-connection, and the host aborts the run. When no host answers, the runner runs the job
-itself, as on a target without one. Standard library only: this runs on the target.
+the request, the job's environment and its working_dir to the host (and, apart from the
+environment, the job's event key, with which the host signs this run's state events),
+relays the job's log to its own output, and exits with the run's exit code. Killing it
+(a cancel) closes the connection, and the host aborts the run. When no host answers, the
+runner runs the job itself, as on a target without one. Standard library only: this runs on the target.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import tempfile
 import time
 from typing import Optional
 
-from jobs import events
+from jobs import events, secret_env
 from jobs.request import RunRequest
 
 HOST_VAR = "ORCH_RUNNER_HOST"  # the host's unix socket, set by orch where the target has one
@@ -72,12 +73,13 @@ def delegate(req: RunRequest, hidden: dict) -> Optional[int]:
         events.say(f"orch runner: no runner host answers at {sock}; the job runs in this process", err=True)
         return None
     names = [n for n in os.environ.get(PUBLIC_VAR, "").split(",") if n]
-    env = {**{n: os.environ[n] for n in names if n in os.environ}, **hidden}
+    env = {**{n: os.environ[n] for n in names if n in os.environ}, **secret_env.for_workers(hidden)}
     fd, log = tempfile.mkstemp(prefix=f"{req.job_id}-", suffix=".log", dir=os.path.dirname(sock))  # 0600
     os.close(fd)
     try:
         with conn:
-            message = {"request": dataclasses.asdict(req), "env": env, "cwd": os.getcwd(), "log": log}
+            message = {"request": dataclasses.asdict(req), "env": env, "cwd": os.getcwd(), "log": log,
+                       "event_key": secret_env.event_key(hidden)}
             conn.sendall(json.dumps(message).encode() + b"\n")
             return relay(conn, log)
     finally:

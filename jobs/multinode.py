@@ -119,7 +119,10 @@ def _die_with_parent() -> None:
 def start_ray(topo: Topology, env: Mapping[str, str]) -> subprocess.Popen:
     cmd = [_ray_executable(), "start", *topo.ray_start_args(), "--block"]
     print(f"orch multinode: rank {topo.rank}/{topo.num_nodes}: {shlex.join(cmd)}", flush=True)
-    return subprocess.Popen(cmd, env=dict(env), stdin=subprocess.DEVNULL,
+    # Not the runner's event key: every Ray worker (the job's own code) inherits this
+    # node's Ray environment, and the key is what tells the runner's lines from the job's.
+    node_env = {k: v for k, v in env.items() if k != events.KEY_VAR}
+    return subprocess.Popen(cmd, env=node_env, stdin=subprocess.DEVNULL,
                             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
 
 
@@ -226,10 +229,11 @@ def main(argv: list[str]) -> int:
         return _fail(str(e), EXIT_BAD_INPUT)
     env = ray_env()
     os.environ.update(env)  # for `ray` here too, before it is imported
-    try:
-        return run_head(topo, argv, env) if topo.rank == 0 else run_worker(topo, env)
-    except Problem as e:
-        return _fail(f"rank {topo.rank}: {e}", 1)
+    with events.signing(os.environ.get(events.KEY_VAR)):  # its own `result` is the runner's kind
+        try:
+            return run_head(topo, argv, env) if topo.rank == 0 else run_worker(topo, env)
+        except Problem as e:
+            return _fail(f"rank {topo.rank}: {e}", 1)
 
 
 def _fail(msg: str, code: int) -> int:

@@ -5,14 +5,15 @@ target's Ray (RAY_ADDRESS is set by the Ray Jobs API), runs a TorchTrainer and p
 events (see jobs/events.py) that orch reads from the log. The same runner runs on this
 workstation, on an on-prem cluster and on a cloud VM. On a Ray target the job's secret
 values reach it through jobs.secret_env, never its runtime env; it hands them to its
-workers in their config.
+workers in their config. Among them is the job's event key, with which it signs its
+`result` and `verdict` events; the key goes to no worker and to nothing it starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-import importlib
 import os
 import sys
 import time
@@ -20,21 +21,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from jobs import events, secret_env
-from jobs.request import ENV_VAR, BadRequest, RunRequest, WorkerOptions
+from jobs.events import KEY_VAR
+from jobs.request import ENV_VAR, BadRequest, Budget, RunRequest, WorkerOptions
+from jobs.targets import check_target, resolve_callable
 
 _OPTIONS_KEY = "__orch__"
-
-
-def resolve_callable(target: str) -> Callable:
-    from jobs.builtin import BUILTIN_JOBS
-
-    target = BUILTIN_JOBS.get(target, target)
-    module_name, _, attr = target.partition(":")
-    module = importlib.import_module(module_name)
-    fn = getattr(module, attr)
-    if not callable(fn):
-        raise TypeError(f"{target} is not callable")
-    return fn
 
 
 def worker_entry(config: dict) -> Any:
@@ -239,36 +230,57 @@ def run(req: RunRequest, hidden: Optional[dict] = None, hosted: Optional[Hosted]
     (None: read them here). `hosted`: the run is one of the runner host's, whose driver is
     connected to Ray already."""
     if hosted is None:
-        for key, value in TRAIN_ENV.items():
-            os.environ.setdefault(key, value)
+        for name, value in TRAIN_ENV.items():
+            os.environ.setdefault(name, value)
     import ray
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
-    from jobs.storage import display_path, storage_args
 
     started = time.monotonic()
+    key = None  # the runner host signs a hosted run's events with the key it was handed
     if hosted is None:
         # What jobs.secret_env took out of its file before this process started; or the
         # file itself, when the runner was started without that step.
         if hidden is None:
             hidden = {**secret_env.take(), **secret_env.from_environ()}
-        ray.init(log_to_driver=True, **_fresh_package(hidden))
+        key = secret_env.event_key(hidden)
+        # Out of this process's environment before Ray starts: a Ray this process starts
+        # (on a cloud VM) hands its environment on to every worker it runs.
+        os.environ.pop(KEY_VAR, None)
+        ray.init(log_to_driver=True, **_fresh_package(hidden))  # the file held the key too
         values = hidden
     else:
         values = hosted.env
-    use_gpu = _use_gpu(req.use_gpu, req.num_workers)
     budget = req.budget
     if budget is not None and budget.t0 is None:  # orch's clock when it holds the hardware
         budget = dataclasses.replace(budget, t0=time.time())  # from submission, else ours
-    # Ray Train workers are started by the cluster's raylet, not by this process, so they
-    # do not inherit its environment; the secret values go in their config, wrapped so Ray
-    # Train's run state (shown on the dashboard) prints their names only.
-    options = WorkerOptions.of(req, budget, secret_env.Hidden(values) if values else None)
+    options = worker_options(req, budget, values, hosted)
     if hosted is None:
-        resolve_callable(req.target)  # fail here, once, rather than in every worker
-    else:  # the host imports no job's code: its workers do, from the job's working_dir
+        check_target(req.target)  # fail here, once, rather than in every worker
+    with events.signing(key) if key else contextlib.nullcontext():
+        return _fit(req, options, hosted, started)
+
+
+def worker_options(req: RunRequest, budget: Optional[Budget], values: dict,
+                   hosted: Optional[Hosted] = None) -> WorkerOptions:
+    """What each Ray Train worker gets beside the loop's config. Workers are started by the
+    cluster's raylet, not by this process, so they do not inherit its environment: the
+    secret values go in their config, wrapped so Ray Train's run state (shown on the
+    dashboard) prints their names only, and without the job's event key (the workers run
+    the job's own code)."""
+    values = secret_env.for_workers(values)
+    options = WorkerOptions.of(req, budget, secret_env.Hidden(values) if values else None)
+    if hosted is not None:  # the host imports no job's code: its workers do, from its working_dir
         options = dataclasses.replace(options, log_path=hosted.log_path, cwd=hosted.cwd)
+    return options
+
+
+def _fit(req: RunRequest, options: WorkerOptions, hosted: Optional[Hosted], started: float) -> int:
+    """Run the trainer and print its result and verdict (signed, in `run`'s context)."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from jobs.storage import display_path, storage_args
+
+    use_gpu = _use_gpu(req.use_gpu, req.num_workers)
     config = dict(req.config)
     config[_OPTIONS_KEY] = options
     events.emit("start", num_workers=req.num_workers, use_gpu=use_gpu, target=req.target,
@@ -340,18 +352,26 @@ def main() -> int:
         print(f"orch runner: {ENV_VAR} is not set; this module is started by orch", file=sys.stderr)
         return 2
     try:
-        req = RunRequest.from_json(raw)
         # What jobs.secret_env took out of its file before this process started; or the
         # file itself, when the runner was started without that step.
         hidden = {**secret_env.take(), **secret_env.from_environ()}
+    except secret_env.MissingFile as e:
+        return _refused(e)  # unsigned: the key was in the file
+    with events.signing(secret_env.event_key(hidden)):
+        try:
+            req = RunRequest.from_json(raw)
+        except BadRequest as e:
+            return _refused(e)
         from jobs import hosted
 
         code = hosted.delegate(req, hidden)  # to the target's runner host, where it has one
         return run(req, hidden) if code is None else code
-    except (secret_env.MissingFile, BadRequest) as e:
-        events.emit("result", ok=False, error=f"orch runner: {e}")
-        print(f"orch runner: {e}", file=sys.stderr)
-        return 2
+
+
+def _refused(e: Exception) -> int:
+    events.emit("result", ok=False, error=f"orch runner: {e}")
+    print(f"orch runner: {e}", file=sys.stderr)
+    return 2
 
 
 def _exit(code: int) -> None:

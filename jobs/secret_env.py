@@ -5,7 +5,8 @@ orch puts secrets in a file inside the job's working_dir package instead, and on
 file's name in the runtime env (ORCH_ENV_FILE). The job's entrypoint is started through
 this module: `python -m jobs.secret_env -- COMMAND...` reads the file, removes it, and
 execs COMMAND with the values in its environment (and their names, not values, in
-ORCH_ENV_NAMES, so orch's runner can hand them on to its Ray Train workers).
+ORCH_ENV_NAMES, so orch's runner can hand them on to its Ray Train workers). A `train:`
+job's values hold its event key too (jobs/events.py), which the runner keeps to itself.
 Imports nothing outside the standard library: it runs before anything else of the job.
 """
 
@@ -16,6 +17,8 @@ import os
 import sys
 from pathlib import Path
 from typing import Mapping, MutableMapping, Optional
+
+from jobs.events import KEY_VAR  # standard library only, as this module
 
 FILE_VAR = "ORCH_ENV_FILE"  # the file's name, relative to the job's working_dir
 NAMES_VAR = "ORCH_ENV_NAMES"  # comma-separated names of the values the file held
@@ -32,7 +35,7 @@ class Hidden:
     that config in its run state and on the dashboard, stringified: this prints names only."""
 
     def __init__(self, values: Mapping[str, str]):
-        self.values = dict(values)
+        self.values = for_workers(values)
 
     def __repr__(self) -> str:
         return f"<hidden: {', '.join(sorted(self.values)) or 'nothing'}>"
@@ -101,6 +104,20 @@ def from_environ(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The values child_env set, read back by name (what orch's runner hands to its workers)."""
     names = [n for n in environ.get(NAMES_VAR, "").split(",") if n]
     return {n: environ[n] for n in names if n in environ}
+
+
+def event_key(values: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> Optional[str]:
+    """The job's event key, which signs the runner's state events (jobs/events.py): among
+    the values its secret file held, or in the environment (a cloud VM's task, where
+    SkyPilot sets the secrets). None for a job orch launched without one."""
+    return values.get(KEY_VAR) or environ.get(KEY_VAR) or None
+
+
+def for_workers(values: Mapping[str, str]) -> dict[str, str]:
+    """`values` as the runner hands them on (to its Ray Train workers, to the runner host):
+    without the event key, which only orch's runner may hold; the job's own code runs in
+    the workers, and a key it held would let it sign the lines that set its outcome."""
+    return {k: v for k, v in values.items() if k != KEY_VAR}
 
 
 def apply(values: Mapping[str, str], environ: MutableMapping[str, str] = os.environ) -> None:

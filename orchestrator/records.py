@@ -26,6 +26,8 @@ INTERNAL_INFO = {
     "offers": "the cloud ledger's price list (the decision's alternatives show the offers)",
     "budget_stop": "why orch stopped the job; the job's message says it",
     "launched_at": "when its backend took it (orch's clock): one end of its phases",
+    "event_key": "the key its runner signs its result and verdict with (jobs/events.py): "
+                 "shown, it would let the job's own code forge them",
 }
 
 
@@ -84,6 +86,7 @@ class JobInfo(RunInfo):
     offers: list[Any] = Field(default_factory=list)
     budget_stop: Optional[str] = None
     launched_at: Optional[float] = None
+    event_key: str = ""  # "": recorded before keys, its log's events read as they were
 
 
 class JobRow(BaseModel):

@@ -7,35 +7,62 @@ from typing import Optional, Sequence
 from jobs import events
 from jobs.verdict import diagnose
 
+# What orch derives a job's outcome from: a metric of that name (a report's, which the job's
+# code chooses) never stands in for one.
+_DERIVED = ("_result", "verdict", "stopped")
 
-def from_log(text: str, previous: Optional[dict] = None) -> dict:
+
+def _metrics(ev: dict) -> dict:
+    metrics = ev.get("metrics")
+    if not isinstance(metrics, dict):
+        return {}
+    return {k: v for k, v in metrics.items() if k not in _DERIVED}
+
+
+def _fields(ev: dict) -> dict:
+    return {k: v for k, v in ev.items() if k not in ("event", "t", events.SIG)}
+
+
+def from_log(text: str, previous: Optional[dict] = None, *, key: Optional[str] = None,
+             budgeted: bool = True) -> dict:
     """The last report's metrics, the run's chosen settings and the result, from events.
-    The raw `result` event is left under `_result` for the caller to judge the run by."""
+    The `result` event's fields are left under `_result` for the caller to judge the run by.
+
+    Anything the job runs can print an event line. `key`: the job's event key, with which
+    orch's runner signs its `result` and `verdict` (jobs/events.py); given, an unsigned or
+    badly signed one is left out whole, so the job's own lines (a `run:` job's, whose
+    command has no runner, or a `train:` job's workers') never set its outcome or verdict.
+    None (a job recorded before keys): read as they come. `stopped` is printed by rank 0's
+    worker, where the job's code runs, so no key can vouch for it: it is read only for a
+    job with a budget (`budgeted`), where all it can do is end a run that succeeded as
+    CANCELLED rather than SUCCEEDED."""
     metrics = dict(previous or {})
     for ev in events.parse(text or ""):
         kind = ev["event"]
+        if key and kind in events.STATE_EVENTS and not events.verified(ev, key):
+            continue  # not the runner's
         if kind == "report":
-            metrics.update(ev.get("metrics") or {})
+            metrics.update(_metrics(ev))
             metrics["reports"] = ev.get("index")
             if ev.get("checkpoint"):
                 metrics["checkpoint"] = ev["checkpoint"]
         elif kind == "worker_setup":
-            metrics["run_settings"] = {k: v for k, v in ev.items() if k not in ("event", "t")}
+            metrics["run_settings"] = _fields(ev)
         elif kind == "precision":  # what `precision: auto` chose, and from what
             metrics.setdefault("run_settings", {})["precision"] = ev.get("chosen")
         elif kind == "loader_tuned":  # what `loader_workers: auto` chose, and from what
             metrics.setdefault("run_settings", {}).update(
                 loader_workers=ev.get("chosen"), loader_tuning=ev.get("seconds_per_batch"))
-        elif kind == "stopped":  # the run stopped itself (its budget was spent)
-            metrics["stopped"] = {k: v for k, v in ev.items() if k not in ("event", "t")}
+        elif kind == "stopped" and budgeted:  # the run stopped itself (its budget was spent)
+            metrics["stopped"] = _fields(ev)
         elif kind == "verdict":
-            metrics["verdict"] = {k: v for k, v in ev.items() if k not in ("event", "t")}
+            metrics["verdict"] = _fields(ev)
         elif kind == "result":
-            metrics.update(ev.get("metrics") or {})
+            metrics.update(_metrics(ev))
             metrics["wall_s"] = ev.get("wall_s")
             if ev.get("checkpoint"):
                 metrics["checkpoint"] = ev["checkpoint"]
-            metrics["_result"] = ev
+            metrics["_result"] = _fields(ev)
     return metrics
 
 

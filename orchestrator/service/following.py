@@ -66,7 +66,7 @@ class Following(Budgets):
         if step.action == "running":
             text = self._redact(rec, self._retry(provider, "logs", rec.backend_id))
             rec = self.store.set_status(rec.id, "RUNNING", step.message,
-                                        metrics=from_log(text, rec.metrics))
+                                        metrics=from_log(text, rec.metrics, **self._trust(rec)))
             return self._enforce_budget(rec, provider), text
         return rec, None
 
@@ -103,8 +103,8 @@ class Following(Budgets):
         log_path = self.settings.home / "logs" / f"{rec.id}.log"
         if text:
             write_private(log_path, text)
-        metrics = from_log(text, rec.metrics)
-        result = metrics.pop("_result", None)
+        metrics = from_log(text, rec.metrics, **self._trust(rec))
+        result = metrics.pop("_result", None)  # the runner's own, for a job with an event key
         metrics["phases"] = self._phases(rec, text)
         if status == "SUCCEEDED" and result and result.get("ok") is False:
             status = "FAILED"
@@ -125,6 +125,13 @@ class Following(Budgets):
 
         # The ledger line, kept with the job: what it cost and what it passed over.
         return self.store.update(rec.id, info=with_info(rec, cost=ledger.entry(rec)))
+
+    def _trust(self, rec: JobRow) -> dict:
+        """Which of its log's events may set a job's outcome (run_metrics.from_log): the
+        state events signed with its event key; `stopped` only where it has a budget."""
+        budget = (rec.spec.get("budget") or {}).get("max_cost") or self.settings.monthly_budget
+        return {"key": rec.info.event_key or None,
+                "budgeted": bool(rec.spec.get("train") and budget)}
 
     @staticmethod
     def _phases(rec: JobRow, text: str) -> dict:

@@ -19,8 +19,11 @@ _RAY_TRAIN_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
 
 class LaunchBuilder(Budgets):
     def launch_for(self, job_id: str, spec: JobSpec, target: str,
-                   decision: Optional[dict] = None, secrets: Optional[dict] = None) -> Launch:
-        """What the provider runs. `secrets` are the `secrets:` values (None: read them now)."""
+                   decision: Optional[dict] = None, secrets: Optional[dict] = None,
+                   event_key: str = "") -> Launch:
+        """What the provider runs. `secrets` are the `secrets:` values (None: read them now).
+        `event_key`: the job's (JobInfo.event_key), handed to a `train:` job's runner among
+        its secrets; a `run:` job has no runner, so none of its lines is signed."""
         from orchestrator.decision.demand import job_demand
 
         endpoint = self.settings.s3_endpoint_url
@@ -30,9 +33,10 @@ class LaunchBuilder(Budgets):
         workdir = spec.workdir_path()
         backend = self._backend_class(target)
         if spec.git_workdir is not None and not backend.clones_git_workdir:
-            from orchestrator.service.git_workdir import checkout, checkout_folder
+            from orchestrator.service.git_workdir import checkout, checkout_folder, reach
 
-            workdir = checkout(spec, checkout_folder(self.settings.home, job_id))
+            workdir = checkout(spec, checkout_folder(self.settings.home, job_id),
+                               reach(self.settings))
         storage = spec.checkpoint.storage or backend.default_storage(self.settings)
         resume = self.resume_point(spec, before=job_id)
         run_name = resume["run_name"] if resume else job_id
@@ -78,8 +82,12 @@ class LaunchBuilder(Budgets):
             metadata["storage_path"] = storage
         if spec.train:
             metadata["run_name"] = run_name
-        return Launch(job_id=job_id, entrypoint=entrypoint, env=env,
-                      secrets=spec.secret_strings() if secrets is None else dict(secrets),
+        secrets = spec.secret_strings() if secrets is None else dict(secrets)
+        if spec.train is not None and event_key:
+            from jobs.events import KEY_VAR
+
+            secrets[KEY_VAR] = event_key
+        return Launch(job_id=job_id, entrypoint=entrypoint, env=env, secrets=secrets,
                       workdir=str(workdir) if workdir else None, metadata=metadata)
 
     def resume_point(self, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:

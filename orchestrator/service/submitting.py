@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from secrets import token_hex
 from typing import NamedTuple, Optional
 
 from orchestrator import failpoints, redact
@@ -84,9 +85,13 @@ class Submitting(LaunchBuilder):
         """The checks a plan and a submit share before placement (the job can run where it
         would go, its git workdir is pinned, its resume_from names a usable run); returns
         its fingerprint and whether its code has uncommitted changes."""
-        check_runnable(spec)
-        git_workdir.pin(spec)
+        check_runnable(spec, git_workdir.serves_clients(self.settings))
+        git_workdir.pin(spec, git_workdir.reach(self.settings))
         self.resume_point(spec)
+        if git_workdir.serves_clients(self.settings):
+            # `orch serve` runs no git in a client's folder: its repository's config could
+            # make git run anything (docs/security.md). The code is its files' content.
+            return fingerprint_module.fingerprint(spec, content_only=True)
         return fingerprint_module.fingerprint(spec)
 
     def record(self, spec: JobSpec, idempotency_key: Optional[str] = None, *,
@@ -101,10 +106,13 @@ class Submitting(LaunchBuilder):
         hidden = redact.secret_env(spec.envs, secrets)
         salt = redact.new_salt()
         job_id = new_job_id()
-        info = {**(info or {}), "submitter": submitter()}
+        # The key its runner signs its result and verdict with: a line the job's own code
+        # prints cannot set its outcome (jobs/events.py).
+        info = {**(info or {}), "submitter": submitter(), "event_key": token_hex(32)}
         if hidden:  # digests only: a log read after this process is gone is still redacted
             key = redact.store_key(self.settings.home)
-            info.update(secret_salt=salt, secret_hmacs=redact.digests(hidden.values(), salt, key))
+            info.update(secret_salt=salt, secret_hmacs=redact.digests(hidden.values(), salt, key),
+                        secret_lengths=redact.lengths(hidden.values()))
         rec = self.store.create_job(
             name=spec.name or "job", spec=redact.redact_spec(spec.model_dump(mode="json")),
             kind=decision["kind"], target=decision["target"], fingerprint=fp, decision=decision,
@@ -125,10 +133,12 @@ class Submitting(LaunchBuilder):
             provider.prepare()
             failpoints.reached("prepared")
             launch = self._backend_class(target).adapt_launch(
-                self.launch_for(rec.id, spec, target, decision, secrets), spec, decision)
+                self.launch_for(rec.id, spec, target, decision, secrets,
+                                event_key=rec.info.event_key), spec, decision)
             backend_id = self._retry(provider, "submit", launch)
             failpoints.reached("launched")
         except BackendError as e:
+            self._secrets.pop(rec.id, None)
             self.store.set_status(rec.id, "FAILED", f"launch failed: {e.message}")
             raise
         extra = provider.launch_info(backend_id) if isinstance(provider, HasLaunchInfo) else {}

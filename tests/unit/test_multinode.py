@@ -122,3 +122,16 @@ def test_a_node_whose_head_never_answers_gives_up_saying_so(tmp_path):
     assert f"rank 1: the head at 127.0.0.1:{node['ORCH_RAY_PORT']} did not answer within 1 s" in proc.stderr
     (result,) = events.parse(proc.stdout)
     assert result["ok"] is False and "did not answer" in result["error"]
+
+
+def test_a_nodes_ray_never_gets_the_runners_event_key(monkeypatch):
+    """Issue 32, finding 8: on a cloud node every Ray worker (the job's code) inherits the
+    environment of `ray start`; the key that signs the runner's result must not be in it."""
+    from jobs import events, multinode
+
+    seen = {}
+    monkeypatch.setattr(multinode.subprocess, "Popen", lambda cmd, env, **kw: seen.update(env=env))
+    given = multinode.ray_env({"PATH": "/bin", events.KEY_VAR: "k" * 64, "HF_TOKEN": "x"})
+    multinode.start_ray(Topology.from_env({**SKY, "SKYPILOT_NODE_RANK": "0"}), given)
+    assert events.KEY_VAR not in seen["env"] and seen["env"]["PATH"] == "/bin"
+    assert given[events.KEY_VAR] == "k" * 64  # COMMAND (the runner) still gets it

@@ -126,7 +126,8 @@ def test_cloud_job_secrets_never_reach_the_store_or_the_output(orch, monkeypatch
     # The job gets every value; SkyPilot is told which are secrets.
     plain = {k: v.get_secret_value() if hasattr(v, "get_secret_value") else v
              for k, v in task.secrets.items()}
-    assert plain == {"HF_TOKEN": TOKEN, "DB_PASSWORD": PASSWORD}
+    # And its runner its event key (jobs/events.py), a secret like them.
+    assert plain == {"HF_TOKEN": TOKEN, "DB_PASSWORD": PASSWORD, "ORCH_EVENT_KEY": rec.info.event_key}
     assert task.envs["EPOCHS"] == "3" and "HF_TOKEN" not in task.envs
     rec, _ = statuses(orch, rec, 1)
     assert rec.status == "SUCCEEDED"

@@ -6,10 +6,14 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import pwd
 import stat
+import subprocess
+import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from orchestrator import doctor
@@ -46,11 +50,11 @@ def test_a_fresh_home_is_all_ok_or_skipped_and_doctor_creates_nothing(orch_home,
     code, out, err = orch(monkeypatch, capsys, home, "doctor")
     assert code == 0, out + err
     lines = out.splitlines()
-    assert [line.split()[0] for line in lines[:-1]] == ["ok", "ok", "ok", "skipped", "skipped",
-                                                        "skipped"]
+    assert [line.split()[0] for line in lines[:-1]] == ["ok", "ok", "ok", "ok", "skipped",
+                                                        "skipped", "skipped"]
     assert lines[0] == f"ok       store            {home}/orch.db: none yet (a fresh home; " \
                        "the first job creates it)"
-    assert lines[3] == "skipped  on-prem cluster  not configured (ORCH_RAY_ADDRESS)"
+    assert lines[4] == "skipped  on-prem cluster  not configured (ORCH_RAY_ADDRESS)"
     assert lines[-1] == "no problems"
     assert not home.exists()
 
@@ -234,3 +238,152 @@ def test_each_s3_client_takes_the_credentials_there_are_now(clean_env, monkeypat
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     assert S3Artifacts("s3://ckpt-bucket/runs", endpoint).client()._request_signer._credentials is None
+
+
+# -- job isolation: what the user jobs run as can read of the home --------------------------
+
+HOME = ROOT / "srv-home"  # only a name in the messages: the table below is the file system
+ORCH, JOBS, TOKEN = 998, 997, 990  # the server's user, the jobs' user, the Ray token's group
+# Users as (uid, name, groups), built into JobUsers in the test (the old code has none).
+SERVER = (ORCH, "orch", {ORCH})
+WORKERS = (JOBS, "orch-jobs", {JOBS, TOKEN})
+ROOT_USER = (0, "root", {0})
+
+
+def served(home_mode: int = 0o700, home_gid: int = ORCH, **files: tuple[int, int]) -> dict:
+    """A home owned by `orch` as name -> (uid, gid, mode, is_dir); files: name -> (mode, gid)."""
+    stats = {".": (ORCH, home_gid, home_mode, True)}
+    for name, (mode, gid) in files.items():
+        stats[name.replace("_db", ".db")] = (ORCH, gid, mode, name in ("logs", "uploads"))
+    return stats
+
+
+PRIVATE = served(orch_db=(0o600, ORCH), secret_key=(0o600, ORCH), logs=(0o700, ORCH))
+
+
+@pytest.mark.parametrize("users, stats, serving, ok, words", [
+    # Ray as the server's own user (local mode, or both units as `orch`): everything.
+    ([SERVER], PRIVATE, True, False,
+     [f"jobs run as orch (uid {ORCH}), who can read {HOME}: its file list, orch.db, secret_key, "
+      "logs; this home serves a team"]),
+    # The token's group is also the home's, which lets its members in.
+    ([WORKERS], served(0o750, TOKEN, orch_db=(0o600, ORCH), secret_key=(0o640, TOKEN)), True,
+     False, [f"orch-jobs (uid {JOBS}), who can read {HOME}: its file list, secret_key;"]),
+    # The same modes with a group the jobs' user is not in: nothing.
+    ([WORKERS], served(0o750, 555, orch_db=(0o600, ORCH), secret_key=(0o640, 555)), True, True,
+     [f"Ray's processes here run as orch-jobs (uid {JOBS}), who cannot read {HOME}'s store"]),
+    # Others' bits: a 0755 home and a 0644 store.
+    ([WORKERS], served(0o755, ORCH, orch_db=(0o644, ORCH), secret_key=(0o600, ORCH)), True,
+     False, [f"can read {HOME}: its file list, orch.db;"]),
+    # A 0644 store in a 0700 home: out of reach (the file modes check still names it).
+    ([WORKERS], served(0o700, ORCH, orch_db=(0o644, ORCH)), True, True, ["who cannot read"]),
+    # A searchable but unlistable home: the files by name.
+    ([WORKERS], served(0o711, ORCH, secret_key=(0o604, ORCH)), True, False,
+     [f"can read {HOME}: secret_key;"]),
+    # Root reads every file whatever its mode.
+    ([WORKERS, ROOT_USER], PRIVATE, True, False,
+     [f"jobs run as root (uid 0), who reads every file whatever its mode, so can read {HOME}: "
+      "its file list, orch.db, secret_key, logs"]),
+    # The layout infra/ sets up: two users, the home 0700.
+    ([WORKERS], PRIVATE, True, True, ["who cannot read"]),
+    # Not serving: jobs running as you and reading your own store is local-only mode.
+    ([SERVER], PRIVATE, False, True,
+     ["who can read", "as expected: this home serves no team (its store has no API tokens), "
+      "and in local-only mode your jobs run as you"]),
+    # Serving unknown (the store could not be read): not a verdict either way.
+    ([SERVER], PRIVATE, None, None, ["whether this home serves a team is unknown"]),
+    # No Ray here: no user to judge.
+    ([], PRIVATE, True, True, ["cannot tell: none of the Rays this home's jobs run on has a "
+                               "process on this machine"]),
+    ([SERVER], {}, True, True, [f"{HOME}: not created yet"]),
+], ids=["same-uid", "group-member", "group-not-member", "others", "others-home-closed",
+        "search-only-home", "root", "two-users", "not-serving", "serving-unknown", "no-ray",
+        "no-home"])
+def test_job_isolation_table(users, stats, serving, ok, words):
+    from orchestrator.doctor.local import JobUser, Perms, job_isolation
+
+    check = job_isolation(HOME, [JobUser(uid, name, frozenset(g)) for uid, name, g in users],
+                          {k: Perms(*v) for k, v in stats.items()}, serving)
+    assert check.name == "job isolation"
+    assert check.ok is ok, check.detail
+    for w in words:
+        assert w in check.detail, check.detail
+    if ok is False:
+        assert check.fix is not None and "infra/README.md" in check.fix
+        assert "its own user" in check.fix
+    else:
+        assert check.fix is None
+
+
+def _serving_home(home) -> None:
+    """A home `orch serve` used: an API token in its store, and its secret key."""
+    from orchestrator.store import Store
+
+    store = Store(home / "orch.db")
+    store.add_token("alice", "0" * 64)
+    store.close()
+    (home / "secret_key").write_bytes(b"k" * 32)
+    os.chmod(home / "secret_key", 0o600)
+
+
+def _sleeper(*argv: str) -> subprocess.Popen:
+    """A cheap long-lived process whose arguments are `argv` (argv[0] too): what Ray's
+    processes look like to a process lister, without Ray."""
+    return subprocess.Popen([argv[0], "-c", "import time; time.sleep(60)", *argv[1:]],
+                            executable=sys.executable)
+
+
+def test_a_cluster_worker_here_running_as_a_user_who_can_read_a_serving_home_fails(orch_home,
+                                                                                  clean_env):
+    """A real process titled as Ray titles its workers (`ray::IDLE`), running as this test's
+    user, beside a home that serves a team and names a cluster (this machine may be a node)."""
+    from orchestrator.doctor.local import JobUser, job_users, ray_processes
+
+    _serving_home(orch_home)
+    settings = Settings(home=orch_home, ray_address=f"http://127.0.0.1:{_free_port()}")
+    worker = _sleeper("ray::IDLE")
+    try:
+        assert worker.pid in {p.pid for p in ray_processes(settings)}
+        me = job_users([psutil.Process(worker.pid)])
+        assert me == [JobUser(os.geteuid(), pwd.getpwuid(os.geteuid()).pw_name,
+                              frozenset({os.getegid(), *os.getgroups()}))]
+        check = checks(settings)["job isolation"]
+    finally:
+        worker.kill()
+        worker.wait(10)
+    assert check.ok is False, check.detail
+    assert f"jobs run as {me[0]}, who " in check.detail
+    assert "orch.db" in check.detail and "secret_key" in check.detail
+    assert "this home serves a team (API tokens in its store)" in check.detail
+    assert check.fix is not None and "infra/README.md" in check.fix
+    assert "k" * 32 not in check.detail + check.fix
+
+
+def test_in_local_mode_the_homes_own_ray_counts_and_another_ray_does_not(orch_home, clean_env):
+    """Without a cluster this home's jobs run on its own local Ray (named by its state file):
+    a Ray worker of some other Ray here runs other jobs."""
+    from orchestrator.doctor.local import ray_processes
+
+    _serving_home(orch_home)
+    local = orch_home / "local"
+    local.mkdir(mode=0o700)
+    temp = str(local / "ray")
+    dead = _free_port()  # not running as far as `local Ray` can tell: the check reads processes
+    (local / "ray.json").write_text(json.dumps({"dashboard_url": f"http://127.0.0.1:{dead}",
+                                                "temp_dir": temp}))
+    settings = Settings(home=orch_home)
+    other = _sleeper("ray::IDLE")
+    try:
+        assert other.pid not in {p.pid for p in ray_processes(settings)}
+        raylet = _sleeper("/opt/ray/core/src/ray/raylet/raylet", f"--temp_dir={temp}")
+        try:
+            assert raylet.pid in {p.pid for p in ray_processes(settings)}
+            check = checks(settings)["job isolation"]
+        finally:
+            raylet.kill()
+            raylet.wait(10)
+    finally:
+        other.kill()
+        other.wait(10)
+    assert check.ok is False, check.detail
+    assert "orch.db" in check.detail and "this home serves a team" in check.detail

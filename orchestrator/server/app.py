@@ -3,7 +3,8 @@
 Each request opens its own embedded client (`orchestrator.client.Local`) in the thread
 that serves it, since a SQLite connection belongs to one thread. Errors are
 {"error": message, "hint": hint}: 400 for bad input (exit 2 in the CLI), 401 without a
-valid token, 403 for another user's job, 404 for an unknown one, 502 when a backend fails.
+valid token, 403 for another user's job, 404 for an unknown one, 429 past a user's share
+of git work (server/git_gate.py), 502 when a backend fails.
 """
 
 from __future__ import annotations
@@ -17,53 +18,20 @@ from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from orchestrator.errors import BackendError, InputError, NotFound, OrchError, StoreError
 from orchestrator.records import CancelledJob, JobDetail, JobRecord, SubmittedJob
-from orchestrator.server import auth
+from orchestrator.server import auth, guard, intake
 from orchestrator.server.auth import Forbidden, Unauthorized
-from orchestrator.server.scheduler import Scheduler, queue_info
+from orchestrator.server.git_gate import Busy, GitGate
+from orchestrator.server.intake import MAX_SPEC, JobIn, PlanIn, Registered
+from orchestrator.server.scheduler import Scheduler
 from orchestrator.store import TERMINAL, public_schedule
 from orchestrator.upload import DIGEST_PATTERN, MiB, TooLarge
 
-MAX_SPEC = 1 << 20  # the job file limit orch applies everywhere
-
-
-_STATUS = ((Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (TooLarge, 413), (InputError, 400),
+_STATUS = ((Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (TooLarge, 413), (Busy, 429), (InputError, 400),
            (BackendError, 502), (StoreError, 503))
-
-
-class JobIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    spec: str = Field(..., max_length=MAX_SPEC, description="the job file's text (YAML)")
-    file: Optional[str] = Field(None, max_length=4096, description="the job file's path on "
-                                "the server: relative paths in it (workdir) are resolved from it")
-    idempotency_key: Optional[str] = Field(None, max_length=200, description="the same key "
-                                           "from the same user returns that job again")
-    priority: int = Field(0, ge=-1000, le=1000, description="higher launches first")
-    upload: Optional[str] = Field(None, pattern=DIGEST_PATTERN, description="a workdir sent "
-                                  "before (POST /v1/uploads): the job runs from it")
-    env: dict[str, str] = Field(default_factory=dict, description="`--env` values over the "
-                                "job file's envs")
-    secrets: dict[str, str] = Field(default_factory=dict, description="`--secret` values over "
-                                    "the job file's secrets; never stored")
-
-
-class PlanIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    spec: str = Field(..., max_length=MAX_SPEC)
-    file: Optional[str] = Field(None, max_length=4096)
-    upload: Optional[str] = Field(None, pattern=DIGEST_PATTERN)
-    env: dict[str, str] = Field(default_factory=dict)
-    secrets: dict[str, str] = Field(default_factory=dict)
-
-
-class Registered(BaseModel):
-    """A job file with `schedule.cron`, submitted: the schedule it registered."""
-    model_config = ConfigDict(extra="forbid")
-    schedule: dict[str, Any]
 
 
 _UPLOAD_BODY = {"requestBody": {"required": True, "description": "a tar.gz of the workdir",
@@ -116,8 +84,8 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
                              "hint": "GET /openapi.json describes every request"},
                             status_code=e.status_code, headers=getattr(e, "headers", None))
 
-    def caller(request: Request) -> auth.Caller:
-        token = auth.bearer(request.headers.get("authorization"))
+    def identify(token: Optional[str]) -> auth.Caller:
+        """Who holds `token` (blocking: the store); Unauthorized for none or an unknown one."""
         if token is None:
             raise Unauthorized("this request needs a token: Authorization: Bearer <token>",
                                "`orch token create NAME` on the server makes one")
@@ -133,58 +101,40 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
                                "shows the tokens; `orch token create NAME` makes a new one")
         return auth.Caller(found["name"], found["admin"])
 
-    def job_file(body):
-        """(text, spec) of a submitted job file; with an upload, its workdir is the upload."""
-        from orchestrator.spec import Overrides, load_spec_text
+    def caller(request: Request) -> auth.Caller:
+        found = getattr(request.state, guard.STATE_KEY, None)  # looked up before the body
+        if isinstance(found, auth.Caller):
+            return found
+        return identify(auth.bearer(request.headers.get("authorization")))
 
-        given = Overrides(envs=dict(body.env), secrets=dict(body.secrets))
-        spec = load_spec_text(body.spec, body.file or "<job>", given)
-        if body.upload is None:
-            return body.spec, spec
-        from orchestrator.upload import with_upload
+    guard.install(app, settings, identify, json_max=2 * MAX_SPEC)  # a body: before it is read
 
-        text = with_upload(body.spec, spec, settings.home, body.upload)
-        return text, load_spec_text(text, body.file or "<job>", given)
+    git_gate = GitGate(settings)  # a client's git work, off the request threads
 
     # -- jobs --------------------------------------------------------------------------
 
     @app.post("/v1/jobs", status_code=201, response_model=Union[SubmittedJob, Registered])
-    def submit(body: JobIn, who: auth.Caller = Depends(caller)):
+    async def submit(body: JobIn, who: auth.Caller = Depends(caller)):
         """Record a job and queue it (the scheduler launches it in priority order); a job
         file with `schedule.cron` registers a schedule instead: {"schedule": {...}}."""
-        text, spec = job_file(body)
-        with scheduler.session() as local:
-            if spec.schedule.cron:
-                if body.env or body.secrets:  # a schedule keeps the file's text, not these
-                    raise InputError("--env and --secret values are not kept with a schedule: "
-                                     "its later runs would not have them",
-                                     "write the envs into the job file; a scheduled job's "
-                                     "secrets come from the server's environment")
-                from orchestrator.server.schedules import register
-
-                return {"schedule": register(local, spec, text, body.file, who.name,
-                                             body.priority, now=scheduler.clock())}
-            from orchestrator.server.schedules import check_server_secrets
-
-            check_server_secrets(spec)
-            key = f"api:{who.name}:{body.idempotency_key}" if body.idempotency_key else None
-            extra = {"upload": body.upload} if body.upload else {}
-            rec, _, existing = local.orch.record(spec, key, owner=who.name, priority=body.priority,
-                                                 info=queue_info(spec, **extra))
-            if not existing:
-                scheduler.hold(rec.id, spec)
-                rec = local.orch.store.set_status(
-                    rec.id, "PENDING", f"queued by orch serve (priority {body.priority}, "
-                    f"submitted by {who.name})")
-        scheduler.wake()
-        return SubmittedJob.from_row(rec, existing=existing)
+        text, spec = await run_in_threadpool(intake.job_file, settings, body, who)
+        if spec.schedule.cron:  # each of its runs reads the commit its ref names then
+            git_gate.check(spec)
+        else:
+            await git_gate.pin(spec, who.name)
+        return await run_in_threadpool(intake.queue_job, scheduler, body, who, text, spec)
 
     @app.post("/v1/plan")
-    def plan(body: PlanIn, who: auth.Caller = Depends(caller)):
+    async def plan(body: PlanIn, who: auth.Caller = Depends(caller)):
         """Where the job would run and why: the `orch plan --json` shape."""
-        _, spec = job_file(body)
-        with scheduler.session() as local:
-            return local.plan_spec(spec)
+        _, spec = await run_in_threadpool(intake.job_file, settings, body, who)
+        await git_gate.pin(spec, who.name)
+
+        def place():
+            with scheduler.session() as local:
+                return local.plan_spec(spec)
+
+        return await run_in_threadpool(place)
 
     @app.get("/v1/jobs", response_model=list[JobRecord])
     def jobs(limit: int = Query(50, ge=1, le=1000), who: auth.Caller = Depends(caller)):
@@ -198,9 +148,20 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
         with scheduler.session() as local:
             return local.job(job_id)
 
+    def still_valid(request: Request) -> bool:
+        """Whether the request's token is still known (not revoked since the request began):
+        looked up afresh, never from what the request found at its start."""
+        try:
+            identify(auth.bearer(request.headers.get("authorization")))
+        except Unauthorized:
+            return False
+        return True
+
     @app.get("/v1/jobs/{job_id}/logs", response_class=PlainTextResponse)
-    async def logs(job_id: str, follow: bool = False, who: auth.Caller = Depends(caller)):
-        """The job's log (secrets redacted); with follow=true, streamed until the job ends."""
+    async def logs(request: Request, job_id: str, follow: bool = False,
+                   who: auth.Caller = Depends(caller)):
+        """The job's log (secrets redacted); with follow=true, streamed until the job ends
+        or the token is revoked."""
 
         def poll(full_id: Optional[str] = None):
             with scheduler.session() as local:
@@ -219,6 +180,9 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
         async def lines():
             printed = 0
             while True:
+                if not await run_in_threadpool(still_valid, request):
+                    yield "orch: this stream ended: its token was revoked\n"
+                    return
                 status, text = await run_in_threadpool(poll, full_id)
                 new = text.splitlines()
                 if new[printed:]:
@@ -308,7 +272,8 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
         if limit == 0:
             raise InputError("this server takes no uploads (upload_max_mb is 0)",
                              "give the job a workdir the server sees (a shared filesystem)")
-        receiver = await run_in_threadpool(Receiver, settings.home, limit)
+        receiver = await run_in_threadpool(Receiver, settings.home, limit, who.name,
+                                           settings.upload_quota_mb * MiB, settings.upload_keep_hours)
         try:
             length = request.headers.get("content-length", "")
             if length.isdigit() and int(length) > limit:
@@ -324,10 +289,10 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
 
     @app.get("/v1/uploads/{digest}")
     def uploaded(digest: str = Path(..., pattern=DIGEST_PATTERN), who: auth.Caller = Depends(caller)):
-        """Whether this server has the upload `digest` (so a client need not send it again)."""
-        from orchestrator.upload import uploads_root
+        """Whether the caller sent this server the upload `digest` (need not send it again)."""
+        from orchestrator.upload import has
 
-        if not (uploads_root(settings.home) / digest).is_dir():
+        if not has(settings.home, digest, who.name, who.admin):
             raise NotFound(f"upload {digest[:16]}... is not on this server", "send it: POST /v1/uploads")
         return {"upload": digest, "existing": True}
 
@@ -340,7 +305,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
             return build(local, settings)
 
     @app.get("/healthz")
-    def healthz():
+    async def healthz():  # no thread: it answers while every worker thread is busy
         """Liveness, without a token."""
         return {"ok": True, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 

@@ -1,0 +1,97 @@
+"""A client's job file arriving at `orch serve`: the request's shape, the file read and
+checked as a client's (no server path, no server variable: `client_policy`), its upload
+put in as its workdir, then queued for the scheduler or registered as a schedule."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.errors import InputError
+from orchestrator.records import SubmittedJob
+from orchestrator.server import auth
+from orchestrator.server.scheduler import queue_info
+from orchestrator.upload import DIGEST_PATTERN
+
+MAX_SPEC = 1 << 20  # the job file limit orch applies everywhere
+
+
+class JobIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    spec: str = Field(..., max_length=MAX_SPEC, description="the job file's text (YAML)")
+    file: Optional[str] = Field(None, max_length=4096, description="the job file's path: "
+                                "named in messages; relative paths in it (workdir) are resolved "
+                                "from it only inside the server's serve_workdir_roots")
+    idempotency_key: Optional[str] = Field(None, max_length=200, description="the same key "
+                                           "from the same user returns that job again")
+    priority: int = Field(0, ge=-1000, le=1000, description="higher launches first")
+    upload: Optional[str] = Field(None, pattern=DIGEST_PATTERN, description="a workdir this "
+                                  "user sent before (POST /v1/uploads): the job runs from it")
+    env: dict[str, str] = Field(default_factory=dict, description="`--env` values over the "
+                                "job file's envs")
+    secrets: dict[str, str] = Field(default_factory=dict, description="`--secret` values over "
+                                    "the job file's secrets; never stored")
+
+
+class PlanIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    spec: str = Field(..., max_length=MAX_SPEC)
+    file: Optional[str] = Field(None, max_length=4096)
+    upload: Optional[str] = Field(None, pattern=DIGEST_PATTERN)
+    env: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(default_factory=dict)
+
+
+class Registered(BaseModel):
+    """A job file with `schedule.cron`, submitted: the schedule it registered."""
+    model_config = ConfigDict(extra="forbid")
+    schedule: dict[str, Any]
+
+
+def job_file(settings, body, who: Optional[auth.Caller] = None):
+    """(text, spec) of a submitted job file, checked as a client's; with an upload, its
+    workdir is the upload (the caller's own, or any for an admin)."""
+    from orchestrator.server import client_policy
+    from orchestrator.spec import Overrides, load_spec_text
+
+    given = Overrides(envs=dict(body.env), secrets=dict(body.secrets))
+    spec = load_spec_text(body.spec, body.file or "<job>", given)
+    client_policy.check(spec, body, who.name if who else None, settings)  # no server path, no server env
+    if body.upload is None:
+        return body.spec, spec
+    from orchestrator.upload import with_upload
+
+    text = with_upload(body.spec, spec, settings.home, body.upload,
+                       who.name if who else "", bool(who and who.admin))
+    return text, load_spec_text(text, body.file or "<job>", given)
+
+
+def queue_job(scheduler, body: JobIn, who: auth.Caller, text: str, spec):
+    """Record the job as queued for the scheduler (its secrets held in memory until it is
+    launched), or register its schedule; the API's answer."""
+    with scheduler.session() as local:
+        if spec.schedule.cron:
+            if body.env or body.secrets:  # a schedule keeps the file's text, not these
+                raise InputError("--env and --secret values are not kept with a schedule: "
+                                 "its later runs would not have them",
+                                 "write the envs into the job file; a scheduled job's "
+                                 "secrets come from the server's environment")
+            from orchestrator.server.schedules import register
+
+            return {"schedule": register(local, spec, text, body.file, who.name,
+                                         body.priority, now=scheduler.clock())}
+        from orchestrator.server.schedules import check_server_secrets
+
+        check_server_secrets(spec, local.settings, who.name)
+        key = f"api:{who.name}:{body.idempotency_key}" if body.idempotency_key else None
+        extra = {"upload": body.upload} if body.upload else {}
+        rec, _, existing = local.orch.record(spec, key, owner=who.name, priority=body.priority,
+                                             info=queue_info(spec, **extra))
+        if not existing:
+            scheduler.hold(rec.id, spec)
+            rec = local.orch.store.set_status(
+                rec.id, "PENDING", f"queued by orch serve (priority {body.priority}, "
+                f"submitted by {who.name})")
+    scheduler.wake()
+    return SubmittedJob.from_row(rec, existing=existing)

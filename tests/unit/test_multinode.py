@@ -130,7 +130,7 @@ def test_a_nodes_ray_never_gets_the_runners_event_key(monkeypatch):
     from jobs import events, multinode
 
     seen = {}
-    monkeypatch.setattr(multinode.subprocess, "Popen", lambda cmd, env, **kw: seen.update(env=env))
+    monkeypatch.setattr(multinode.subprocess, "Popen", lambda cmd, **kw: seen.update(env=kw["env"]))
     given = multinode.ray_env({"PATH": "/bin", events.KEY_VAR: "k" * 64, "HF_TOKEN": "x"})
     multinode.start_ray(Topology.from_env({**SKY, "SKYPILOT_NODE_RANK": "0"}), given)
     assert events.KEY_VAR not in seen["env"] and seen["env"]["PATH"] == "/bin"

@@ -46,7 +46,7 @@ def check(spec, body, user: Optional[str], settings) -> None:
     (None: only what every user may)."""
     check_text(spec, body)
     check_paths(spec, file=body.file, upload=body.upload is not None,
-                roots=settings.serve_workdir_roots)
+                roots=settings.serve_workdir_roots, never=[settings.home])
     check_env_secrets(spec, user, settings)
 
 
@@ -111,10 +111,12 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def inside(path: str, roots: Iterable) -> bool:
+def inside(path: str, roots: Iterable, never: Iterable = ()) -> bool:
     """Whether the absolute `path` is inside one of `roots`, as written (`..` folded) and
-    once every symlink is followed. A path outside them as written is refused without a
-    look at the filesystem, so the answer says nothing about what exists there."""
+    once every symlink is followed, and in none of `never` (the server's ORCH_HOME: its
+    store, uploads and logs, should a root hold it). A path outside the roots as written is
+    refused without a look at the filesystem, so the answer says nothing about what exists
+    there."""
     roots = [str(r) for r in roots]
     if not os.path.isabs(path) or not roots:
         return False
@@ -123,6 +125,9 @@ def inside(path: str, roots: Iterable) -> bool:
                for r in roots):
         return False
     real = os.path.realpath(written)
+    if any(_under(p, os.path.normpath(str(n))) or _under(p, os.path.realpath(str(n)))
+           for n in never for p in (written, real)):
+        return False
     return any(_under(real, os.path.realpath(r)) for r in roots)
 
 
@@ -132,23 +137,25 @@ def remote(source: str) -> bool:
     return m is not None and m.group(1).lower() != "file"
 
 
-def check_paths(spec, file: Optional[str], upload: bool, roots: Iterable) -> None:
-    """Each server path the job names must be inside a root: its workdir folder (unless an
-    upload replaces it), its local file_mounts sources, its local checkpoint storage. A
-    relative workdir is read from the request's `file`, which counts only inside a root."""
-    roots = list(roots)
+def check_paths(spec, file: Optional[str], upload: bool, roots: Iterable,
+                never: Iterable = ()) -> None:
+    """Each server path the job names must be inside a root, and in none of `never`: its
+    workdir folder (unless an upload replaces it), its local file_mounts sources, its local
+    checkpoint storage. A relative workdir is read from the request's `file`, which counts
+    only inside a root."""
+    roots, never = list(roots), list(never)
     for key, problem in _SERVER_KEYS.items():
         if key in spec.extra_task_keys():
             raise spec.error(key, problem, "give the files as file_mounts from a bucket "
                              "(s3://...), and secret values with --secret NAME=VALUE")
     if isinstance(spec.workdir, str) and not upload:
-        _check_workdir(spec, spec.workdir, file, roots)
+        _check_workdir(spec, spec.workdir, file, roots, never)
     for dest, mount in spec.file_mounts.items():
         for i, source in _mount_sources(mount):
             if remote(source):
                 continue
             path = os.path.abspath(os.path.expanduser(source))  # as SkyPilot reads it
-            if not inside(path, roots):
+            if not inside(path, roots, never):
                 raise spec.error(f"file_mounts.{dest}" + ("" if i is None else ".source"),
                                  f"{clip(source)} is a path on the server, which a job sent to "
                                  "orch serve may not read",
@@ -157,7 +164,7 @@ def check_paths(spec, file: Optional[str], upload: bool, roots: Iterable) -> Non
                                  "(an upload), or ask the server's admin for a "
                                  "serve_workdir_roots entry")
     storage = spec.checkpoint.storage
-    if storage and not remote(storage) and not inside(os.path.expanduser(storage), roots):
+    if storage and not remote(storage) and not inside(os.path.expanduser(storage), roots, never):
         raise spec.error("checkpoint.storage", f"{clip(storage)} is a path on the server, which "
                          "a job sent to orch serve may not write",
                          "write checkpoints to object storage (checkpoint.storage: "
@@ -178,21 +185,21 @@ def _mount_sources(mount) -> list[tuple[Optional[int], str]]:
     return []
 
 
-def _check_workdir(spec, workdir: str, file: Optional[str], roots: list) -> None:
+def _check_workdir(spec, workdir: str, file: Optional[str], roots: list, never: list) -> None:
     refused = spec.error("workdir", f"{clip(workdir)} is a folder on the server, which a job "
                          "sent to orch serve may not name", _WORKDIR_HINT)
     path = os.path.expanduser(workdir)
     if not os.path.isabs(path):
         # Read from the job file's folder, as orch reads it alone: only a file inside a root.
-        if not (file and inside(file, roots)):
+        if not (file and inside(file, roots, never)):
             raise refused
         path = os.path.join(os.path.dirname(os.path.realpath(file)), path)
-        if inside(path, roots) and not os.path.isdir(path):
+        if inside(path, roots, never) and not os.path.isdir(path):
             # Said only inside a root. And orch (spec.workdir_path) would then look in its
             # own current folder instead, which is no root.
             raise spec.error("workdir", f"{clip(workdir)} is not a directory beside the job "
                              "file", "paths are relative to the job file's folder")
-    if not inside(path, roots):
+    if not inside(path, roots, never):
         raise refused
 
 

@@ -12,7 +12,7 @@ from typing import Optional
 
 import pytest
 
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, SpecError
 from orchestrator.inputs import clip
 from orchestrator.server import client_policy
 from orchestrator.server.schedules import check_server_secrets
@@ -260,3 +260,19 @@ def test_a_nul_or_a_lone_surrogate_is_refused_naming_where(case):
     assert got is not None and got.startswith(start), got
     got.encode("utf-8")  # the message itself is text: it can be sent
     assert re.search(r"half of a UTF-16 surrogate pair|NUL character", got)
+
+
+def test_the_servers_home_never_counts_even_inside_a_root(tmp_path):
+    """A root that holds ORCH_HOME would let a job name another user's upload by its path
+    (skipping the owners' check), or the saved logs: the home is never inside a root."""
+    from orchestrator.server.client_policy import check_paths
+
+    home = tmp_path / "srv" / "orch-home"
+    (home / "uploads" / ("a" * 64)).mkdir(parents=True)
+    (tmp_path / "srv" / "code").mkdir()
+    for workdir in (home / "uploads" / ("a" * 64), home / "logs", home):
+        spec = load_spec_text(f"workdir: {workdir}\nrun: echo\n", "<job>")
+        with pytest.raises(SpecError, match="is a folder on the server"):
+            check_paths(spec, None, False, [tmp_path / "srv"], never=[home])
+    check_paths(load_spec_text(f"workdir: {tmp_path / 'srv' / 'code'}\nrun: echo\n", "<job>"),
+                None, False, [tmp_path / "srv"], never=[home])

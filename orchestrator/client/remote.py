@@ -65,8 +65,11 @@ class Remote:
             return InputError(f"the orch server at {self.url} refused the token: {message}",
                               hint or "set ORCH_TOKEN to a token from `orch token create NAME` "
                               "run on the server")
-        if status in (400, 403, 413, 422):
+        if status in (400, 403, 408, 413, 422):
             return InputError(message, hint)
+        if status == 429:  # the server is busy with this user's other requests: not a failure
+            return InputError(f"the orch server at {self.url} is busy: {message}",
+                              hint or "wait for your other requests to finish, then try again")
         if status == 404:
             return NotFound(message, hint)
         if status in (502, 503, 504):

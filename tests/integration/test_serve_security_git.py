@@ -12,7 +12,6 @@ import io
 import json
 import shutil
 import socket
-import subprocess
 import tarfile
 import threading
 import time
@@ -26,6 +25,7 @@ import pytest
 from tests.conftest import short_tmp, store_at
 from tests.integration.conftest import wait_until
 from tests.integration.test_serve import Server, _serve_home, _token
+from tests.repos import committed_repo, git
 
 pytestmark = pytest.mark.integration
 
@@ -114,20 +114,12 @@ def call(server: Server, who, method: str, path: str, body=None, timeout: float 
         return e.code, json.loads(e.read())
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                   stdin=subprocess.DEVNULL)
+_git = git
 
 
 def hostile_repo(where: Path, markers: Path) -> Path:
     """A repository with uncommitted changes whose own config has git run shell commands."""
-    where.mkdir()
-    _git(where, "init", "-q", "-b", "main")
-    _git(where, "config", "user.email", "t@example.com")
-    _git(where, "config", "user.name", "t")
-    (where / "train.py").write_text("print(1)\n")
-    _git(where, "add", ".")
-    _git(where, "commit", "-q", "-m", "v1")
+    committed_repo(where, {"train.py": "print(1)\n"})
     for key, command in (("core.fsmonitor", f"touch {markers}/fsmonitor; false"),
                          ("diff.external", f"touch {markers}/diff-external; true"),
                          ("filter.evil.clean", f"touch {markers}/clean-filter; cat")):

@@ -2,8 +2,8 @@
 Ray: Alice's `run:` job prints its secret values in five forms and fails. Bob, another
 token holder, reads every endpoint; the store and ORCH_HOME/logs are searched; the server
 is restarted (the values it held are gone, only the record's digests are left) and read
-again. The job also prints forged `::orch::` result and verdict lines, and Carol follows
-its log until her token is revoked."""
+again. The job also prints forged `::orch::` result and verdict lines, and an admin
+follows its log until the admin's token is revoked."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.server import auth
 from tests.conftest import short_tmp, store_at, store_text
-from tests.integration.conftest import on_session_ray, remove_home, wait_until
-from tests.integration.test_serve import Server
+from tests.integration.conftest import on_session_ray, wait_until
+from tests.integration.test_serve import Server, _serve_home
 
 pytestmark = pytest.mark.integration
 
@@ -69,18 +68,7 @@ def found(values: dict, places: dict) -> list:
 
 @pytest.fixture(scope="module")
 def home(ray_home):
-    home = on_session_ray(short_tmp("ohx"), ray_home)
-    store = store_at(home)
-    tokens = {}
-    for name in ("alice", "bob", "carol"):
-        tokens[name], digest = auth.new_token()
-        store.add_token(name, digest)
-    store.close()
-    (home / "tokens.json").write_text(json.dumps(tokens))
-    try:
-        yield home
-    finally:
-        remove_home(home)
+    yield from _serve_home(on_session_ray(short_tmp("ohx"), ray_home))  # alice, bob, root
 
 
 def follow(server: Server, token: str, job_id: str, out: dict) -> None:
@@ -109,14 +97,14 @@ def test_a_failed_jobs_secrets_reach_no_other_user_no_store_and_no_log(home):
             return status == "RUNNING"
         wait_until("the job to run", running, timeout=120)
         streamed: dict = {}
-        reader = threading.Thread(target=follow, args=(server, tokens["carol"], job_id, streamed))
+        reader = threading.Thread(target=follow, args=(server, tokens["root"], job_id, streamed))
         reader.start()
-        wait_until("carol's stream to print the job's lines",
+        wait_until("the revoked token's stream to print the job's lines",
                    lambda: "printed them all" in call(server, tokens["bob"], "GET",
                                                       f"/v1/jobs/{job_id}/logs")[1].decode(),
                    timeout=60)
         store = store_at(home)
-        store.revoke_token("carol")
+        store.revoke_token("root")
         store.close()
         reader.join(30)
         assert not reader.is_alive(), "a revoked token's stream went on"
@@ -133,7 +121,7 @@ def test_a_failed_jobs_secrets_reach_no_other_user_no_store_and_no_log(home):
             code, body = call(server, tokens["bob"], "GET", path)
             assert code == 200, body
             places[f"GET {path}"] = body
-        places["carol's stream"] = streamed["body"].encode()
+        places["the revoked token's stream"] = streamed["body"].encode()
         log = places[f"GET /v1/jobs/{job_id}/logs"].decode()
     finally:
         server.stop()

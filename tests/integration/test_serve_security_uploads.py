@@ -20,9 +20,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from orchestrator.upload import MiB, human, pack
+from orchestrator.upload import MiB, human
 from tests.conftest import short_tmp
 from tests.integration.test_serve import Server, _serve_home, _token
+from tests.repos import packed
 
 pytestmark = pytest.mark.integration
 
@@ -127,11 +128,7 @@ def _workdir(root: Path, name: str, size: int) -> bytes:
     code.mkdir()
     (code / "train.py").write_text("print('trained')\n")
     (code / "data.bin").write_bytes(os.urandom(size))
-    packed = pack(code, 10 * MiB)
-    try:
-        return packed.file.read()
-    finally:
-        packed.close()
+    return packed(code, 10 * MiB)
 
 
 def test_an_upload_is_its_senders_and_each_user_stays_within_the_quota(server, tmp_path):

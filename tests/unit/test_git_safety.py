@@ -9,16 +9,13 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
+from tests.repos import committed_repo, git
 
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                   stdin=subprocess.DEVNULL)
+_git = git
 
 
 # What a repository's own config can make git run: key, value template, .gitattributes.
@@ -38,13 +35,7 @@ def test_the_fingerprint_of_a_local_repository_runs_nothing_its_config_names(tmp
     repo, marker, hook = tmp_path / "repo", tmp_path / "ran", tmp_path / "hook.sh"
     hook.write_text(f"#!/bin/sh\ntouch '{marker}'\n{tail}")
     hook.chmod(0o755)
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "config", "user.email", "t@example.com")
-    _git(repo, "config", "user.name", "t")
-    (repo / "a.txt").write_text("v1\n")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-q", "-m", "v1")
+    committed_repo(repo, {"a.txt": "v1\n"})
     _git(repo, "config", key, str(hook))  # after the commit: only orch's git may run it
     if attributes:
         (repo / ".gitattributes").write_text(attributes)

@@ -4,7 +4,6 @@ git repository on this machine stands in for the remote one."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,24 +12,13 @@ from orchestrator.errors import InputError, SpecError
 from orchestrator.service import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
+from tests.repos import committed_repo, git
 
 
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    r = tmp_path / "repo"
-    r.mkdir()
-    _git(r, "init", "-q", "-b", "main")
-    _git(r, "config", "user.email", "t@example.com")
-    _git(r, "config", "user.name", "t")
-    (r / "train.py").write_text("print('v1')\n")
-    _git(r, "add", ".")
-    _git(r, "commit", "-q", "-m", "v1")
-    _git(r, "tag", "v1")
+    r = committed_repo(tmp_path / "repo", {"train.py": "print('v1')\n"})
+    git(r, "tag", "v1")
     return r
 
 
@@ -42,16 +30,16 @@ def _spec(repo: Path, ref: str = "main"):
 def test_a_branch_is_pinned_at_check_and_that_commit_is_what_runs(tmp_path, repo):
     orch = Orch(Settings(home=tmp_path / "home", mode="local"))
     spec = _spec(repo)
-    v1 = _git(repo, "rev-parse", "HEAD")
+    v1 = git(repo, "rev-parse", "HEAD")
     checked = orch.check(spec)
     assert spec.git_workdir.commit == v1
     (repo / "train.py").write_text("print('v2')\n")  # the branch moves before the launch
-    _git(repo, "commit", "-qam", "v2")
+    git(repo, "commit", "-qam", "v2")
     launch = orch.launch_for("job-1", spec, "local", checked.decision)
     folder = Path(launch.workdir)
     assert folder == tmp_path / "home" / "workdirs" / "job-1"
     assert (folder / "train.py").read_text() == "print('v1')\n"
-    assert _git(folder, "rev-parse", "HEAD") == v1
+    assert git(folder, "rev-parse", "HEAD") == v1
     # A second launch of the same job (a retry) reuses the checkout.
     (folder / "marker").write_text("kept")
     assert Path(orch.launch_for("job-1", spec, "local", checked.decision).workdir) == folder
@@ -64,7 +52,7 @@ def test_a_branch_is_pinned_at_check_and_that_commit_is_what_runs(tmp_path, repo
 def test_a_tag_and_a_full_commit_hash_name_their_commit(tmp_path, repo):
     from orchestrator.service.git_workdir import resolve
 
-    v1 = _git(repo, "rev-parse", "HEAD")
+    v1 = git(repo, "rev-parse", "HEAD")
     assert resolve(str(repo), "v1") == v1
     assert resolve(str(repo), None) == v1  # the default branch
     assert resolve(str(repo), v1) == v1

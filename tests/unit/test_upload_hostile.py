@@ -16,6 +16,7 @@ import pytest
 
 from orchestrator.errors import InputError
 from orchestrator.upload import MiB, TooLarge, unpack, unpacking
+from tests.repos import packed
 
 HUGE = 300 * MiB
 
@@ -254,16 +255,10 @@ def api(tmp_path, monkeypatch):
 
 
 def _packed(tmp_path: Path, name: str, size: int) -> bytes:
-    from orchestrator.upload import pack
-
     code = tmp_path / name
     code.mkdir()
     (code / "data.bin").write_bytes(os.urandom(size))
-    packed = pack(code, 2 * MiB)
-    try:
-        return packed.file.read()
-    finally:
-        packed.close()
+    return packed(code, 2 * MiB)
 
 
 def test_the_api_keeps_uploads_to_their_owners_and_each_user_to_the_quota(api, tmp_path):

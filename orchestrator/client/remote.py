@@ -143,8 +143,8 @@ class Remote:
         where = up.local_workdir(spec)
         if where is None:
             if isinstance(spec.workdir, str):
-                note(self.on_note, f"workdir {spec.workdir} is not on this machine: the server "
-                      "runs the job from its own folder of that name")
+                note(self.on_note, f"workdir {spec.workdir} is not on this machine: sent as a "
+                      "path on the server, which takes it only inside its serve_workdir_roots")
         return where
 
     def _offer(self, packed, where) -> None:

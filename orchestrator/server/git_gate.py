@@ -33,7 +33,7 @@ class GitGate:
     def check(self, spec) -> None:
         """InputError for a git workdir URL this server does not allow (no git runs)."""
         if spec.git_workdir is not None:
-            git_workdir.check_url(spec.git_workdir.url, self.where)
+            git_workdir.check_url(spec.git_workdir.url, self.where, spec)
 
     async def pin(self, spec, user: str) -> None:
         """The spec's git workdir pinned to the commit its ref names (git_workdir.pin), on

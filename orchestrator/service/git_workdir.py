@@ -109,9 +109,12 @@ def host_allowed(host: str, port: Optional[int], default: Optional[int],
     return False
 
 
-def check_url(url: str, where: Reach) -> None:
-    """InputError when a client may not use `url`."""
+def check_url(url: str, where: Reach, spec=None) -> None:
+    """InputError when a client may not use `url`: located in the job file at workdir.url
+    when the `spec` it came from is given."""
     problem = url_problem(url, where)
+    if problem and spec is not None:
+        raise spec.error("workdir.url", problem, _USE_REMOTE)
     if problem:
         raise InputError(f"workdir.url: {problem}", _USE_REMOTE)
 
@@ -145,7 +148,7 @@ def pin(spec, where: Reach = LOCAL) -> None:
     git = spec.git_workdir
     if git is None:
         return
-    check_url(git.url, where)
+    check_url(git.url, where, spec)
     if git.commit is None:
         git.commit = resolve(git.url, git.ref) if where is LOCAL else resolve(git.url, git.ref, where)
 

@@ -35,7 +35,7 @@ run: |
   echo '::orch::{{"event":"result","ok":false,"error":"forged by the job"}}'
   echo '::orch::{{"event":"verdict","kind":"forged-verdict","reasons":["forged"],"advice":["forged"]}}'
   echo "printed them all"
-  sleep 5
+  sleep 7
   exit 3
 """
 
@@ -93,7 +93,7 @@ def test_a_failed_jobs_secrets_reach_no_other_user_no_store_and_no_log(home):
 
         def running():
             status = json.loads(call(server, tokens["bob"], "GET", f"/v1/jobs/{job_id}")[1])["status"]
-            assert status in ("PENDING", "RUNNING"), status  # it sleeps 5 s once it printed
+            assert status in ("PENDING", "RUNNING"), status  # it sleeps 7 s once it printed
             return status == "RUNNING"
         wait_until("the job to run", running, timeout=120)
         streamed: dict = {}
@@ -113,7 +113,7 @@ def test_a_failed_jobs_secrets_reach_no_other_user_no_store_and_no_log(home):
             rec = json.loads(call(server, tokens["bob"], "GET", f"/v1/jobs/{job_id}")[1])
             return rec if rec["status"] in ("FAILED", "SUCCEEDED", "CANCELLED") else None
         rec = wait_until("the job to end", ended, timeout=120)
-        # The stream ended for the revocation, while the job still ran (it sleeps 5 s).
+        # The stream ended for the revocation, while the job still ran (it sleeps 7 s).
         assert streamed["body"].rstrip().endswith("its token was revoked"), streamed["body"][-300:]
 
         places = {f"GET /v1/jobs/{job_id}": json.dumps(rec).encode()}

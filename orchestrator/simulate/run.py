@@ -3,24 +3,35 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 from orchestrator.simulate.engine import SPOT_PREEMPTIONS_PER_H, Simulation
-from orchestrator.simulate.jobs import build_jobs
+from orchestrator.simulate.jobs import SimJob, build_jobs
 from orchestrator.simulate.policies import HYPERSCALERS, POLICIES
 from orchestrator.simulate.scenario import Scenario, policy_settings
 
 GOAL_RATIO, GOAL_MISS_RATE = 1.03, 0.01
+BELIEF_MODES = ("learned", "truth", "both")
+TRUE_BELIEFS = "orch (true beliefs)"
 
 
 def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
              spot_rate: float = SPOT_PREEMPTIONS_PER_H, policies: Optional[Sequence[str]] = None,
-             progress: Callable[[str], None] = lambda msg: None) -> dict:
+             beliefs: str = "learned", progress: Callable[[str], None] = lambda msg: None) -> dict:
     """The result as `orch simulate --json` prints it (money in USD; `currency` and
-    `currency_rate` say how to show it)."""
+    `currency_rate` say how to show it). `beliefs`: what orch's policy is told of each job,
+    "learned" (the job file and its own runs), "truth" (the true hours and speeds) or
+    "both" (a second row, "orch (true beliefs)", and what learning costs)."""
+    if beliefs not in BELIEF_MODES:
+        raise ValueError(f"beliefs must be one of {BELIEF_MODES}, not {beliefs!r}")
     started = time.perf_counter()
     s = policy_settings(settings, scenario)
     jobs = build_jobs(trace, scenario.offers, s)
+    told: list[SimJob] = []
+    if beliefs != "learned":  # the same jobs, told the truth; kinds as reported for all rows
+        told = [SimJob(t.job, replace(t.ask, kind=j.kind))
+                for j, t in zip(jobs, build_jobs(trace, scenario.offers, s, "truth"))]
     ownership = sum(inv.purchase_price * trace.days / (inv.lifetime_years * 365.25)
                     for inv in scenario.owned)
     sim = Simulation(trace=trace, jobs=jobs, offers=scenario.offers, settings=s, seed=seed,
@@ -33,7 +44,12 @@ def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
     runs = []
     for name in names:
         t0 = time.perf_counter()
-        runs.append(sim.run(name, POLICIES[name]))
+        if name == "orch" and beliefs == "truth":
+            runs.append(replace(sim, jobs=told).run(name, POLICIES[name]))
+        else:
+            runs.append(sim.run(name, POLICIES[name]))
+        if name == "orch" and beliefs == "both":
+            runs.append(replace(sim, jobs=told).run(TRUE_BELIEFS, POLICIES[name]))
         progress(f"{name}: {len(jobs)} jobs in {time.perf_counter() - t0:.2f} s")
     end_h = max([sim.span_h] + [o.finish_h for r in runs for o in r.outcomes if o.finish_h is not None])
     t0 = time.perf_counter()
@@ -53,9 +69,21 @@ def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
     return {"trace": trace.source, "jobs": len(jobs), "days": trace.days, "seed": seed,
             "scenario": scenario.describe(settings.currency, rate),
             "currency": settings.currency, "currency_rate": rate,
-            "spot_preemptions_per_hour": spot_rate, "policies": rows,
+            "spot_preemptions_per_hour": spot_rate, "beliefs": beliefs,
+            "learning_cost": learning_cost(rows), "policies": rows,
             "checks": checks(rows, s.cloud_startup_minutes / 60.0), "notes": notes,
             "wall_s": round(time.perf_counter() - started, 2)}
+
+
+def learning_cost(rows: list[dict]) -> Optional[float]:
+    """orch's power + cloud with learned beliefs over with true ones (None without both
+    rows, or when the true-belief run spends nothing)."""
+    by = {r["name"]: r for r in rows}
+    if "orch" not in by or TRUE_BELIEFS not in by:
+        return None
+    spend = lambda r: r["power"] + r["cloud_spend"]  # noqa: E731
+    base = spend(by[TRUE_BELIEFS])
+    return round(spend(by["orch"]) / base, 4) if base > 0 else None
 
 
 def checks(rows: list[dict], startup_h: float) -> dict:
@@ -72,7 +100,7 @@ def checks(rows: list[dict], startup_h: float) -> dict:
              if oracle and oracle["cash_total"] > 0 else None)
     comparable, apart = [], {}
     for r in rows:
-        if r["name"] in ("orch", "oracle"):
+        if r["name"] in ("orch", "oracle", TRUE_BELIEFS):
             continue
         wait = r.get("exploratory_p95_wait_h")
         if r["deadline_misses"] > orch["deadline_misses"]:

@@ -204,13 +204,27 @@ class WorkerContext:
         return reason is not None
 
     def as_record(self) -> dict:
-        rec = {"device": str(self.device), "precision": self.precision,
+        rec = {"device": str(self.device), "gpu_name": device_name(self.device),
+               "precision": self.precision,
                "precision_requested": self.requested_precision,
                "loader_workers": self.loader_workers, "pin_memory": self.pin_memory,
                "world_size": self.world_size}
         if self.loader_tuning:
             rec["loader_tuning"] = self.loader_tuning
         return rec
+
+
+def device_name(device: Any) -> str:
+    """The model this worker trains on, as torch names it ("NVIDIA H100 80GB HBM3"), or
+    "cpu": orch learns each job's speed per GPU model from it (it spells it SkyPilot's way)."""
+    if getattr(device, "type", None) != "cuda":
+        return "cpu"
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(device)
+    except Exception:  # a driver that cannot say: the run still trains, orch goes by its placement
+        return "cuda"
 
 
 def over_budget(budget: Optional[Budget], now: float) -> Optional[str]:

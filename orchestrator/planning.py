@@ -213,14 +213,24 @@ def month_spend(settings, now: float) -> float:
     return ledger.month_spend((ledger.entry(r, now) for r in recs), now, settings.budget_basis)
 
 
-def history_for(fingerprint: str, settings) -> list[PastRun]:
-    """Past runs of this fingerprint from the job store; none before the store exists."""
+# The team's runs that teach a job's speed on other GPU models (decision.estimates): the
+# recent successful ones, enough to learn from without slowing a plan down.
+TEAM_DAYS, TEAM_RUNS = 90, 2000
+
+
+def history_for(fingerprint: str, settings, now: Optional[float] = None) -> list[PastRun]:
+    """Past runs of this fingerprint from the job store, then the team's recent successful
+    runs of other jobs; none before the store exists."""
     from orchestrator.store import open_store, store_exists
 
     if not store_exists(settings):
         return []  # planning must not create the store
+    now = time.time() if now is None else now
     store = open_store(settings)
     try:
-        return [PastRun.from_row(r) for r in store.runs_for_fingerprint(fingerprint)]
+        mine = [PastRun.from_row(r) for r in store.runs_for_fingerprint(fingerprint)]
+        team = [PastRun.from_row(r) for r in store.list(TEAM_RUNS, ("SUCCEEDED",), now - TEAM_DAYS * 86400)
+                if r.fingerprint and r.fingerprint != fingerprint]
+        return mine + team
     finally:
         store.close()

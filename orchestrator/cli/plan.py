@@ -130,6 +130,7 @@ def render(d: dict, name: str, limit: int | None = 40) -> None:
                   "-" if a["est_hours"] is None else f"{a['est_hours']:.3g}", marginal, full,
                   escape(a["excluded"] or ""))
     out.print(t)
+    _hours_sources(rows)
     hidden = len(alts) - len(rows)
     for note in list(d["notes"]) + ([f"{hidden} more alternatives not shown (--all lists them)"]
                                     if hidden > 0 else []):
@@ -144,3 +145,17 @@ def render(d: dict, name: str, limit: int | None = 40) -> None:
               f"{money(est['cost'])} per job in full")
     for r in d["reasons"][len(own):]:
         out.print(f"  - {escape(r)}")
+
+
+def _hours_sources(rows: list[dict]) -> None:
+    """Where each device's hours came from (its measured runs, the team's, the peak table),
+    once per device shown."""
+    seen: dict[str, str] = {}
+    for a in rows:
+        dev = "CPU" if a["gpu"] is None else f"{a['gpu']}x{a['count']:g}"
+        if a.get("hours_basis") and a["est_hours"] is not None:
+            seen.setdefault(dev, f"{dev}: {a['est_hours']:.3g} h from {a['hours_basis']}")
+    if seen:
+        out.print("hours per device:")
+    for line in seen.values():
+        out.print(f"  - {escape(line)}")

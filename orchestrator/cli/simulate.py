@@ -29,15 +29,40 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
              catalog_dir: Optional[Path] = typer.Option(None, "--catalog-dir", help="price "
                                                         "catalogs (<cloud>/vms.csv)"),
              spot_rate: float = typer.Option(0.05, "--spot-preemptions", min=0.0, max=10.0,
-                                             help="spot preemptions per running hour")) -> None:
+                                             help="spot preemptions per running hour"),
+             mip_seconds: float = typer.Option(20.0, "--mip-seconds", min=0.0, max=3600.0,
+                                               help="time limit of the whole-job bound (a MIP); "
+                                               "0: the linear program's bound alone"),
+             beliefs: str = typer.Option("learned", "--beliefs", help="what orch's policy is "
+                                         "told of each job: learned (its job file and its own "
+                                         "runs), truth (the true hours and speeds), or both "
+                                         "(adds the row 'orch (true beliefs)' and what learning "
+                                         "costs)"),
+             owned: Optional[str] = typer.Option(None, "--owned", help="--generate: the team's "
+                                                 "GPU model and owned count, GPU:COUNT (default "
+                                                 "A100:4); the steady work is sized for them"),
+             steady: float = typer.Option(1.0, "--steady", help="--generate: steady load "
+                                          "multiplier (2: twice the nightly and weekly work)"),
+             burst: Optional[str] = typer.Option(None, "--burst", help="--generate: runs per "
+                                                 "sweep, LO:HI (default 4:12)"),
+             noise: Optional[float] = typer.Option(None, "--estimate-noise", help="--generate: "
+                                                   "write estimate_h, the true wall hours x "
+                                                   "exp(N(0, SIGMA))"),
+             compute: Optional[str] = typer.Option(None, "--compute-share", help="--generate: "
+                                                   "write per-job speeds from a compute-bound "
+                                                   "share drawn in LO:HI per fingerprint")) -> None:
     """Replay a trace: the team's cash, waits by kind, deadline misses and on-prem use per policy."""
     from orchestrator.errors import InputError
 
     if generate is not None:
         if trace is not None:
             raise InputError("give either a TRACE to simulate or --generate FILE, not both")
-        _generate(generate, days, seed)
+        from orchestrator.simulate.generate import parse_shape
+
+        _generate(generate, days, seed, parse_shape(owned, steady, burst, noise, compute))
         return
+    if beliefs not in ("learned", "truth", "both"):
+        raise InputError(f"--beliefs {beliefs}: write learned, truth or both")
     if trace is None:
         raise InputError("give a TRACE file to simulate",
                          "`orch simulate --generate trace.csv` writes a 90-day example")
@@ -54,8 +79,8 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
     started = time.perf_counter()
     err.print(f"[dim]{len(t.jobs)} jobs over {t.days} days; reading the price catalogs ...[/]")
     scenario = load_scenario(settings, onprem or (), clouds, catalog_dir)
-    result = run(t, scenario, settings, seed=seed, spot_rate=spot_rate,
-                 progress=lambda msg: err.print(f"[dim]{escape(msg)}[/]"))
+    result = run(t, scenario, settings, seed=seed, spot_rate=spot_rate, beliefs=beliefs,
+                 mip_seconds=mip_seconds, progress=lambda msg: err.print(f"[dim]{escape(msg)}[/]"))
     result["wall_s"] = round(time.perf_counter() - started, 2)
     if plot is not None:
         from orchestrator.plots import plot_policies
@@ -68,12 +93,12 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
         render(result)
 
 
-def _generate(path: Path, days: int, seed: int) -> None:
+def _generate(path: Path, days: int, seed: int, shape) -> None:
     from orchestrator.errors import InputError
     from orchestrator.simulate.generate import generate
     from orchestrator.simulate.trace import format_trace
 
-    jobs = generate(days, seed)
+    jobs = generate(days, seed, shape)
     try:
         path.write_text(format_trace(jobs))
     except OSError as e:
@@ -106,6 +131,8 @@ def render(result: dict) -> None:
             placed += f" ({jobs['unplaced']} unplaced)"
         util = r["onprem_utilization"]
         name = r["name"] + (" (lower bound)" if r["name"] == "oracle" else "")
+        if r["name"] == "orch" and result.get("beliefs") == "truth":
+            name = "orch (true beliefs)"
         t.add_row(name, _money(r["cash_total"], result), _money(r["ownership"], result),
                   _money(r["power"], result), _money(r["cloud_spend"], result),
                   _money(r["chargeback_total"], result), _h(r["exploratory_p95_wait_h"]),
@@ -115,12 +142,26 @@ def render(result: dict) -> None:
     out.print("[dim]cash total = ownership (purchase over the period, the same for every policy) "
               "+ power + cloud; chargeback = the old per-use figure (owned hours at amortized + "
               "power, idle ones free), for comparison only[/]")
+    if result.get("learning_cost") is not None:
+        out.print(f"what learning costs: orch's power + cloud with learned beliefs is "
+                  f"{result['learning_cost']:.3f}x its spend when told the truth")
     for note in result.get("notes", []):
         out.print(f"[dim]{escape(note)}[/]")
     c = result.get("checks") or {}
     if not c:
         return
     ok = lambda met: "[green]met[/]" if met else "[red]not met[/]"  # noqa: E731
+    by_name = {r["name"]: r for r in result["policies"]}
+    if by_name.get("oracle", {}).get("bound"):
+        from orchestrator.simulate.oracle import bound_line
+
+        rate, cur = result["currency_rate"], result["currency"]
+        out.print(escape(bound_line(by_name["oracle"]["bound"])) + (
+            "" if cur == "USD" else f" [dim](USD; x{rate:g} for {cur})[/]"))
+    if c.get("orch_power_cloud_over_bound") is not None:
+        out.print(f"checks (what placement controls): orch's power + cloud / the best bound = "
+                  f"{c['orch_power_cloud_over_bound']:.3f} (goal <= {c['power_cloud_goal']:g}: "
+                  f"{ok(c['power_cloud_met'])})")
     ratio = "-" if c["orch_over_oracle"] is None else f"{c['orch_over_oracle']:.3f}"
     by = {r["name"]: r for r in result["policies"]}
     if c["cheaper_than_every_baseline"]:
@@ -129,7 +170,7 @@ def render(result: dict) -> None:
         cheaper = "[red]no[/]: " + ", ".join(f"{n} costs {_money(by[n]['cash_total'], result)}"
                                             for n in c["baselines_not_beaten"])
     apart = "; ".join(f"{n} {why}" for n, why in c["not_comparable"].items())
-    out.print(f"checks (cash): orch / oracle = {ratio} (goal <= {c['ratio_goal']:g}: "
+    out.print(f"checks (cash): orch / the best bound = {ratio} (goal <= {c['ratio_goal']:g}: "
               f"{ok(c['ratio_met'])}); orch cheaper than every comparable baseline: {cheaper}; "
               f"orch deadline misses {c['orch_miss_rate']:.1%} (goal <= {c['miss_goal']:.0%}: "
               f"{ok(c['miss_met'])}); orch exploratory p95 wait {_h(c['orch_exploratory_p95_wait_h'])} h "

@@ -6,7 +6,16 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
-from orchestrator.decision.gpus import CPU, canonical_gpu, relative_speed
+from orchestrator.decision.estimates import (
+    Estimate,
+    TeamRatios,
+    by_model,
+    learn_ratios,
+    model_of,
+    speed_estimate,
+    user_bias,
+)
+from orchestrator.decision.gpus import CPU, canonical_gpu
 from orchestrator.decision.models import Offer, PastRun
 
 HOURS_PER_YEAR = 8766.0
@@ -50,28 +59,31 @@ def reference_device(spec) -> tuple[Optional[str], float]:
 class HoursEstimator:
     """Estimated hours of one job on each (GPU, count), with the basis of each figure.
 
-    Order of trust: this fingerprint's measured runs on that very device; its measured
-    throughput on two devices; one known point (a measurement, else the spec's
-    `estimate`, else `default_hours`) scaled by relative GPU speed, assuming the work
-    splits evenly over the GPUs."""
+    One known point first: this fingerprint's most recent measured device (its median
+    run), else the spec's `estimate` (times its owner's bias, when their other jobs'
+    runs measured one), else `default_hours`. A device measured itself is taken as
+    measured; any other is the known point scaled by the job's speed there
+    (decision.estimates: its own runs, the team's, the shrunk peak table), assuming the
+    work splits evenly over the GPUs. `history`: this job's runs and the team's; `team`,
+    when given, the team's ratios learned once for many plans (else from `history`)."""
 
     def __init__(self, spec, fingerprint: str, history: Iterable[PastRun],
-                 default_hours: float = 1.0, speeds: Mapping[str, float] | None = None):
+                 default_hours: float = 1.0, speeds: Mapping[str, float] | None = None,
+                 *, owner: Optional[str] = None, team: Optional[TeamRatios] = None):
         self.speeds = dict(speeds or {})
-        runs = sorted((r for r in history if r.fingerprint == fingerprint and r.succeeded),
-                      key=lambda r: r.created_at, reverse=True)
+        history = list(history)
+        mine = [r for r in history if r.fingerprint == fingerprint]
+        runs = sorted((r for r in mine if r.succeeded), key=lambda r: r.created_at, reverse=True)
         by_dev: dict[tuple, list[PastRun]] = {}
         for r in runs:
             by_dev.setdefault(_key(r.gpu, r.gpu_count), []).append(r)
         self.measured: dict[tuple, tuple[float, int]] = {}
-        self.throughput: dict[tuple, float] = {}
         for key, rs in by_dev.items():
             timed = [r.duration_s for r in rs if r.duration_s and r.duration_s > 0][:_RECENT]
             if timed:
                 self.measured[key] = (statistics.median(timed) / 3600.0, len(timed))
-            sps = [r.samples_per_sec for r in rs if r.samples_per_sec][:_RECENT]
-            if sps:
-                self.throughput[key] = statistics.median(sps)
+        self.own = by_model(mine)
+        self.team = team if team is not None else learn_ratios(history, exclude=fingerprint)
         runs = [r for r in runs if r.duration_s and r.duration_s > 0]
         if runs:
             key = _key(runs[0].gpu, runs[0].gpu_count)
@@ -81,18 +93,23 @@ class HoursEstimator:
             gpu, count = reference_device(spec)
             if spec.estimate is not None:
                 hint = spec.estimate.hours
-                self.reference = Reference(gpu, count, hint, f"estimate.hours {hint:g} h on {_dev(gpu, count)}")
+                basis = f"estimate.hours {hint:g} h on {_dev(gpu, count)}"
+                bias = user_bias(history, owner, fingerprint)
+                if bias is not None and abs(bias[0] - 1.0) > 0.05:
+                    basis += (f" x {bias[0]:.2g} (the owner's runs took {bias[0]:.2g}x their "
+                              f"estimates, median over {bias[1]} job{'s' if bias[1] > 1 else ''})")
+                    hint *= bias[0]
+                self.reference = Reference(gpu, count, hint, basis)
             else:
                 self.reference = Reference(gpu, count, default_hours,
                                            f"no measurement or estimate: assumed {default_hours:g} h "
                                            f"on {_dev(gpu, count)} (give estimate.hours)")
         self._cache: dict[tuple, tuple[Optional[float], str]] = {}
 
-    def _speed(self, gpu: Optional[str], count: float) -> Optional[float]:
-        s = relative_speed(gpu, self.speeds)
-        if s is None:
-            return None
-        return s if gpu is None else s * max(count, 1e-9)
+    def speed(self, gpu: Optional[str]) -> Estimate:
+        """The job's per-device speed on `gpu` (None: the CPU) over its reference model's."""
+        return speed_estimate(model_of(self.reference.gpu), model_of(gpu), self.own, self.team,
+                              self.speeds)
 
     def hours(self, gpu: Optional[str], count: float) -> tuple[Optional[float], str]:
         key = _key(gpu, count)
@@ -100,24 +117,23 @@ class HoursEstimator:
         if hit is not None:
             return hit
         out: tuple[Optional[float], str]
+        ref = self.reference
         if key in self.measured:
             h, n = self.measured[key]
             out = (h, _measured(n, key))
+            if model_of(key[0]) != model_of(ref.gpu) and (own := self.speed(key[0])).kind == "own":
+                out = (h, f"{out[1]}: {own.source}")  # the ratio its runs on both models measured
+        elif key == (ref.gpu, float(ref.count)):
+            out = (ref.hours, ref.basis)
         else:
-            ref = self.reference
-            ref_key = (ref.gpu, float(ref.count))
-            if key in self.throughput and ref_key in self.throughput:
-                out = (ref.hours * self.throughput[ref_key] / self.throughput[key],
-                       f"measured throughput on {_dev(*key)} vs {_dev(*ref_key)}")
+            est = self.speed(key[0])
+            if est.ratio is None:
+                out = (None, est.source)
             else:
-                s_ref, s_new = self._speed(ref.gpu, ref.count), self._speed(*key)
-                if s_ref is None or s_new is None:
-                    unknown = ref.gpu if s_ref is None else key[0]
-                    out = (None, f"no speed figure for {unknown} (add it to the gpu_speeds setting)")
-                elif key == ref_key:
-                    out = (ref.hours, ref.basis)
-                else:
-                    out = (ref.hours * s_ref / s_new, f"{ref.basis}, scaled by relative speed")
+                n_ref = max(float(ref.count), 1e-9) if ref.gpu is not None else 1.0
+                n_new = max(key[1], 1e-9) if key[0] is not None else 1.0
+                how = f"scaled: {est.source}" if est.source else f"scaled to {_dev(*key)}"
+                out = (ref.hours * n_ref / (est.ratio * n_new), f"{ref.basis}, {how}")
         self._cache[key] = out
         return out
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional
 
+from orchestrator.decision.gpus import canonical_gpu
+
 if TYPE_CHECKING:
     from orchestrator.records import JobRow
 
@@ -51,6 +53,15 @@ def share_price(offer: Offer, used: float) -> float:
     return offer.price_per_hour * min(used / offer.count, 1.0)
 
 
+def measured_gpu(metrics: Mapping, planned: Optional[str]) -> Optional[str]:
+    """The GPU model a run ran on: what its runner saw (`gpu_name` in its worker_setup
+    event, torch's name for the device, or "cpu"), else the model it was placed on."""
+    seen = (metrics.get("run_settings") or {}).get("gpu_name")
+    if not seen or str(seen).lower() == "cuda":  # none recorded, or the driver could not say
+        return planned
+    return None if str(seen).lower() == "cpu" else canonical_gpu(str(seen))
+
+
 @dataclass(frozen=True, slots=True)
 class PastRun:
     """One earlier run of some job, as the store recorded it."""
@@ -63,6 +74,10 @@ class PastRun:
     gpu: Optional[str] = None
     gpu_count: float = 1
     samples_per_sec: Optional[float] = None
+    data_share: Optional[float] = None  # of a training step, spent waiting for data
+    owner: Optional[str] = None
+    estimate_hours: Optional[float] = None  # the job file's estimate.hours for this run
+    estimate_gpu: Optional[str] = None  # the model it was written for (None: not said)
 
     @property
     def succeeded(self) -> bool:
@@ -70,16 +85,22 @@ class PastRun:
 
     @classmethod
     def from_row(cls, rec: JobRow) -> PastRun:
-        """From a store row: its run time, its metrics and the decision it was placed by."""
+        """From a store row: its run time (the backend's clock when it has one), its metrics,
+        the device its runner saw and the decision it was placed by."""
         choice = rec.choice
-        duration = None
-        if rec.started_at is not None and rec.finished_at is not None:
-            duration = rec.finished_at - rec.started_at
-        gpu = choice.get("gpu")
+        start = rec.info.backend_start if rec.info.backend_start is not None else rec.started_at
+        end = rec.info.backend_end if rec.info.backend_end is not None else rec.finished_at
+        duration = end - start if start is not None and end is not None else None
+        if isinstance(rec.metrics.get("wall_s"), (int, float)) and rec.metrics["wall_s"] > 0:
+            duration = float(rec.metrics["wall_s"])  # the runner's own clock: training, no start-up
+        gpu = measured_gpu(rec.metrics, choice.get("gpu"))
+        hint = (rec.spec or {}).get("estimate") or {}
         return cls(fingerprint=rec.fingerprint or "", status=rec.status, created_at=rec.created_at,
                    duration_s=duration, target=rec.target or choice.get("target"), gpu=gpu,
-                   gpu_count=choice.get("count", 1 if gpu else 0),
-                   samples_per_sec=rec.metrics.get("samples_per_sec"))
+                   gpu_count=choice.get("count") or (1 if gpu else 0),  # a GPU seen: at least one
+                   samples_per_sec=rec.metrics.get("samples_per_sec"),
+                   data_share=rec.metrics.get("data_fraction"), owner=rec.owner,
+                   estimate_hours=hint.get("hours"), estimate_gpu=hint.get("gpu"))
 
     @classmethod
     def from_record(cls, rec: Mapping) -> PastRun:
@@ -102,10 +123,14 @@ class PastRun:
         count = get("gpu_count", None)
         if count is None:
             count = choice.get("count", 1 if gpu else 0)
+        hint = get("estimate", None) or {}
         return cls(fingerprint=str(get("fingerprint", "")), status=str(get("status", "")),
                    created_at=float(created or 0.0), duration_s=duration,
                    target=get("target", None) or choice.get("target"), gpu=gpu, gpu_count=count,
-                   samples_per_sec=get("samples_per_sec", None) or metrics.get("samples_per_sec"))
+                   samples_per_sec=get("samples_per_sec", None) or metrics.get("samples_per_sec"),
+                   data_share=get("data_share", None) or metrics.get("data_fraction"),
+                   owner=get("owner", None), estimate_hours=hint.get("hours"),
+                   estimate_gpu=hint.get("gpu"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,11 @@ Time is hours after the trace's start. Every policy is accounted the same two wa
 - the old per-use chargeback, kept for comparison: an owned job pays its share of the
   pool's full hourly cost (amortized purchase at the assumed utilization + power), which
   makes idle owned hours free and used ones dear.
-True run hours on a device are the trace's work scaled by relative GPU speed, as orch's
-estimator assumes.
+True run hours on a device are the trace's work scaled by the job's true speed there
+(its `speeds`, else the table's ratio). Policies never see them: a policy is handed the
+job's `Ask` and a `View` holding only what orch could know (the clock, the pools' free
+GPUs and queues, the runs finished so far as a runner records them, the schedules'
+own estimates); the truth stays in `Simulation`.
 
 Spot: a spot job is preempted at a constant rate per running hour (default 5 %),
 drawn from a generator seeded by (seed, job), so every policy that puts the same job
@@ -27,9 +30,10 @@ from typing import TYPE_CHECKING, Callable, Optional, cast
 
 from orchestrator.decision.capacity import Running, estimate_start
 from orchestrator.decision.cost import job_cost
+from orchestrator.decision.estimates import TeamRatios, learn_ratios
 from orchestrator.decision.models import Capacity, Offer, PastRun, Reservation
 from orchestrator.decision.placement import OfferIndex
-from orchestrator.simulate.jobs import SimJob, owned_cost, true_hours
+from orchestrator.simulate.jobs import REF_THROUGHPUT, Ask, SimJob, believed_hours, owned_cost, true_hours
 from orchestrator.simulate.trace import Trace
 
 if TYPE_CHECKING:
@@ -72,8 +76,7 @@ class Pool:
     offer: Offer
     free: float
     running: dict = field(default_factory=dict)  # job index -> (used, start_h, est_h)
-    queue: deque = field(default_factory=deque)  # (SimJob, Choice)
-    busy: list = field(default_factory=list)  # (start_h, finish_h, used)
+    queue: deque = field(default_factory=deque)  # (Ask, Choice)
 
     @property
     def gpu(self) -> str:
@@ -91,22 +94,33 @@ class Pool:
 
 
 class View:
-    """What a policy may look at when a job arrives: the clock, owned pools, finished runs."""
+    """What a policy may look at when a job arrives: the clock, owned pools, finished runs,
+    the cron schedules' asks. It holds no `Simulation`, so no true work or speed."""
 
-    def __init__(self, sim: Simulation, pools: list[Pool]):
-        self.sim, self.pools, self.now_h = sim, pools, 0.0
+    def __init__(self, settings: Settings, index: OfferIndex, start: float, pools: list[Pool],
+                 scheduled: list[Ask]):
+        self.settings, self.index, self.start = settings, index, start
+        self.pools, self.scheduled, self.now_h = pools, scheduled, 0.0
         self.history: dict[str, list[PastRun]] = {}
+        self.finished = 0  # runs in `history`
+        self._team: tuple[float, int, Optional[TeamRatios]] = (-math.inf, -1, None)
 
-    @property
-    def settings(self) -> Settings:
-        return self.sim.settings
-
-    @property
-    def index(self) -> OfferIndex:
-        return self.sim.index
+    def team(self) -> TeamRatios:
+        """The team's speed ratios from every finished run, relearned at most once per
+        simulated hour (as a server would cache them), so a long trace stays fast."""
+        at, n, ratios = self._team
+        if ratios is None or (n != self.finished and self.now_h - at >= 1.0):
+            ratios = learn_ratios(r for runs in self.history.values() for r in runs)
+            self._team = (self.now_h, self.finished, ratios)
+        return ratios
 
     def epoch(self, hours: float) -> float:
-        return self.sim.trace.start + hours * 3600.0
+        return self.start + hours * 3600.0
+
+    def hours(self, ask: Ask, gpu: Optional[str], used: float) -> float:
+        """What the job file says a run takes on `used` x `gpu` (the default with no estimate)."""
+        s = self.settings
+        return believed_hours(ask, gpu, used, s.gpu_speeds, s.default_job_hours)
 
     def pool_for(self, offer: Offer) -> Pool:
         return next(p for p in self.pools if p.offer == offer)
@@ -137,19 +151,19 @@ class View:
         """Cron-scheduled jobs due soon: a trace job of kind `steady` stands for one, and a
         schedule's next slot is known ahead, as `orch serve` knows its schedules'."""
         out = []
-        for sj in self.sim.scheduled:
-            at = sj.job.arrival_h
+        for a in self.scheduled:
+            at = a.arrival_h
             if at <= self.now_h:
                 continue
             if at > self.now_h + horizon_h:
                 break
-            out.append(Reservation(in_hours=at - self.now_h, gpus=float(sj.job.gpus),
-                                   what=f"cron job {sj.job.name}", cloud_cost=sj.rent_usd,
-                                   slack_hours=sj.slack_h))
+            out.append(Reservation(in_hours=at - self.now_h, gpus=float(a.gpus),
+                                   what=f"cron job {a.name}", cloud_cost=a.rent_usd,
+                                   slack_hours=a.slack_h))
         return tuple(out)
 
 
-Policy = Callable[[SimJob, View], Optional[Choice]]
+Policy = Callable[[Ask, View], Optional[Choice]]
 
 
 def preemptions(seed: int, index: int, hours: float, rate: float, lost: float) -> int:
@@ -179,8 +193,8 @@ class Simulation:
 
     def __post_init__(self):
         self.index = OfferIndex(self.offers)
-        self.scheduled = sorted((sj for sj in self.jobs if sj.job.kind == "steady"),
-                                key=lambda sj: sj.job.arrival_h)
+        self.scheduled = sorted((sj.ask for sj in self.jobs if sj.ask.trace_kind == "steady"),
+                                key=lambda a: a.arrival_h)
 
     @property
     def span_h(self) -> float:
@@ -190,9 +204,22 @@ class Simulation:
         """True run hours of a job on `used` x `gpu`: its work scaled by relative speed."""
         return true_hours(sj.job, gpu, used, self.settings.gpu_speeds)
 
+    def recorded(self, sj: SimJob, choice: Choice, run_h: float) -> PastRun:
+        """The run as the runner records it: its wall time (restarts included), device and
+        throughput (samples per second, in proportion to the job's true speed there)."""
+        pure_h = self.hours(sj, choice.offer.gpu, choice.used)
+        return PastRun(fingerprint=sj.job.fingerprint, status="SUCCEEDED",
+                       created_at=self.trace.start + sj.job.arrival_h * 3600.0,
+                       duration_s=run_h * 3600.0, target=choice.offer.target,
+                       gpu=choice.offer.gpu, gpu_count=choice.used,
+                       samples_per_sec=REF_THROUGHPUT * sj.job.wall_hours / pure_h,
+                       estimate_hours=sj.ask.estimate_h,
+                       estimate_gpu=None if sj.ask.estimate_h is None else sj.job.gpu)
+
     def run(self, name: str, policy: Policy) -> PolicyRun:
         pools = [Pool(o, float(o.count)) for o in self.offers if o.target == "onprem"]
-        view = View(self, pools)
+        view = View(self.settings, self.index, self.trace.start, pools, self.scheduled)
+        busy: list[tuple[float, float, float]] = []  # (start_h, finish_h, used) on owned GPUs
         startup_h = self.settings.cloud_startup_minutes / 60.0
         out: list[Outcome] = [Outcome(sj.job.index, None, kind=sj.kind) for sj in self.jobs]
         heap: list = []
@@ -211,7 +238,7 @@ class Simulation:
             h = self.hours(sj, choice.offer.gpu, choice.used)
             pool.free -= choice.used
             pool.running[sj.job.index] = (choice.used, t, choice.est_hours)
-            pool.busy.append((t, t + h, choice.used))
+            busy.append((t, t + h, choice.used))
             o = out[sj.job.index]
             o.start_h, o.finish_h, o.wait_h = t, t + h, t - sj.job.arrival_h
             o.cost, o.power = owned_cost(choice.offer, h, choice.used)
@@ -222,18 +249,17 @@ class Simulation:
             view.now_h = t
             if what == 0:  # a job ended: its run joins the history, its GPUs free up
                 choice, pool, run_h = done
-                view.history.setdefault(sj.job.fingerprint, []).append(PastRun(
-                    fingerprint=sj.job.fingerprint, status="SUCCEEDED",
-                    created_at=view.epoch(sj.job.arrival_h), duration_s=run_h * 3600.0,
-                    target=choice.offer.target, gpu=choice.offer.gpu, gpu_count=choice.used))
+                view.history.setdefault(sj.job.fingerprint, []).append(self.recorded(
+                    sj, choice, run_h))
+                view.finished += 1
                 if pool is not None:
                     pool.free += choice.used
                     pool.running.pop(sj.job.index, None)
                     while pool.queue and pool.queue[0][1].used <= pool.free + 1e-9:
-                        qsj, qc = pool.queue.popleft()
-                        start_owned(t, pool, qsj, qc)
+                        qa, qc = pool.queue.popleft()
+                        start_owned(t, pool, self.jobs[qa.index], qc)
                 continue
-            choice = policy(sj, view)
+            choice = policy(sj.ask, view)
             o = out[sj.job.index]
             if choice is None:
                 continue
@@ -256,7 +282,7 @@ class Simulation:
                 if not pool.queue and pool.free >= choice.used - 1e-9:
                     start_owned(t, pool, sj, choice)
                 else:
-                    pool.queue.append((sj, choice))
+                    pool.queue.append((sj.ask, choice))
         for sj, o in zip(self.jobs, out):
             if o.target is not None and o.start_h is None:  # queued behind a pool it can never fit
                 o.target, o.where = None, "-"
@@ -264,10 +290,9 @@ class Simulation:
                 o.missed = sj.job.deadline_h is not None
             elif o.finish_h > sj.job.due_h + 1e-9:
                 o.missed = True
-        busy = sum(max(0.0, min(e, self.span_h) - max(s, 0.0)) * u
-                   for p in pools for s, e, u in p.busy)
+        used_h = sum(max(0.0, min(e, self.span_h) - max(s, 0.0)) * u for s, e, u in busy)
         owned = sum(p.offer.count for p in pools) * self.span_h
-        return PolicyRun(name, out, busy, owned, self)
+        return PolicyRun(name, out, used_h, owned, self)
 
 
 def _p95(values: list[float]) -> Optional[float]:

@@ -1,39 +1,114 @@
-"""Each trace job as orch sees it: a job file (JobSpec) and every offer it could run on."""
+"""Each trace job twice: its truth (the engine's) and what a policy may see (the job file, offers).
+
+A policy is handed an `Ask`, which has no field for the job's true work or speeds: what it
+knows of its length is the job file's estimate (`estimate_h`, None when the file gives
+none) and, under `--beliefs truth` only, the true figures put there on purpose.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
 
 from orchestrator.decision.classify import classify
 from orchestrator.decision.cost import job_cost
-from orchestrator.decision.gpus import canonical_gpu, relative_speed
+from orchestrator.decision.gpus import SPEED, canonical_gpu, relative_speed
 from orchestrator.decision.models import Classification, Offer, PastRun
 from orchestrator.simulate.trace import TraceJob
 
 SIM_STORAGE = "s3://simulated/checkpoints"
+BELIEFS = ("learned", "truth")
+# Samples per second a run records on its own `gpus` x `gpu`; on other devices it scales
+# with the job's true speed there, as a runner's measured throughput would.
+REF_THROUGHPUT = 100.0
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A job as a policy sees it when it arrives: the submit, the job file, the offers.
+    Deliberately without the trace's gpu_hours or true speeds (see `SimJob.job`)."""
+
+    index: int
+    arrival_h: float
+    fingerprint: str
+    gpu: str
+    gpus: int
+    deadline_h: Optional[float]
+    checkpoints: bool
+    trace_kind: str  # the trace's kind column: `steady` is a cron schedule
+    estimate_h: Optional[float]  # the job file's estimate.hours; None: it gives none
+    spec: object  # orchestrator.spec.JobSpec
+    candidates: tuple[tuple[Offer, float], ...]  # (offer, GPUs used): what any policy may pick
+    kind: str = "exploratory"  # what orch's classifier calls it given the trace before it
+    speeds: tuple[tuple[str, float], ...] = ()  # believed speeds vs `gpu`: only under --beliefs truth
+    told_truth: bool = False  # --beliefs truth: estimate_h and speeds are the true figures
+    # The schedule's own figures for a cron job's slot: its cheapest cloud option per job
+    # (spot if it checkpoints) and how late it may start on owned GPUs, from the estimate.
+    rent_usd: Optional[float] = None
+    slack_h: float = math.inf
+    name: str = ""
 
 
 @dataclass(frozen=True)
 class SimJob:
+    """The engine's record of a job: the truth (`job`) and what policies see (`ask`)."""
+
     job: TraceJob
-    spec: object  # orchestrator.spec.JobSpec
-    candidates: tuple[tuple[Offer, float], ...]  # (offer, GPUs used): what any policy may pick
-    kind: str = "exploratory"  # what orch's classifier calls it given the trace before it
-    rent_usd: Optional[float] = None  # its cheapest cloud option per job (spot if it checkpoints)
-    slack_h: float = math.inf  # how late it may start on its own GPUs and meet its deadline
+    ask: Ask
+
+    @property
+    def spec(self):
+        return self.ask.spec
+
+    @property
+    def candidates(self) -> tuple[tuple[Offer, float], ...]:
+        return self.ask.candidates
+
+    @property
+    def kind(self) -> str:
+        return self.ask.kind
+
+
+def scaled_hours(work: float, ref_gpu: str, job_speeds: Sequence[tuple[str, float]],
+                 gpu: Optional[str], used: float, speeds: Mapping[str, float] | None) -> float:
+    """Hours on `used` x `gpu` of `work` GPU-hours on `ref_gpu`: the job's own speed on that
+    model where given, else the table's ratio; the work splits evenly over the GPUs.
+    Both speeds are known: the trace admits known GPUs only, and `accelerators` offers
+    no slower or unknown ones."""
+    # The job's own GPU goes through the table too (ratio 1), bit for bit as before.
+    own = dict(job_speeds)
+    name = None if gpu is None else canonical_gpu(gpu)
+    if name in own and name != ref_gpu:
+        return work / (own[name] * max(used, 1e-9))
+    ref, speed = relative_speed(ref_gpu, speeds), relative_speed(gpu, speeds)
+    if ref is None or speed is None:
+        raise ValueError(f"no relative speed for {ref_gpu if ref is None else gpu}")
+    return work * ref / (speed * max(used, 1e-9))
 
 
 def true_hours(job: TraceJob, gpu: Optional[str], used: float,
                speeds: Mapping[str, float] | None) -> float:
-    """True run hours of a job on `used` x `gpu`: its work scaled by relative speed.
-    Both speeds are known: the trace admits known GPUs only, and `accelerators` offers
-    no slower or unknown ones."""
-    ref, speed = relative_speed(job.gpu, speeds), relative_speed(gpu, speeds)
-    if ref is None or speed is None:
-        raise ValueError(f"no relative speed for {job.gpu if ref is None else gpu}")
-    return job.gpu_hours * ref / (speed * max(used, 1e-9))
+    """True run hours of a job on `used` x `gpu`: its work scaled by its true speed there."""
+    return scaled_hours(job.gpu_hours, job.gpu, job.speeds, gpu, used, speeds)
+
+
+def believed_hours(ask: Ask, gpu: Optional[str], used: float, speeds: Mapping[str, float] | None,
+                   default_h: float) -> float:
+    """What the job file says a run takes on `used` x `gpu` (orch's default with no estimate)."""
+    est = default_h if ask.estimate_h is None else ask.estimate_h
+    return scaled_hours(est * ask.gpus, ask.gpu, ask.speeds, gpu, used, speeds)
+
+
+def believed_speeds(ask: Ask, speeds: Mapping[str, float] | None) -> Mapping[str, float] | None:
+    """The speed table orch's estimator reads for this job: the scenario's settings; told
+    the truth, every model's true speed as a setting (taken as given, not shrunk), the
+    job's own speeds written in relative to its GPU."""
+    if not ask.told_truth:
+        return speeds
+    table = {m: relative_speed(m, speeds) or v for m, v in SPEED.items()}
+    ref = table.get(ask.gpu) or 1.0
+    return {**table, **{m: ref * f for m, f in ask.speeds}}
 
 
 def owned_cost(offer: Offer, hours: float, used: float) -> tuple[float, float]:
@@ -77,12 +152,14 @@ def accelerators(job: TraceJob, offers: Sequence[Offer],
     return out
 
 
-def job_spec(job: TraceJob, accels: list[str]):
-    """The job file a user would write for this trace job, validated as orch validates one."""
+def job_spec(job: TraceJob, accels: list[str], estimate_h: Optional[float]):
+    """The job file a user would write for this trace job, validated as orch validates one:
+    `estimate_h` is its estimate.hours (None: the file gives none)."""
     from orchestrator.spec import JobSpec
 
-    data: dict = {"name": job.name, "run": "python train.py",
-                  "estimate": {"hours": job.gpu_hours / job.gpus, "gpu": job.gpu}}
+    data: dict = {"name": job.name, "run": "python train.py"}
+    if estimate_h is not None:
+        data["estimate"] = {"hours": estimate_h, "gpu": job.gpu}
     if accels:
         data["resources"] = {"accelerators": accels}
     if job.checkpoints:
@@ -97,41 +174,51 @@ def job_spec(job: TraceJob, accels: list[str]):
     return JobSpec.model_validate(data)
 
 
-def build_jobs(trace, offers: Sequence[Offer], settings) -> list[SimJob]:
+def build_jobs(trace, offers: Sequence[Offer], settings, beliefs: str = "learned") -> list[SimJob]:
     """A SimJob per trace job. Candidates come from orch's own matcher (`decide` prices
-    every fitting offer), so every policy chooses among the same offers."""
+    every fitting offer), so every policy chooses among the same offers. `beliefs`
+    "truth" writes the true wall hours and speeds into what policies see."""
     from orchestrator.decision.placement import OfferIndex, decide
 
+    if beliefs not in BELIEFS:
+        raise ValueError(f"beliefs must be one of {BELIEFS}, not {beliefs!r}")
     index = OfferIndex(offers)
     out: list[SimJob] = []
     cache: dict[tuple, tuple] = {}
     seen: dict[str, list[PastRun]] = {}
     for job in trace.jobs:
         accels = accelerators(job, offers, settings.gpu_speeds)
-        spec = job_spec(job, accels)
+        truth = beliefs == "truth"
+        est = job.wall_hours if truth else job.file_estimate_h
+        spec = job_spec(job, accels, est)
         key = tuple(accels)
         if key not in cache:
             probe = Classification(kind="exploratory", reasons=())
             d = decide(spec, probe, index, None, settings)
             cache[key] = tuple((a.offer, a.used) for a in d.alternatives) if accels else ()
-        cands = cache[key]
-        rent = min((job_cost(o, true_hours(job, o.gpu, u, settings.gpu_speeds), u,
-                             settings.cloud_startup_minutes)[0]
-                    for o, u in cands if o.target == "cloud" and (job.checkpoints or not o.spot)),
-                   default=None)
-        slack = (math.inf if job.deadline_h is None
-                 else max(0.0, job.deadline_h - job.gpu_hours / job.gpus))
-        out.append(SimJob(job=job, spec=spec, candidates=cands, rent_usd=rent, slack_h=slack,
-                          kind=_kind(job, spec, seen, trace, settings)))
+        ask = Ask(index=job.index, arrival_h=job.arrival_h, fingerprint=job.fingerprint,
+                  gpu=job.gpu, gpus=job.gpus, deadline_h=job.deadline_h,
+                  checkpoints=job.checkpoints, trace_kind=job.kind, estimate_h=est, spec=spec,
+                  candidates=cache[key], speeds=job.speeds if truth else (), name=job.name,
+                  told_truth=truth)
+        out.append(SimJob(job=job, ask=_believed(ask, seen, trace, settings)))
         seen.setdefault(job.fingerprint, []).append(PastRun(
             job.fingerprint, "SUCCEEDED", trace.start + job.arrival_h * 3600.0))
     return out
 
 
-def _kind(job: TraceJob, spec, seen: dict, trace, settings) -> str:
-    """The job's kind for reporting waits by kind, the same for every policy: orch's
-    classifier, as if every earlier arrival of its fingerprint had succeeded."""
-    now = trace.start + job.arrival_h * 3600.0
-    hours = job.gpu_hours / job.gpus
-    return classify(spec, job.fingerprint, seen.get(job.fingerprint, ()), now, settings, False,
-                    hours).kind
+def _believed(ask: Ask, seen: dict, trace, settings) -> Ask:
+    """The ask with the figures read from its estimate: its kind for reporting waits by
+    kind (orch's classifier, as if every earlier arrival of its fingerprint had succeeded,
+    the same for every policy), and a cron slot's cloud cost and slack."""
+    speeds, default_h = settings.gpu_speeds, settings.default_job_hours
+    hours = ask.estimate_h if ask.estimate_h is not None else default_h
+    now = trace.start + ask.arrival_h * 3600.0
+    kind = classify(ask.spec, ask.fingerprint, seen.get(ask.fingerprint, ()), now, settings,
+                    False, hours).kind
+    rent = min((job_cost(o, believed_hours(ask, o.gpu, u, speeds, default_h), u,
+                         settings.cloud_startup_minutes)[0]
+                for o, u in ask.candidates if o.target == "cloud" and (ask.checkpoints or not o.spot)),
+               default=None)
+    slack = math.inf if ask.deadline_h is None else max(0.0, ask.deadline_h - hours)
+    return replace(ask, kind=kind, rent_usd=rent, slack_h=slack)

@@ -1,40 +1,48 @@
 """The offline lower bound of the team's cash with hindsight: a linear program over owned
-capacity, deadlines and waits.
+capacity, deadlines and waits, and beside it a whole-job MIP (bound_mip.py).
 
-Variables, for every job j and every owned pool p it fits and every hour b inside its
-window: y[j,p,b], the GPU-hours of j's work that p does in hour b; and z[j], the
+Variables, for every job j and every owned pool p it fits and every time segment s
+inside its window: y[j,p,s], the GPU-hours of j's work that p does in s; and z[j], the
 fraction of j that goes to its cheapest cloud option. Constraints: each job is done
-once (sum_p,b y[j,p,b] / G[j,p] + z[j] = 1, G[j,p] = its GPU-hours on p); a pool holds at
-most its GPUs in any hour (sum_j y[j,p,b] <= count_p); a job uses at most its own GPUs
-in an hour (y[j,p,b] <= gpus_j x the part of hour b inside its window). A job's window
-on a pool runs from its arrival to its deadline; an exploratory job's also ends by its
-arrival + the cloud's start-up + its run hours there: a schedule that makes exploratory
-work queue for owned GPUs longer than renting would take is not a cheaper way to do the
-same job. Cash: y at the pool's power per GPU-hour (ownership is the same under every
-schedule and is added after), z at the cheapest cloud cost per job over every offer the
-job fits (spot only for a job that checkpoints), one start-up, no preemption.
+once (sum_p,s y[j,p,s] / G[j,p] + z[j] = 1, G[j,p] = its GPU-hours on p); a pool holds at
+most its GPUs over a segment (sum_j y[j,p,s] <= count_p x |s|); a job uses at most its own
+GPUs there (y[j,p,s] <= gpus_j x the part of s inside its window, taken exactly). The
+segments are buckets of `bucket_minutes` (6 by default; 0: cut only at window edges),
+merged where no window edge falls (bound_model.py proves both the bucket rows and the
+merging valid). A job's window on a pool runs from its arrival to its deadline; an
+exploratory job's also ends by its arrival + the cloud's start-up + its run hours there:
+a schedule that makes exploratory work queue for owned GPUs longer than renting would
+take is not a cheaper way to do the same job. Cash: y at the pool's power per GPU-hour
+(ownership is the same under every schedule and is added after), z at the cheapest
+cloud cost per job over every offer the job fits (spot only for a job that
+checkpoints), one start-up, no preemption.
 
 Why it is a lower bound of the cash of every schedule that meets every deadline, keeps
 unsaved runs off spot and starts exploratory work within the cloud's start-up: such a
-schedule gives a feasible point (its owned runs' GPU-hours hour by hour, and z = 1 for
-its cloud jobs), whose objective is its power exactly plus, for each cloud job, no more
-than what that job paid. The program's minimum is at most that. Jobs without a deadline
-may use owned GPUs until `end_h`, the last moment any simulated policy still ran
-something; a job no cloud offer fits may also be charged its owned power with no
+schedule gives a feasible point (its owned runs' GPU-hours segment by segment, and z = 1
+for its cloud jobs), whose objective is its power exactly plus, for each cloud job, no
+more than what that job paid. The program's minimum is at most that. Jobs without a
+deadline may use owned GPUs until `end_h`, the last moment any simulated policy still
+ran something; a job no cloud offer fits may also be charged its owned power with no
 capacity, as if it ran after `end_h`, so the program stays feasible.
+
+Counting capacity per clock hour (bucket_minutes=60, as before) lets twelve one-hour
+runs arriving at 10:50 on two GPUs use the whole 10:00-11:00 hour's two GPU-hours;
+6-minute buckets give them the 10:48-10:54 bucket's 0.2 GPU-hours, then 0.2 per bucket.
 """
 
 from __future__ import annotations
 
-import math
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from orchestrator.decision.cost import job_cost
-from orchestrator.simulate.jobs import owned_cost
-
 if TYPE_CHECKING:
+    from orchestrator.simulate.bound_mip import WholeJobBound
     from orchestrator.simulate.engine import Simulation
+
+BUCKET_MINUTES = 6.0  # owned capacity is counted per bucket of this length
+MIP_SECONDS = 20.0  # the whole-job MIP's time limit
 
 
 @dataclass
@@ -48,10 +56,37 @@ class OracleResult:
     busy_gpu_h: float  # owned GPU-hours used inside the simulated span
     owned_gpu_h: float
     status: str
+    bucket_minutes: float = BUCKET_MINUTES
+    lp_seconds: float = 0.0
+    segments: int = 0  # time segments after merging the buckets no window edge falls in
+    variables: int = 0
+    whole_job: Optional[WholeJobBound] = None  # None: the MIP was not run
 
     @property
     def cash_total(self) -> float:
         return self.ownership + self.power + self.cloud_spend
+
+    @property
+    def power_cloud(self) -> float:
+        """The LP's bound on what placement controls (power + cloud)."""
+        return self.power + self.cloud_spend
+
+    @property
+    def best_power_cloud(self) -> float:
+        """The best proven bound on power + cloud: the MIP's dual bound when it has one
+        above the LP's (it bounds whole-job schedules, as every policy runs)."""
+        dual = self.whole_job.dual_bound if self.whole_job else None
+        return self.power_cloud if dual is None else max(self.power_cloud, dual)
+
+    def bound(self) -> dict:
+        """The bound's figures for `orch simulate --json`."""
+        w = self.whole_job
+        return {"lp_power_cloud": round(self.power_cloud, 2), "lp_cash_total": round(self.cash_total, 2),
+                "bucket_minutes": self.bucket_minutes, "lp_seconds": round(self.lp_seconds, 2),
+                "segments": self.segments, "variables": self.variables,
+                "whole_job": None if w is None else w.summary(),
+                "best_power_cloud": round(self.best_power_cloud, 2),
+                "best_cash_total": round(self.ownership + self.best_power_cloud, 2)}
 
     def daily_cash(self, jobs, days: int, trace_days: int) -> list[float]:
         own = self.ownership / max(trace_days, 1)
@@ -72,94 +107,53 @@ class OracleResult:
                 "onprem_utilization": (round(self.busy_gpu_h / self.owned_gpu_h, 4)
                                        if self.owned_gpu_h else None),
                 "jobs_by_target": {"onprem": round(owned, 2), "cloud": round(n_jobs - owned, 2)},
-                "lower_bound": True, "solver": self.status}
+                "lower_bound": True, "solver": self.status, "bound": self.bound()}
 
 
-def lower_bound(sim: Simulation, end_h: float) -> OracleResult:
-    """Solve the relaxation with HiGHS (scipy.optimize.linprog)."""
+def bound_line(bound: dict) -> str:
+    """One line for `orch simulate`'s text output, from an oracle row's `bound` (USD)."""
+    w = bound.get("whole_job")
+    lp = (f"bound on power + cloud: LP {bound['lp_power_cloud']:,.2f} USD "
+          f"({bound['bucket_minutes']:g}-minute buckets, {bound['lp_seconds']:.2f} s)")
+    if w is None:
+        return lp + "; whole-job MIP not run"
+    if w["dual_bound"] is None:
+        return lp + f"; whole-job MIP: no bound within its {w['time_limit_s']:g} s limit"
+    tail = "stopped at its time limit" if w["hit_limit"] else "finished"
+    inc = "" if w["incumbent"] is None else f", best whole-job point {w['incumbent']:,.2f}"
+    gap = "" if w["gap"] is None else f", gap {100 * w['gap']:.1f} %"
+    return (lp + f"; whole jobs at least {w['dual_bound']:,.2f} USD{inc}{gap} "
+            f"({w['seconds']:.1f} s, {tail})")
+
+
+def lower_bound(sim: Simulation, end_h: float, *, bucket_minutes: float = BUCKET_MINUTES,
+                mip_seconds: Optional[float] = MIP_SECONDS) -> OracleResult:
+    """Solve the relaxation with HiGHS (scipy.optimize.linprog), then the whole-job MIP for at
+    most `mip_seconds` (None: skip it)."""
     import numpy as np
     from scipy.optimize import linprog
-    from scipy.sparse import coo_matrix
 
-    pools = [o for o in sim.offers if o.target == "onprem"]
-    pool_ix = {p: i for i, p in enumerate(pools)}
-    startup = sim.settings.cloud_startup_minutes
-    full_of: list[float] = []  # per variable: USD per unit under the per-use chargeback
-    n_b = max([1, math.ceil(end_h)] + [math.ceil(sj.job.due_h) for sj in sim.jobs
-                                          if math.isfinite(sj.job.due_h)])
-    cost: list[float] = []  # per variable: cash, USD per unit
-    lo: list[float] = []
-    hi: list[Optional[float]] = []  # None: unbounded
-    eq_r: list[int] = []  # the equality rows (one per job), as (row, column, value)
-    eq_c: list[int] = []
-    eq_v: list[float] = []
-    ub_r: list[int] = []  # the capacity rows (one per pool and hour), as (row, column); value 1
-    ub_c: list[int] = []
-    per_var: list[tuple[int, float, int, float]] = []  # (job, USD per unit, bucket, fraction per unit)
-    for j, sj in enumerate(sim.jobs):
-        a = sj.job.arrival_h
-        cloud = min((job_cost(o, sim.hours(sj, o.gpu, u), u, startup)[0]
-                     for o, u in sj.candidates
-                     if o.target == "cloud" and (sj.job.checkpoints or not o.spot)), default=math.inf)
-        end = sj.job.due_h if math.isfinite(cloud) and math.isfinite(sj.job.due_h) else end_h
-        owned_costs: list[float] = []
-        for o, u in sj.candidates:
-            if o.target != "onprem":
-                continue
-            h = sim.hours(sj, o.gpu, u)
-            full, c = owned_cost(o, h, u)
-            owned_costs.append(c)
-            g = h * u
-            stop = min(end, a + startup / 60.0 + h) if sj.kind == "exploratory" else end
-            for b in range(int(a), min(n_b, math.ceil(stop))):
-                overlap = min(b + 1.0, stop) - max(float(b), a)
-                if overlap <= 1e-9:
-                    continue
-                v = len(cost)
-                cost.append(c / g)
-                full_of.append(full / g)
-                lo.append(0.0)
-                hi.append(u * overlap)
-                eq_r.append(j)
-                eq_c.append(v)
-                eq_v.append(1.0 / g)
-                ub_r.append(pool_ix[o] * n_b + b)
-                ub_c.append(v)
-                per_var.append((j, c / g, b, 1.0 / g))
-        if not math.isfinite(cloud):
-            cloud = min(owned_costs, default=math.inf)  # run late on owned GPUs
-        if not math.isfinite(cloud):
-            cloud = 0.0  # nothing fits this job anywhere: every policy leaves it unplaced
-        v = len(cost)
-        cost.append(cloud)
-        full_of.append(cloud)
-        lo.append(0.0)
-        hi.append(None)
-        eq_r.append(j)
-        eq_c.append(v)
-        eq_v.append(1.0)
-        per_var.append((j, cloud, -1, 1.0))
-    n_v, n_j = len(cost), len(sim.jobs)
-    a_eq = coo_matrix((eq_v, (eq_r, eq_c)), shape=(n_j, n_v)).tocsr()
-    a_ub = coo_matrix((np.ones(len(ub_r)), (ub_r, ub_c)), shape=(max(1, len(pools)) * n_b, n_v)).tocsr()
-    b_ub = np.repeat([float(p.count) for p in pools] or [0.0], n_b)
-    res = linprog(np.array(cost), A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(n_j),
-                  bounds=list(zip(lo, hi)), method="highs")
+    from orchestrator.simulate.bound_mip import whole_job_bound
+    from orchestrator.simulate.bound_model import build
+
+    t0 = time.perf_counter()
+    prog = build(sim, end_h, bucket_minutes / 60.0)
+    res = linprog(prog.cost, A_ub=prog.a_ub, b_ub=prog.b_ub, A_eq=prog.a_eq, b_eq=np.ones(prog.n_jobs),
+                  bounds=np.stack([np.zeros(prog.n_vars), prog.hi], axis=1), method="highs")
     if res.status != 0:
         raise RuntimeError(f"the lower-bound program did not solve: {res.message}")
-    per_job, owned = [0.0] * n_j, [0.0] * n_j
-    busy = power = cloud_spend = chargeback = 0.0
-    for (j, unit, b, frac), full, x in zip(per_var, full_of, res.x.tolist()):
-        per_job[j] += unit * x
-        chargeback += full * x
-        if b >= 0:
-            owned[j] += frac * x
-            power += unit * x
-            if b < sim.span_h:
-                busy += x
-        else:
-            cloud_spend += unit * x
-    owned_gpu_h = sum(p.count for p in pools) * sim.span_h
+    lp_seconds = time.perf_counter() - t0
+    x = res.x
+    owned = prog.pool >= 0
+    power = float(prog.cost[owned] @ x[owned])
+    cloud_spend = float(prog.cost[~owned] @ x[~owned])
+    per_job = np.bincount(prog.job, weights=prog.cost * x, minlength=prog.n_jobs)
+    owned_frac = np.bincount(prog.job[owned], weights=(prog.per_job * x)[owned], minlength=prog.n_jobs)
+    busy = float((x * prog.in_span)[owned].sum())
+    owned_gpu_h = sum(p.count for p in sim.offers if p.target == "onprem") * sim.span_h
+    mip = None if mip_seconds is None else whole_job_bound(prog, mip_seconds)
     return OracleResult(power=power, cloud_spend=cloud_spend, ownership=sim.ownership_usd,
-                        chargeback=chargeback, job_cash=per_job, owned_fraction=owned,
-                        busy_gpu_h=busy, owned_gpu_h=owned_gpu_h, status=res.message)
+                        chargeback=float(prog.full @ x), job_cash=per_job.tolist(),
+                        owned_fraction=owned_frac.tolist(), busy_gpu_h=busy, owned_gpu_h=owned_gpu_h,
+                        status=res.message, bucket_minutes=bucket_minutes, lp_seconds=lp_seconds,
+                        segments=prog.n_segments, variables=prog.n_vars, whole_job=mip)

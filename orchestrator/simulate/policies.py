@@ -1,8 +1,9 @@
 """The placement policies compared: orch's own planner and the simple rules people use today.
 
-Each policy is a function (job, view) -> Choice, or None when its rule has no place
-for the job. All of them choose among the same offers (`SimJob.candidates`, from orch's
-matcher) and are accounted the same way by the engine.
+Each policy is a function (ask, view) -> Choice, or None when its rule has no place
+for the job. All of them choose among the same offers (`Ask.candidates`, from orch's
+matcher) and are accounted the same way by the engine. None can read a job's true work:
+an `Ask` carries the job file's estimate only.
 """
 
 from __future__ import annotations
@@ -15,19 +16,24 @@ from orchestrator.decision.gpus import relative_speed
 from orchestrator.decision.models import Offer
 from orchestrator.decision.placement import decide
 from orchestrator.simulate.engine import Choice, View
-from orchestrator.simulate.jobs import SimJob
+from orchestrator.simulate.jobs import Ask, believed_speeds
 
 HYPERSCALERS = ("aws", "gcp", "azure")
 
 
-def orch(sj: SimJob, view: View) -> Optional[Choice]:
+def orch(a: Ask, view: View) -> Optional[Choice]:
     """orch's planner, as `orch submit` runs it: classify against the runs that have
-    finished so far, read the on-prem capacity, `decide`."""
-    s, fp = view.settings, sj.job.fingerprint
+    finished so far, read the on-prem capacity, `decide`. Given true speeds (--beliefs
+    truth) its estimator reads those and the true estimate, not the measured runs."""
+    s, fp = view.settings, a.fingerprint
     history = view.history.get(fp, ())
-    est = HoursEstimator(sj.spec, fp, history, s.default_job_hours, s.gpu_speeds)
-    kind = classify(sj.spec, fp, history, view.epoch(view.now_h), s, False, est.reference.hours)
-    d = decide(sj.spec, kind, view.index, view.capacity(sj.job.gpus), s, fingerprint=fp,
+    if a.told_truth:  # the true figures, as settings taken as given; no learning
+        est = HoursEstimator(a.spec, fp, (), s.default_job_hours, believed_speeds(a, s.gpu_speeds))
+    else:
+        est = HoursEstimator(a.spec, fp, history, s.default_job_hours, s.gpu_speeds,
+                             team=view.team())
+    kind = classify(a.spec, fp, history, view.epoch(view.now_h), s, False, est.reference.hours)
+    d = decide(a.spec, kind, view.index, view.capacity(a.gpus), s, fingerprint=fp,
                estimator=est)
     if d.choice is None:
         return None
@@ -41,71 +47,71 @@ def _per_hour(options: Iterable[tuple[Offer, float]], speeds) -> Optional[tuple[
                                ou[0].cloud or "", ou[0].region or "", ou[0].instance_type or ""))
 
 
-def _cloud(sj: SimJob, view: View, clouds=None, spot: Optional[bool] = None) -> Optional[Choice]:
+def _cloud(a: Ask, view: View, clouds=None, spot: Optional[bool] = None) -> Optional[Choice]:
     """Cheapest price per hour in the cloud; spot only for a job that checkpoints (a
     preemption would lose an unsaved run), as anyone renting spot by hand would."""
-    spot_ok = sj.job.checkpoints if spot is None else spot
-    best = _per_hour(((o, u) for o, u in sj.candidates if o.target == "cloud"
+    spot_ok = a.checkpoints if spot is None else spot
+    best = _per_hour(((o, u) for o, u in a.candidates if o.target == "cloud"
                       and (spot_ok or not o.spot) and (clouds is None or o.cloud in clouds)),
                      view.settings.gpu_speeds)
     return None if best is None else Choice(best[0], best[1])
 
 
-def _owned(sj: SimJob) -> list[tuple[Offer, float]]:
-    return [(o, u) for o, u in sj.candidates if o.target == "onprem"]
+def _owned(a: Ask) -> list[tuple[Offer, float]]:
+    return [(o, u) for o, u in a.candidates if o.target == "onprem"]
 
 
-def cloud_cheapest(sj: SimJob, view: View) -> Optional[Choice]:
+def cloud_cheapest(a: Ask, view: View) -> Optional[Choice]:
     """Cloud only, the lowest price per hour (not per job)."""
-    return _cloud(sj, view)
+    return _cloud(a, view)
 
 
-def owned_first(sj: SimJob, view: View) -> Optional[Choice]:
+def owned_first(a: Ask, view: View) -> Optional[Choice]:
     """Owned GPUs whenever enough are free now (as if they cost nothing), else the cloud's
     lowest price per hour; a job no cloud offer fits queues for the owned GPUs."""
-    owned = _owned(sj)
+    owned = _owned(a)
     free = next(((o, u) for o, u in owned if view.can_start_now(o, u)), None)
     if free is not None:
         return Choice(*free)
-    cloud = _cloud(sj, view)
+    cloud = _cloud(a, view)
     if cloud is not None:
         return cloud
     return Choice(*owned[0]) if owned else None
 
 
-def owned_only(sj: SimJob, view: View) -> Optional[Choice]:
+def owned_only(a: Ask, view: View) -> Optional[Choice]:
     """Queue every job for the owned GPUs (the pool with the most free GPUs)."""
-    owned = _owned(sj)
+    owned = _owned(a)
     if not owned:
         return None
     o, u = max(owned, key=lambda ou: view.pool_for(ou[0]).free - len(view.pool_for(ou[0]).queue))
     return Choice(o, u)
 
 
-def on_demand(sj: SimJob, view: View) -> Optional[Choice]:
+def on_demand(a: Ask, view: View) -> Optional[Choice]:
     """A hyperscaler's on-demand instances only (AWS, GCP, Azure), lowest price per hour."""
-    return _cloud(sj, view, clouds=HYPERSCALERS, spot=False)
+    return _cloud(a, view, clouds=HYPERSCALERS, spot=False)
 
 
-def _cheapest_per_job(sj: SimJob, view: View) -> Optional[Choice]:
-    """The cloud option with the lowest cost for the whole job (spot for a job that
-    checkpoints), start-up included."""
+def _cheapest_per_job(a: Ask, view: View) -> Optional[Choice]:
+    """The cloud option with the lowest cost for the whole job by its file's estimate
+    (spot for a job that checkpoints), start-up included."""
     startup = view.settings.cloud_startup_minutes
-    best = min(((job_cost(o, view.sim.hours(sj, o.gpu, u), u, startup)[0], o.cloud or "",
+    best = min(((job_cost(o, view.hours(a, o.gpu, u), u, startup)[0], o.cloud or "",
                  o.region or "", o.instance_type or "", i)
-                for i, (o, u) in enumerate(sj.candidates)
-                if o.target == "cloud" and (sj.job.checkpoints or not o.spot)), default=None)
-    return None if best is None else Choice(*sj.candidates[best[-1]])
+                for i, (o, u) in enumerate(a.candidates)
+                if o.target == "cloud" and (a.checkpoints or not o.spot)), default=None)
+    return None if best is None else Choice(*a.candidates[best[-1]])
 
 
-def by_kind_strict(sj: SimJob, view: View) -> Optional[Choice]:
+def by_kind_strict(a: Ask, view: View) -> Optional[Choice]:
     """The product's rule with no judgement: exploratory work always rents the cheapest
     GPU per job; steady work always queues for the owned GPUs."""
-    if sj.kind == "steady":
-        owned = owned_only(sj, view)
+    if a.kind == "steady":
+        owned = owned_only(a, view)
         if owned is not None:
             return owned
-    return _cheapest_per_job(sj, view) or owned_only(sj, view)
+    return _cheapest_per_job(a, view) or owned_only(a, view)
 
 
 BASELINES = {"cloud-cheapest": cloud_cheapest, "owned-first": owned_first,

@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 from orchestrator.simulate.engine import SPOT_PREEMPTIONS_PER_H, Simulation
-from orchestrator.simulate.jobs import build_jobs
+from orchestrator.simulate.jobs import SimJob, build_jobs
 from orchestrator.simulate.policies import HYPERSCALERS, POLICIES
 from orchestrator.simulate.scenario import Scenario, policy_settings
 
 GOAL_RATIO, GOAL_MISS_RATE = 1.03, 0.01
+GOAL_CONTROLLED = 1.15  # orch's power + cloud over the best bound: what placement controls
+BELIEF_MODES = ("learned", "truth", "both")
+TRUE_BELIEFS = "orch (true beliefs)"
 
 
 def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
              spot_rate: float = SPOT_PREEMPTIONS_PER_H, policies: Optional[Sequence[str]] = None,
+             beliefs: str = "learned", mip_seconds: Optional[float] = 20.0,
              progress: Callable[[str], None] = lambda msg: None) -> dict:
     """The result as `orch simulate --json` prints it (money in USD; `currency` and
-    `currency_rate` say how to show it)."""
+    `currency_rate` say how to show it). `beliefs`: what orch's policy is told of each job,
+    "learned" (the job file and its own runs), "truth" (the true hours and speeds) or
+    "both" (a second row, "orch (true beliefs)", and what learning costs). `mip_seconds`:
+    the whole-job bound's time limit (None or 0: the LP bound alone)."""
+    if beliefs not in BELIEF_MODES:
+        raise ValueError(f"beliefs must be one of {BELIEF_MODES}, not {beliefs!r}")
     started = time.perf_counter()
     s = policy_settings(settings, scenario)
     jobs = build_jobs(trace, scenario.offers, s)
+    told: list[SimJob] = []
+    if beliefs != "learned":  # the same jobs, told the truth; kinds as reported for all rows
+        told = [SimJob(t.job, replace(t.ask, kind=j.kind))
+                for j, t in zip(jobs, build_jobs(trace, scenario.offers, s, "truth"))]
     ownership = sum(inv.purchase_price * trace.days / (inv.lifetime_years * 365.25)
                     for inv in scenario.owned)
     sim = Simulation(trace=trace, jobs=jobs, offers=scenario.offers, settings=s, seed=seed,
@@ -33,14 +47,22 @@ def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
     runs = []
     for name in names:
         t0 = time.perf_counter()
-        runs.append(sim.run(name, POLICIES[name]))
+        if name == "orch" and beliefs == "truth":
+            runs.append(replace(sim, jobs=told).run(name, POLICIES[name]))
+        else:
+            runs.append(sim.run(name, POLICIES[name]))
+        if name == "orch" and beliefs == "both":
+            runs.append(replace(sim, jobs=told).run(TRUE_BELIEFS, POLICIES[name]))
         progress(f"{name}: {len(jobs)} jobs in {time.perf_counter() - t0:.2f} s")
     end_h = max([sim.span_h] + [o.finish_h for r in runs for o in r.outcomes if o.finish_h is not None])
     t0 = time.perf_counter()
     from orchestrator.simulate.oracle import lower_bound
 
-    oracle = lower_bound(sim, end_h)
-    progress(f"oracle: linear program solved in {time.perf_counter() - t0:.2f} s")
+    oracle = lower_bound(sim, end_h, mip_seconds=mip_seconds or None)
+    w = oracle.whole_job
+    progress(f"oracle: LP {oracle.lp_seconds:.2f} s" + (
+        "" if w is None else f", whole-job MIP {w.seconds:.1f} s") +
+        f" ({time.perf_counter() - t0:.2f} s in all)")
     days = max(trace.days, int(end_h // 24) + 1)
     rows = []
     for r in runs:
@@ -53,9 +75,21 @@ def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
     return {"trace": trace.source, "jobs": len(jobs), "days": trace.days, "seed": seed,
             "scenario": scenario.describe(settings.currency, rate),
             "currency": settings.currency, "currency_rate": rate,
-            "spot_preemptions_per_hour": spot_rate, "policies": rows,
+            "spot_preemptions_per_hour": spot_rate, "beliefs": beliefs,
+            "learning_cost": learning_cost(rows), "policies": rows,
             "checks": checks(rows, s.cloud_startup_minutes / 60.0), "notes": notes,
             "wall_s": round(time.perf_counter() - started, 2)}
+
+
+def learning_cost(rows: list[dict]) -> Optional[float]:
+    """orch's power + cloud with learned beliefs over with true ones (None without both
+    rows, or when the true-belief run spends nothing)."""
+    by = {r["name"]: r for r in rows}
+    if "orch" not in by or TRUE_BELIEFS not in by:
+        return None
+    spend = lambda r: r["power"] + r["cloud_spend"]  # noqa: E731
+    base = spend(by[TRUE_BELIEFS])
+    return round(spend(by["orch"]) / base, 4) if base > 0 else None
 
 
 def checks(rows: list[dict], startup_h: float) -> dict:
@@ -68,11 +102,14 @@ def checks(rows: list[dict], startup_h: float) -> dict:
     if "orch" not in by:
         return {}
     orch, oracle = by["orch"], by.get("oracle")
-    ratio = (orch["cash_total"] / oracle["cash_total"]
-             if oracle and oracle["cash_total"] > 0 else None)
+    bound = (oracle or {}).get("bound") or {}
+    best_cash = bound.get("best_cash_total", (oracle or {}).get("cash_total"))
+    best_pc = bound.get("best_power_cloud")
+    ratio = orch["cash_total"] / best_cash if best_cash else None
+    controlled = (orch["power"] + orch["cloud_spend"]) / best_pc if best_pc else None
     comparable, apart = [], {}
     for r in rows:
-        if r["name"] in ("orch", "oracle"):
+        if r["name"] in ("orch", "oracle", TRUE_BELIEFS):
             continue
         wait = r.get("exploratory_p95_wait_h")
         if r["deadline_misses"] > orch["deadline_misses"]:
@@ -86,6 +123,9 @@ def checks(rows: list[dict], startup_h: float) -> dict:
     wait = orch.get("exploratory_p95_wait_h")
     return {"orch_over_oracle": None if ratio is None else round(ratio, 4),
             "ratio_goal": GOAL_RATIO, "ratio_met": ratio is not None and ratio <= GOAL_RATIO,
+            "orch_power_cloud_over_bound": None if controlled is None else round(controlled, 4),
+            "power_cloud_goal": GOAL_CONTROLLED,
+            "power_cloud_met": controlled is not None and controlled <= GOAL_CONTROLLED,
             "comparable_baselines": [r["name"] for r in comparable],
             "not_comparable": apart,
             "cheaper_than_every_baseline": not cheaper, "baselines_not_beaten": cheaper,

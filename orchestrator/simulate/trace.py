@@ -12,6 +12,14 @@ Columns (a header line names them, in any order; `#` lines and blank lines are s
     checkpoints  true/false: whether the job saves checkpoints (a spot preemption then
                  loses minutes, not the run)
     kind         optional: exploratory | steady | auto (what `schedule.kind` would say)
+    estimate_h   optional: the job file's `estimate.hours` as its author wrote it, wall hours
+                 on `gpus` x `gpu`; empty: the file gives none. Without the column every
+                 file's estimate is the true wall hours (gpu_hours / gpus).
+    speeds       optional: the job's true throughput on other GPU models relative to `gpu`,
+                 MODEL=FACTOR;MODEL=FACTOR (H100=1.61;RTX4090=0.71); a model not listed runs
+                 at the gpu_speeds ratio.
+
+gpu_hours and speeds are the simulated truth; orch's policy sees estimate_h only.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from orchestrator.errors import InputError
 
 REQUIRED = ("arrival", "name", "fingerprint", "gpu_hours", "gpu", "gpus", "deadline_h", "checkpoints")
 COLUMNS = REQUIRED + ("kind",)
+BELIEF_COLUMNS = ("estimate_h", "speeds")  # written only when some job needs them
 KINDS = ("auto", "exploratory", "steady")
 # Hours-from-start traces are placed on this Monday, so weekdays and dates mean something.
 DEFAULT_START = datetime(2025, 1, 6, tzinfo=timezone.utc).timestamp()
@@ -51,6 +60,21 @@ class TraceJob:
     checkpoints: bool
     kind: str = "auto"
     line: int = 0
+    # What the job file says: None when it gives no estimate. `estimated` is False when the
+    # trace has no estimate_h column: the file's estimate is then the truth, as before.
+    estimate_h: Optional[float] = None
+    estimated: bool = False
+    speeds: tuple[tuple[str, float], ...] = ()  # true speed on a model / on `gpu`
+
+    @property
+    def wall_hours(self) -> float:
+        """True wall hours on `gpus` x `gpu`."""
+        return self.gpu_hours / self.gpus
+
+    @property
+    def file_estimate_h(self) -> Optional[float]:
+        """The job file's estimate.hours: the estimate_h column, else (no column) the truth."""
+        return self.estimate_h if self.estimated else self.wall_hours
 
     @property
     def due_h(self) -> float:
@@ -108,10 +132,11 @@ def parse_trace(text: str, file: str = "<trace>",
         raise InputError(f"{file}: the trace is empty", _HINT)
     header_line, header = lines[0]
     names = [h.strip().lower() for h in next(csv.reader([header]))]
-    unknown = [n for n in names if n not in COLUMNS]
+    unknown = [n for n in names if n not in COLUMNS + BELIEF_COLUMNS]
     if unknown:
         raise _bad(file, header_line, unknown[0], "unknown column",
-                   f"the columns are {', '.join(COLUMNS)} (kind is optional)")
+                   f"the columns are {', '.join(COLUMNS + BELIEF_COLUMNS)} (kind, estimate_h "
+                   "and speeds are optional)")
     missing = [c for c in REQUIRED if c not in names]
     if missing:
         raise InputError(f"{file}:{header_line}: the header lacks column "
@@ -146,9 +171,11 @@ def parse_trace(text: str, file: str = "<trace>",
         kind = (row.get("kind") or "auto").lower()
         if kind not in KINDS:
             raise _bad(file, no, "kind", f"{row['kind']!r}: write exploratory, steady or auto")
+        est = row.get("estimate_h", "")
         rows.append((when, no, row["name"], row["fingerprint"],
                      _number(file, no, "gpu_hours", row["gpu_hours"]), gpu, int(gpus), deadline,
-                     ck in _TRUE, kind))
+                     ck in _TRUE, kind, _number(file, no, "estimate_h", est) if est else None,
+                     _speeds(file, no, row.get("speeds", ""), gpu, speeds)))
     if not rows:
         raise InputError(f"{file}: the trace has a header but no jobs", _HINT)
     if styles == {"iso"}:
@@ -161,8 +188,33 @@ def parse_trace(text: str, file: str = "<trace>",
     rows.sort(key=lambda r: (r[0], r[1]))  # by arrival, file order among equals
     jobs = tuple(TraceJob(index=i, arrival_h=to_h(r[0]), line=r[1], name=r[2], fingerprint=r[3],
                           gpu_hours=r[4], gpu=r[5], gpus=r[6], deadline_h=r[7], checkpoints=r[8],
-                          kind=r[9]) for i, r in enumerate(rows))
+                          kind=r[9], estimate_h=r[10], estimated="estimate_h" in names,
+                          speeds=r[11]) for i, r in enumerate(rows))
     return Trace(jobs=jobs, start=start, source=file)
+
+
+def _speeds(file: str, line: int, text: str, gpu: str,
+            known: Mapping[str, float] | None) -> tuple[tuple[str, float], ...]:
+    """MODEL=FACTOR;MODEL=FACTOR -> ((model, factor), ...) by model; `gpu` itself is 1."""
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        model, eq, factor = part.partition("=")
+        if not eq or not model.strip():
+            raise _bad(file, line, "speeds", f"{part!r}: write MODEL=FACTOR, e.g. H100=1.61")
+        m = canonical_gpu(model.strip())
+        if relative_speed(m, known) is None:
+            raise _bad(file, line, "speeds", f"no speed figure for {model.strip()!r}",
+                       "use a GPU name as SkyPilot spells it (A100, H100, RTX4090, ...)")
+        f = _number(file, line, "speeds", factor.strip())
+        if m == gpu and abs(f - 1.0) > 1e-9:
+            raise _bad(file, line, "speeds", f"{part}: the job's own gpu {gpu} is 1 by definition")
+        if m in out:
+            raise _bad(file, line, "speeds", f"{m} is given twice")
+        out[m] = f
+    out.pop(gpu, None)
+    return tuple(sorted(out.items()))
 
 
 def load_trace(path: str | Path, speeds: Mapping[str, float] | None = None) -> Trace:
@@ -185,10 +237,17 @@ def format_trace(jobs: Iterable[TraceJob], start: float = DEFAULT_START) -> str:
     """The CSV text of a trace, ISO arrival times in UTC to the second."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
+    jobs = list(jobs)
+    beliefs = any(j.estimated or j.speeds for j in jobs)
+    w.writerow(COLUMNS + (BELIEF_COLUMNS if beliefs else ()))
     for j in jobs:
         when = datetime.fromtimestamp(start + round(j.arrival_h * 3600), timezone.utc)
-        w.writerow([when.strftime("%Y-%m-%dT%H:%M:%SZ"), j.name, j.fingerprint, _num(j.gpu_hours),
-                    j.gpu, j.gpus, "" if j.deadline_h is None else _num(j.deadline_h),
-                    "true" if j.checkpoints else "false", j.kind])
+        row = [when.strftime("%Y-%m-%dT%H:%M:%SZ"), j.name, j.fingerprint, _num(j.gpu_hours),
+               j.gpu, j.gpus, "" if j.deadline_h is None else _num(j.deadline_h),
+               "true" if j.checkpoints else "false", j.kind]
+        if beliefs:
+            est = j.file_estimate_h
+            row += ["" if est is None else _num(est),
+                    ";".join(f"{m}={_num(f)}" for m, f in j.speeds)]
+        w.writerow(row)
     return buf.getvalue()

@@ -1,14 +1,16 @@
-"""Where the time goes, verdicts, loader tuning and surviving a killed worker, on a real local Ray."""
+"""Where the time goes, verdicts, loader tuning, surviving a killed worker and learned speeds, on a real local Ray."""
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import pytest
 
 from jobs import events
-from tests.conftest import run_orch, status_in_process
+from orchestrator.decision.models import PastRun
+from tests.conftest import environment, orch_env, run_orch, status_in_process
 from tests.integration.conftest import local_ray_dir, train_processes
 from tests.integration.test_local_jobs import wait_for
 
@@ -49,6 +51,7 @@ def test_loader_workers_auto_tunes_a_slow_dataset(ray_home, tmp_path):
                  "data: {loader_workers: auto}\n")
     settings = rec["metrics"]["run_settings"]
     assert settings["loader_workers"] >= 2, settings
+    assert settings["gpu_name"] == "cpu"  # the model it ran on, from which orch learns its speeds
     tuning = settings["loader_tuning"]
     assert set(tuning) >= {"0", "2"} and tuning["0"] > tuning[str(settings["loader_workers"])]
 
@@ -74,3 +77,58 @@ def test_a_killed_worker_is_restarted_and_training_resumes(ray_home, tmp_path):
     log = run_orch(ray_home, "logs", job_id).stdout
     resumed = [e for e in events.parse(log) if e["event"] == "resume"]
     assert resumed and resumed[0]["epoch"] >= 2
+
+
+def test_plan_shows_the_ratio_two_measured_runs_give(ray_home, tmp_path):
+    # This machine has one model, so the runs are real and only the device each recorded is
+    # set in the store afterwards: one "ran" on an A100, the next on an H100. The job file
+    # that is planned asks for either; resources are not part of the fingerprint, so the
+    # plan reads the runs of the CPU file. Both files exist before the first run: the
+    # workdir's content is part of it.
+    body = f"name: learned\nrun: {sys.executable} -c 'import time; time.sleep(0.5)'\n"
+    cpu, gpus = tmp_path / "cpu.yaml", tmp_path / "gpus.yaml"
+    cpu.write_text(body)
+    gpus.write_text(body + "resources: {accelerators: {A100: 1, H100: 1}}\n")
+    ids = []
+    for _ in range(2):
+        proc = run_orch(ray_home, "submit", str(cpu), "--json")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        ids.append(json.loads(proc.stdout)["id"])
+        wait_for(ray_home, ids[-1], {"SUCCEEDED"})
+    with environment(orch_env(ray_home)):
+        from orchestrator.settings import load_settings
+        from orchestrator.store import open_store
+
+        store = open_store(load_settings())
+        try:
+            runs = []
+            for job_id, name in zip(ids, ("NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3")):
+                rec = store.get(job_id)
+                metrics = {**rec.metrics, "run_settings": {**rec.metrics.get("run_settings", {}),
+                                                           "gpu_name": name}}
+                choice = {**rec.choice, "gpu": name.split()[1][:4], "count": 1}  # the faked device
+                runs.append(PastRun.from_row(store.update(job_id, metrics=metrics,
+                                                          decision={**(rec.decision or {}), "choice": choice})))
+        finally:
+            store.close()
+    a100, h100 = runs
+    assert (a100.gpu, h100.gpu) == ("A100", "H100") and a100.fingerprint == h100.fingerprint
+    config = tmp_path / "team.toml"
+    config.write_text('[[onprem]]\ngpu = "A100"\ncount = 1\npurchase_price = 10000\n'
+                      '[[onprem]]\ngpu = "H100"\ncount = 1\npurchase_price = 25000\n')
+    proc = run_orch(ray_home, "plan", str(gpus), "--json", ORCH_MODE="hybrid", ORCH_CONFIG=str(config))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plan = json.loads(proc.stdout)
+    assert plan["fingerprint"] == a100.fingerprint
+    basis = {a["gpu"]: (a["est_hours"], a["hours_basis"]) for a in plan["alternatives"]}
+    # The last run (the "H100") is the known point; each device measured is taken as
+    # measured, and the other model's figure names the ratio the two runs measured.
+    ratio = h100.duration_s / a100.duration_s  # the A100's speed over the H100's
+    assert basis["H100"] == (pytest.approx(h100.duration_s / 3600, rel=1e-3),
+                             "measured: median of 1 run on H100x1")
+    hours, source = basis["A100"]
+    assert hours == pytest.approx(a100.duration_s / 3600, rel=1e-3)
+    assert source == (f"measured: median of 1 run on A100x1: A100: {ratio:.2g}x this job's H100 "
+                      "speed (1 run on H100, 1 run on A100)")
+    text = run_orch(ray_home, "plan", str(gpus), ORCH_MODE="hybrid", ORCH_CONFIG=str(config)).stdout
+    assert "this job's H100 speed" in " ".join(text.split())

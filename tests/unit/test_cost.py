@@ -55,7 +55,7 @@ def test_three_times_faster_at_twice_the_price_is_cheaper_per_job():
     slow, fast = Offer("cloud", "A100", 1, 1.0), Offer("cloud", "H100", 1, 2.0)
     h_slow, _ = est.hours("A100", 1)
     h_fast, basis = est.hours("H100", 1)
-    assert (h_slow, h_fast) == pytest.approx((3.0, 1.0)) and "relative speed" in basis
+    assert (h_slow, h_fast) == pytest.approx((3.0, 1.0)) and "gpu_speeds setting" in basis
     assert job_cost(fast, h_fast, 1, 6)[0] < job_cost(slow, h_slow, 1, 6)[0]
 
 
@@ -65,14 +65,14 @@ ESTIMATES = [
                                             run("A100", duration_s=5400)],
      ("A100", 1), 1.5, "median of 3 runs on A100x1"),
     ("scaled from a measured run", A100_H100, [run("H100", duration_s=3600)], ("A100", 1),
-     989 / 312, "measured: median of 1 run on H100x1, scaled"),
+     (989 / 312) ** 0.5, "measured: median of 1 run on H100x1, scaled"),
     ("two GPUs halve the time", A100_H100, [run("A100", duration_s=3600)], ("A100", 2), 0.5, "scaled"),
     ("a measurement on that device beats a more recent one elsewhere", A100_H100,
      [run("A100", duration_s=3600, sps=100, at=2), run("H100", duration_s=3000, sps=200, at=1)],
      ("H100", 1), 3000 / 3600, "median of 1 run on H100x1"),
     ("spec hint", A100_H100 + "estimate: {hours: 4}\n", [], ("A100", 1), 4.0, "estimate.hours 4 h"),
     ("spec hint on another GPU", A100_H100 + "estimate: {hours: 1, gpu: H100}\n", [], ("A100", 1),
-     989 / 312, "on H100x1, scaled"),
+     (989 / 312) ** 0.5, "on H100x1, scaled"),
     ("nothing known: default hours", A100_H100, [], ("A100", 1), 1.0, "assumed 1 h on A100x1"),
     ("failed and foreign runs ignored", A100_H100,
      [run("A100", duration_s=99, status="FAILED"), run("A100", duration_s=99, fp="x")],

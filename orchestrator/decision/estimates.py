@@ -1,0 +1,191 @@
+"""How fast a job runs on each GPU model: its own measured runs first, then the team's, then the peak table."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional
+
+from orchestrator.decision.gpus import CPU, SPEED, canonical_gpu
+from orchestrator.decision.models import PastRun
+
+# The peak-TFLOPS table counts an H100 as 3.17 A100s; real jobs gain far less (data
+# loading, memory bandwidth, small kernels and launch overheads do not scale with peak
+# FLOPS: a DataLoader-fed small model gains 1.2-1.6x). With nothing measured, the table's
+# ratio is taken to this power: the geometric middle between "no gain" and "the peak",
+# which keeps the order of the models and halves the error in log terms either way.
+SHRINK = 0.5
+_RECENT = 5  # runs that count towards a measurement: recent code, recent data
+
+
+def model_of(gpu: Optional[str]) -> str:
+    """A run's or offer's GPU model in SkyPilot's spelling; CPU for none."""
+    return CPU if gpu is None or gpu.lower() == "cpu" else canonical_gpu(gpu)
+
+
+@dataclass(frozen=True, slots=True)
+class OnModel:
+    """What one job's recent successful runs measured on one GPU model: medians of per-GPU
+    throughput and of GPU-hours (the work, if it splits evenly over the GPUs), and the share
+    of a step spent waiting for data."""
+
+    runs: int
+    sps_per_gpu: Optional[float]
+    gpu_hours: Optional[float]
+    data_share: Optional[float]
+
+
+def _median(xs: list[float]) -> Optional[float]:
+    return statistics.median(xs) if xs else None
+
+
+def by_model(runs: Iterable[PastRun]) -> dict[str, OnModel]:
+    """One job's succeeded runs, newest first, summed up per GPU model."""
+    groups: dict[str, list[PastRun]] = {}
+    for r in sorted((r for r in runs if r.succeeded), key=lambda r: r.created_at, reverse=True):
+        groups.setdefault(model_of(r.gpu), []).append(r)
+    out = {}
+    for model, rs in groups.items():
+        rs = rs[:_RECENT]
+        n = [max(float(r.gpu_count or 0), 1.0) for r in rs]
+        out[model] = OnModel(
+            runs=len(rs),
+            sps_per_gpu=_median([r.samples_per_sec / k for r, k in zip(rs, n) if r.samples_per_sec]),
+            gpu_hours=_median([r.duration_s / 3600 * k for r, k in zip(rs, n) if r.duration_s]),
+            data_share=_median([r.data_share for r in rs if r.data_share is not None]))
+    return out
+
+
+def own_ratio(a: OnModel, b: OnModel) -> Optional[float]:
+    """Per-GPU speed on b over a for one job: by throughput when both have it, else by time."""
+    if a.sps_per_gpu and b.sps_per_gpu:
+        return b.sps_per_gpu / a.sps_per_gpu
+    if a.gpu_hours and b.gpu_hours:
+        return a.gpu_hours / b.gpu_hours
+    return None
+
+
+def gain(compute: float, ratio: float) -> float:
+    """Speed-up of a step whose `compute` share runs `ratio` times faster; the rest (waiting
+    for data) takes as long on any GPU."""
+    return 1.0 / ((1.0 - compute) + compute / ratio)
+
+
+def compute_ratio(observed: float, data_share: Optional[float]) -> float:
+    """The ratio on compute alone that a job waiting `data_share` of its step observed as
+    `observed` overall (gain's inverse). A job that gained more than its compute share allows
+    (the share was mismeasured, or the faster GPU's loader kept up better) is taken as seen."""
+    if not data_share:
+        return observed
+    c = 1.0 - data_share
+    rest = 1.0 / observed - data_share
+    return c / rest if rest > 0 and c > 0 else observed
+
+
+@dataclass(frozen=True, slots=True)
+class TeamRatios:
+    """Per ordered pair of models (a, b): the median over the team's jobs that ran on both
+    (each job by its median runs) of b's per-GPU speed over a's, as observed and on compute
+    alone (each job's data wait taken out), with how many jobs."""
+
+    observed: Mapping[tuple[str, str], tuple[float, int]]
+    compute: Mapping[tuple[str, str], tuple[float, int]]
+
+
+def learn_ratios(runs: Iterable[PastRun], exclude: str = "") -> TeamRatios:
+    """The team's ratios from every job's runs but `exclude` (the job being planned, whose
+    own runs count on their own)."""
+    per_job: dict[str, list[PastRun]] = {}
+    for r in runs:
+        if r.fingerprint and r.fingerprint != exclude:
+            per_job.setdefault(r.fingerprint, []).append(r)
+    seen: dict[tuple[str, str], list[float]] = {}
+    pure: dict[tuple[str, str], list[float]] = {}
+    for rs in per_job.values():
+        models = by_model(rs)
+        for a, on_a in models.items():
+            for b, on_b in models.items():
+                ratio = own_ratio(on_a, on_b) if a != b else None
+                if ratio:
+                    seen.setdefault((a, b), []).append(ratio)
+                    pure.setdefault((a, b), []).append(compute_ratio(ratio, on_a.data_share))
+    return TeamRatios(observed={k: (statistics.median(v), len(v)) for k, v in seen.items()},
+                      compute={k: (statistics.median(v), len(v)) for k, v in pure.items()})
+
+
+def user_bias(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "") -> Optional[tuple[float, int]]:
+    """How the owner's estimates compare with what their runs measured: the median over
+    their other jobs (each its median run) of measured hours / estimate.hours, counting runs
+    on the model the estimate was written for (when it names one); None without any.
+    `owner=None` (a plan that does not know who asks): everyone's runs."""
+    per_job: dict[str, list[float]] = {}
+    for r in runs:
+        if (r.succeeded and (owner is None or r.owner == owner) and r.fingerprint != exclude and r.duration_s
+                and r.estimate_hours and (r.estimate_gpu is None
+                                          or model_of(r.estimate_gpu) == model_of(r.gpu))):
+            per_job.setdefault(r.fingerprint, []).append(r.duration_s / 3600 / r.estimate_hours)
+    if not per_job:
+        return None
+    return statistics.median(statistics.median(v) for v in per_job.values()), len(per_job)
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One job's per-GPU speed on `gpu` relative to `base` (the model its reference time is
+    on), and where that figure came from; ratio None when nothing gives one."""
+
+    gpu: str
+    base: str
+    ratio: Optional[float]
+    source: str
+    kind: str = "peak"  # "own", "team", "setting", "peak", "same", "none": `source` in one word
+
+
+def _runs(n: int, model: str) -> str:
+    return f"{n} run{'s' if n != 1 else ''} on {model}"
+
+
+def speed_estimate(base: str, target: str, own: Mapping[str, OnModel], team: TeamRatios,
+                   overrides: Mapping[str, float] | None = None,
+                   peak: Mapping[str, float] = SPEED) -> Estimate:
+    """The job's speed on `target` over `base`, in order of trust: its own runs on both; the
+    team's ratio for the pair, through the job's own compute share when its runs measured
+    one; a `gpu_speeds` setting (the user's own figure, taken as given); the peak table,
+    shrunk (GPU to GPU; a CPU's figure is no peak of the same kind)."""
+    if base == target:
+        return Estimate(target, base, 1.0, "", "same")
+    on_base, on_target = own.get(base), own.get(target)
+    if on_base and on_target and (r := own_ratio(on_base, on_target)):
+        runs = (f"{on_base.runs} runs on each" if on_base.runs == on_target.runs > 1 else
+                f"{_runs(on_base.runs, base)}, {_runs(on_target.runs, target)}")
+        if on_base.sps_per_gpu and on_target.sps_per_gpu:
+            runs += ", by throughput"
+        return Estimate(target, base, r, f"{target}: {r:.2g}x this job's {base} speed ({runs})", "own")
+    share = on_base.data_share if on_base else None
+    if share is not None and (hit := team.compute.get((base, target))):
+        r = gain(1.0 - share, hit[0])
+        return Estimate(target, base, r, f"{target}: {r:.2g}x this job's {base} speed (the team's "
+                                         f"median over {hit[1]} jobs on both, {hit[0]:.2g}x on compute; "
+                                         f"this job waits for data {share:.0%} of a step)", "team")
+    if hit := team.observed.get((base, target)):
+        return Estimate(target, base, hit[0], f"{target}: {hit[0]:.2g}x {base} "
+                                              f"(the team's median over {hit[1]} jobs on both)", "team")
+    given = {model_of(k): float(v) for k, v in (overrides or {}).items()}
+    if base in given or target in given:
+        sb, st = given.get(base, peak.get(base)), given.get(target, peak.get(target))
+        if sb and st:
+            return Estimate(target, base, st / sb, f"{target}: {st / sb:.3g}x {base} (gpu_speeds setting)",
+                            "setting")
+    sb, st = peak.get(base), peak.get(target)
+    if not sb or not st:
+        unknown = base if not sb else target
+        return Estimate(target, base, None, f"no speed figure for {unknown} (add it to the gpu_speeds setting)",
+                        "none")
+    table = st / sb
+    if CPU in (base, target):
+        return Estimate(target, base, table, f"{target}: {table:.3g}x {base} (peak table; no runs measured)")
+    r = table ** SHRINK
+    how = f"peak table {table:.3g}x, shrunk"
+    if share is not None:
+        r, how = gain(1.0 - share, r), f"{how}, {share:.0%} of a step waits for data"
+    return Estimate(target, base, r, f"{target}: {r:.2g}x {base} ({how}; no runs measured on {target})")

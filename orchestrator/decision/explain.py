@@ -92,7 +92,7 @@ FIX = {
     "mode": lambda a, s, m: "set mode = \"hybrid\" (ORCH_MODE=hybrid)",
     "allow": lambda a, s, m: f"add '{a.offer.target}' to placement.allow",
     "use_spot": lambda a, s, m: "set resources.use_spot: false",
-    "spot": lambda a, s, m: "set checkpoint.storage and keep the job short, or use on-demand",
+    "spot": lambda a, s, m: "set checkpoint.storage, or use on-demand",
     "wait": lambda a, s, m: (f"raise max_wait_minutes to {a.wait_minutes:g}"
                              if not math.isinf(a.wait_minutes) else "free on-prem GPUs"),
     "hourly": lambda a, s, m: f"raise budget.max_hourly to at least {m(a.price_per_hour)}",

@@ -133,7 +133,7 @@ class _Rules:
         self.allow = set(spec.placement.allow)
         self.checkpoints = spec.checkpoint.storage is not None
         self.storage = spec.checkpoint.storage
-        self.short_h, self.startup = settings.short_job_hours, settings.cloud_startup_minutes
+        self.startup = settings.cloud_startup_minutes
         self.max_cost = spec.budget.max_cost / rate if spec.budget.max_cost else None
         self.max_hourly = spec.budget.max_hourly / rate if spec.budget.max_hourly else None
         self.monthly = settings.monthly_budget / rate if settings.monthly_budget else None
@@ -146,6 +146,19 @@ class _Rules:
 
     def budget_cost(self, r: _Row) -> Optional[float]:
         return r.cash if self.cash_budget else r.full
+
+    def on_spot(self, hours: float, basis: str) -> tuple[float, str]:
+        """A checkpointing run's expected hours on spot, whatever its length: each expected
+        preemption (spot_preemptions_per_hour x its hours) redoes spot_rework_minutes of
+        work and waits a start-up again. Priced so, spot wins only where it costs less than
+        on-demand in expectation, and a long run is not kept off it."""
+        rate = self.settings.spot_preemptions_per_hour
+        lost_h = (self.settings.spot_rework_minutes + self.startup) / 60.0
+        expected = rate * hours
+        if expected <= 0:
+            return hours, basis
+        return hours * (1 + rate * lost_h), (f"{basis}; on spot {expected:.2g} expected "
+                                             f"preemptions, each {lost_h * 60:.0f} min more")
 
     def wait_limit(self, hours: Optional[float]) -> tuple[float, str]:
         """Minutes steady work may wait for owned GPUs, and what sets that."""
@@ -165,6 +178,8 @@ def _price(o: Offer, used: float, est: HoursEstimator, hours_of: dict, needs: Ne
         hours_of[o.gpu, gpus] = est.hours(o.gpu, gpus)
     hours, basis = hours_of[o.gpu, gpus]
     full = power = None
+    if hours is not None and o.spot and rules.checkpoints:
+        hours, basis = rules.on_spot(hours, basis)
     if hours is not None:
         full, power = job_cost(o, hours, used, rules.startup, nodes)
     r = _Row(o, used, nodes, hours, basis, full, power, _wait(o, used, capacity, spec))
@@ -182,8 +197,6 @@ def _price(o: Offer, used: float, est: HoursEstimator, hours_of: dict, needs: Ne
     elif o.spot and not needs.use_spot:
         if not rules.checkpoints:
             b.append(("spot", "spot needs checkpoint.storage: a preemption would lose the work"))
-        elif hours is not None and hours >= rules.short_h:
-            b.append(("spot", f"spot is for short jobs: {hours:.3g} h >= {rules.short_h:g} h"))
     if hours is None:
         b.append(("speed", basis))
     if o.target == "onprem" and capacity is not None and capacity.unreachable:
@@ -358,7 +371,8 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
     if choice.offer.owned:
         lines.append(ex.full_words(choice, money))
     if choice.offer.spot:
-        lines.append(f"spot: the job checkpoints to {rules.storage} and is short")
+        lines.append(f"spot: the job checkpoints to {rules.storage}; with its expected "
+                     "preemptions spot still costs less than on-demand")
     elif choice.offer.target == "cloud" and choice.est_cost is not None:
         # Both priced: an eligible offer has its hours, and so has one blocked only as spot.
         cost = choice.est_cost

@@ -58,6 +58,13 @@ class Settings(BaseSettings):
     short_job_hours: float = Field(2.0, gt=0, description="expected hours under which a job is short")
     max_wait_minutes: float = Field(60, ge=0, description="longest wait for on-prem before bursting")
     cloud_startup_minutes: float = Field(6, ge=0, description="billed provisioning time per launch")
+    spot_preemptions_per_hour: float = Field(0.05, ge=0, le=10, description="how often a spot "
+                                             "instance is expected to be taken back, per running "
+                                             "hour: a checkpointing job on spot is priced with "
+                                             "the rework and start-up each costs")
+    spot_rework_minutes: float = Field(15, ge=0, le=1440, description="work redone after a "
+                                       "preemption, on average (half the time between a job's "
+                                       "checkpoints)")
     exploratory_backfill: bool = Field(True, description="exploratory work may run on owned GPUs "
                                        "that are idle now and stay free for its whole run; off: "
                                        "exploratory work always rents")

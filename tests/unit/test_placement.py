@@ -88,7 +88,7 @@ CASES = [
      ("exploratory", "onprem", ONPREM),
      ["exploratory backfill: on-prem A100x1 is idle now and stays free for the job's 1 h",
       "0.06 USD of power, the marginal cost that decided, against runpod/CA A100x1 spot at "
-      "0.77 USD to rent",
+      "0.78 USD to rent",
       "full cost for the record: 0.69 USD per job = 0.63 USD amortized purchase + 0.06 USD power"]),
     ("exploratory with capacity unchecked: owned assumed free",
      JOB, (), None, {}, OFFERS,
@@ -98,7 +98,7 @@ CASES = [
      JOB + CKPT, (), BUSY, {}, OFFERS,
      ("exploratory", "cloud", RUNPOD_SPOT),
      ["exploratory work rents the cheapest rentable GPU per job: runpod/CA A100x1 spot at "
-      "0.77 USD to rent vs runpod/CA A100x1 1.32 USD",
+      "0.78 USD to rent vs runpod/CA A100x1 1.32 USD",
       "not on owned GPUs: on-prem busy: wait 120 min (exploratory work never waits for owned GPUs)",
       "spot: the job checkpoints"]),
     ("exploratory, owned busy, no checkpoints: on-demand",
@@ -133,9 +133,13 @@ CASES = [
      JOB + "placement: {allow: [onprem]}\n", (), BUSY, {}, OFFERS,
      ("exploratory", None, None), ["nearest option, on-prem A100x1 at 0.69 USD per job",
                                    "raise max_wait_minutes to 120, or set schedule.kind: steady"]),
-    ("a long one-off job, owned busy: on-demand, spot not short",
+    # Issue 33: spot by its expected cost, not by length. 30 h at 0.05 preemptions an hour is
+    # 1.5 preemptions of 15 min redone + 6 min start-up: 30.53 h x 0.70 beats 30 h x 1.20.
+    ("a long checkpointing job, owned busy: spot, priced with its expected preemptions",
      "resources: {accelerators: 'A100:1'}\nestimate: {hours: 30}\n" + CKPT, (), BUSY, {}, OFFERS,
-     ("exploratory", "cloud", RUNPOD), ["on-demand", "spot is for short jobs: 30 h >= 2 h"]),
+     ("exploratory", "cloud", RUNPOD_SPOT),
+     ["on spot 1.5 expected preemptions, each 21 min more",
+      "with its expected preemptions spot still costs less than on-demand"]),
     ("no turnaround value: the idle owned A100 beats a 3x faster rented H100",
      FAST, (), FREE, FAST_SPEEDS, [ONPREM, H100],
      ("exploratory", "onprem", ONPREM),
@@ -150,7 +154,7 @@ CASES = [
      JOB + CKPT, runs(3), None, {}, OFFERS,
      ("steady", "onprem", ONPREM),
      ["steady work runs on owned GPUs: on-prem A100x1 can start now, 0.06 USD of power, the "
-      "marginal cost that decided, against runpod/CA A100x1 spot at 0.77 USD to rent"]),
+      "marginal cost that decided, against runpod/CA A100x1 spot at 0.78 USD to rent"]),
     ("a cron job: on-prem",
      JOB + "schedule: {cron: '0 3 * * *'}\n", (), None, {}, OFFERS,
      ("steady", "onprem", ONPREM), ["steady work runs on owned GPUs"]),
@@ -158,7 +162,7 @@ CASES = [
      JOB + CKPT, runs(3), FREE, {"onprem": [PRICEY]}, PRICEY_OFFERS,
      ("steady", "onprem", PRICEY_OFFERS[3]),
      ["0.06 USD of power, the marginal cost that decided, against runpod/CA A100x1 spot at "
-      "0.77 USD to rent",
+      "0.78 USD to rent",
       "full cost for the record: 1.01 USD per job = 0.95 USD amortized purchase + 0.06 USD power"]),
     ("steady with on-prem busy but within the max wait: waits on-prem",
      JOB, runs(3), SOON, {}, OFFERS,
@@ -195,7 +199,7 @@ CASES = [
      ("exploratory", None, None), ["nothing fits", "raise budget.max_cost to at least 0.06 USD"]),
     ("max_cost in cash: owned GPUs fit where their full cost would not",
      JOB + CKPT + "budget: {max_cost: 0.5}\n", (), FREE, {}, OFFERS,
-     ("exploratory", "onprem", ONPREM), ["0.77 USD cash > budget.max_cost 0.50 USD"]),
+     ("exploratory", "onprem", ONPREM), ["0.78 USD cash > budget.max_cost 0.50 USD"]),
     ("max_cost with budget_basis full: nothing fits",
      JOB + CKPT + "budget: {max_cost: 0.5}\n", (), FREE, {"budget_basis": "full"}, OFFERS,
      ("exploratory", None, None), ["raise budget.max_cost to at least 0.69 USD"]),
@@ -212,7 +216,7 @@ CASES = [
     ("a budget in the user's currency",
      JOB + CKPT + "budget: {max_cost: 1500}\n", (), BUSY, {"currency": "KRW", "currency_rate": 1400},
      OFFERS, ("exploratory", "cloud", RUNPOD_SPOT),
-     ["runpod/CA A100x1 spot at 1,078 KRW to rent", "1,848 KRW cash > budget.max_cost 1,500 KRW"]),
+     ["runpod/CA A100x1 spot at 1,095 KRW to rent", "1,848 KRW cash > budget.max_cost 1,500 KRW"]),
     ("local-only mode keeps the job local",
      "resources: {accelerators: {A100: 1, RTX4090: 1}}\nestimate: {hours: 1}\n", (), None,
      {"mode": "local"}, OFFERS,
@@ -267,7 +271,7 @@ def test_policy(name, job, history, capacity, settings, offers, expected, fragme
 
 
 def test_owned_hardware_shows_its_full_cost_and_decides_on_power():
-    # Power (0.06 USD per job) decides against spot's 0.77 USD; the full cost (1.01 USD,
+    # Power (0.06 USD per job) decides against spot's 0.78 USD; the full cost (1.01 USD,
     # above spot) is priced and shown, never hidden.
     d = plan(JOB + CKPT, runs(3), FREE, PRICEY_OFFERS, onprem=[PRICEY])
     owned = next(a for a in d.alternatives if a.offer.target == "onprem")
@@ -286,11 +290,11 @@ def test_owned_hardware_shows_its_full_cost_and_decides_on_power():
 
 def test_the_congestion_charge_defaults_to_renting_what_is_pushed_out():
     # A due cron job with no price of its own is priced as renting this job's cheapest
-    # cloud option: 0.77 USD (spot), on top of 0.06 USD of power.
+    # cloud option: 0.78 USD (spot, with its expected preemptions), on top of 0.06 USD of power.
     d = plan(JOB + CKPT + STEADY, (), due(0.5))
     owned = next(a for a in d.alternatives if a.offer.target == "onprem")
-    assert owned.congestion == pytest.approx(0.77) and owned.displaces == "cron schedule 'weekly'"
-    assert owned.marginal_cost == pytest.approx(0.83)
+    assert owned.congestion == pytest.approx(0.78225) and owned.displaces == "cron schedule 'weekly'"
+    assert owned.marginal_cost == pytest.approx(0.84225)
     assert d.choice.offer == RUNPOD_SPOT, d.reasons
     # Room left for the cron job: no charge, and steady work stays on its owned GPUs.
     d = plan(JOB + CKPT + STEADY, (), due(0.5, gpus=3))
@@ -383,3 +387,17 @@ def test_gpu_workers_that_cannot_all_have_a_gpu_are_refused_not_left_waiting():
     d = decide(spec, classify(spec, FP, [], NOW, s, False, 1.0),
                [LAMBDA, onprem_offer(owned, 0.15)], None, Settings(onprem=[owned], mode="hybrid"))
     assert d.choice is not None and d.choice.offer.target == "onprem"
+
+
+@pytest.mark.parametrize("rate, spot_wins", [(0.0, True), (0.05, True), (1.0, True), (3.0, False)])
+def test_a_long_checkpointing_job_takes_spot_while_its_expected_cost_is_lower(rate, spot_wins):
+    """Issue 33, part 4: no length ban on spot. A 30 h job that checkpoints pays, on spot,
+    0.70/h for 30 x (1 + rate x 21 min) hours; on-demand 1.20/h for 30. At 3 preemptions an
+    hour spot's expected 2.05x the hours cost more than on-demand, and on-demand is chosen."""
+    long_job = "resources: {accelerators: 'A100:1'}\nestimate: {hours: 30}\n" + CKPT
+    d = plan(long_job, (), BUSY, spot_preemptions_per_hour=rate)
+    assert d.choice.offer == (RUNPOD_SPOT if spot_wins else RUNPOD), d.reasons
+    spot = next(a for a in d.alternatives if a.offer == RUNPOD_SPOT)
+    assert spot.est_hours == pytest.approx(30 * (1 + rate * 21 / 60))
+    assert spot.est_cost == pytest.approx(0.70 * (30 * (1 + rate * 21 / 60) + 0.1))
+    assert not spot.excluded or not spot_wins

@@ -316,8 +316,8 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
       marginal cost (`exploratory_backfill`); `turnaround_value_per_hour` adds the value
       of the hours until it is done. With nothing rentable, owned GPUs within
       `max_wait_minutes` are the way.
-    Spot only when the job checkpoints and is short. Local-only mode keeps everything on
-    this machine. Budgets (the job's, and the month's given `spent_this_month` USD so
+    Spot only when the job checkpoints, priced with its expected preemptions. Local-only
+    mode keeps everything on this machine. Budgets (the job's, and the month's given `spent_this_month` USD so
     far, both counted as `budget_basis` says) and `placement.allow` are hard limits."""
     index = offers if isinstance(offers, OfferIndex) else OfferIndex(offers)
     est = estimator or HoursEstimator(spec, fingerprint, history, settings.default_job_hours,

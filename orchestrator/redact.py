@@ -205,19 +205,8 @@ class Redactor:
                     h = base.copy()
                     h.update(word[start:end].encode())
                     if h.hexdigest() in self.known:
-                        out.append(text[done:offset + start])
-                        out.append(REDACTED)
-                        done = last = offset + end
-                        last -= offset
+                        out += [text[done:offset + start], REDACTED]
+                        last, done = end, offset + end
                         break
         out.append(text[done:])
         return "".join(out)
-
-
-def redact_text(text: str, values: Iterable[str] = (), salt: str = "",
-                known: Iterable[str] = (), key: Optional[bytes] = None,
-                legacy: Iterable[str] = (), sizes: Iterable[int] = ()) -> str:
-    """`text` with every secret replaced: the `values` orch holds now, and any stretch whose
-    digest is among the job's: `known` (HMACs under `key`, searched at the `sizes` kept) or
-    `legacy` (salted SHA-256, whole words)."""
-    return Redactor(values, salt, known, key, legacy, sizes)(text)

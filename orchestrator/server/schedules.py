@@ -25,14 +25,12 @@ def literal_secrets(spec) -> list[str]:
             + [f"secrets.{k}" for k, v in spec.secrets.items() if v is not None])
 
 
-def check_server_secrets(spec, settings=None, owner: Optional[str] = None) -> None:
+def check_server_secrets(spec, settings, owner: Optional[str]) -> None:
     """A job run by the server takes its null-valued secrets from the server's environment:
-    only the names serve_env_secrets lists for its owner (`settings` None: the caller
-    checked that already, with client_policy.check), and only when they are set there."""
+    only the names serve_env_secrets lists for its owner, and only when they are set there."""
     from orchestrator.server import client_policy
 
-    if settings is not None:
-        client_policy.check_env_secrets(spec, owner, settings)
+    client_policy.check_env_secrets(spec, owner, settings)
     missing = [k for k, v in spec.secrets.items() if v is None and k not in os.environ]
     if missing:  # listed for this user, so saying it is unset tells them nothing new
         raise spec.error(f"secrets.{missing[0]}", "listed in serve_env_secrets, but the "

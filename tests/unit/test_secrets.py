@@ -36,12 +36,12 @@ def test_a_later_reader_redacts_by_digest_alone(tmp_path):
     known = redact.digests([TOKEN, "ab"], salt, key)  # too short to redact: left out
     assert len(known) == 1 and TOKEN not in "".join(known)
     text = f'loaded token={TOKEN}; again "{TOKEN}"\nepoch 1 ab done'
-    out = redact.redact_text(text, salt=salt, known=known, key=key)
+    out = redact.Redactor(salt=salt, known=known, key=key)(text)
     assert TOKEN not in out and out.count(redact.REDACTED) == 2 and "epoch 1 ab done" in out
-    assert redact.redact_text(text, values=[TOKEN]) == out
+    assert redact.Redactor([TOKEN])(text) == out
     # Without the store's key the digests recognize nothing: they are useless on their own.
-    assert redact.redact_text(text, salt=salt, known=known, key=os.urandom(32)) == text
-    assert redact.redact_text(text, salt=salt, known=known) == text
+    assert redact.Redactor(salt=salt, known=known, key=os.urandom(32))(text) == text
+    assert redact.Redactor(salt=salt, known=known)(text) == text
 
 
 FORMS = ("{v}", "token is {v}.", "https://h/cb?t={v}&a=1", "/p/{v}/x", "pw:{v}", '"{v}"',

@@ -116,8 +116,12 @@ def _conflicts(r: _Row, capacity: Optional[Capacity]) -> tuple[Reservation, ...]
 
 
 def _rank(r: _Row) -> tuple:
+    """Cheapest first (to a micro-dollar, so that float noise does not decide); on owned
+    GPUs, at the same cost, the fewest GPUs held: GPUs a job holds beyond what it needs
+    only make the next job rent or wait; then the shorter run."""
     o = r.offer
-    return (math.inf if r.score is None else r.score, TARGET_ORDER[o.target],
+    held = r.used * r.nodes if r.owned else 0.0
+    return (math.inf if r.score is None else round(r.score, 6), TARGET_ORDER[o.target], held,
             math.inf if r.hours is None else r.hours, r.pref,
             o.cloud or "", o.region or "", o.gpu or "", o.count, o.spot, o.price_per_hour,
             o.instance_type or "")
@@ -250,7 +254,10 @@ def _apply_kind(rows: list[_Row], kind: str, rules: _Rules) -> str:
         for r in rows:
             if r.owned and r.offer.target == "onprem":
                 limit, by = rules.wait_limit(r.hours)
-                if r.wait > limit:
+                if rules.deadline_h is not None and r.hours is not None and r.hours > rules.deadline_h:
+                    r.blockers.append(("wait", f"{r.hours:.3g} h on {r.used:g} GPUs ends after "
+                                               f"its deadline ({rules.deadline_h:g} h)"))
+                elif r.wait > limit:
                     r.blockers.append(("wait", f"on-prem busy: wait {ex.minutes(r.wait)} > the "
                                                f"{limit:.0f} min {by} allows"))
         return "steady"

@@ -4,9 +4,9 @@ rented (a MIP, HiGHS through scipy.optimize.milp, under a time limit).
 Every simulated policy runs a job whole: on one owned pool, or on one cloud offer. So the
 linear program's rows hold for such a schedule and, besides, its job's cloud share is 0
 or 1 and its owned GPU-hours all sit on one pool: the MIP adds a binary per choice. Its
-owned work may still spread over the segments of the job's window (a relaxation of
-running it in one piece), so the MIP's optimum is a lower bound of every whole-job
-schedule's power + cloud, and so is any proven bound on that optimum: HiGHS's dual bound,
+owned work may still spread over the segments of the job's window outside the part
+every one-piece run covers (bound_model.py: a relaxation of running it in one piece), so
+the MIP's optimum is a lower bound of every whole-job schedule's power + cloud, and so is any proven bound on that optimum: HiGHS's dual bound,
 valid even when the time limit stops the search before the optimum is proven. An
 incumbent is a whole-job point of the relaxation, not a schedule: it is no upper bound of
 a policy's cost, only of the MIP's optimum (the gap says how far the search had got).

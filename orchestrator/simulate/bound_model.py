@@ -20,6 +20,17 @@ owned GPU-hour does not depend on the bucket, so both programs have the same opt
 merging changes the size, not the bound. With `bucket_h` = 0 only the window edges cut
 time (the limit of ever smaller buckets, the tightest of these bounds).
 
+Runs in one piece (`one_piece`, on by default): every simulated policy runs a job on
+owned GPUs from its start to its end without a pause. A run of h hours inside a window
+[a, b] then covers [b - h, a + h] whatever its start, when that is not empty (an
+exploratory job's window is its run plus the cloud's start-up, so this is nearly all of
+it). For each job and pool with such a part C one row says: its GPU-hours in the
+segments touching C are at least u x |C| times its share on that pool (sum y / G). A
+one-piece schedule meets it (share 1: it runs on u GPUs through C; share 0: both sides
+are 0), so the bound stays a lower bound of every one-piece schedule; C's ends are cut
+edges, so the segments touching C are C. A window of blocks (below) gets no such row. Without the row, twelve 1-hour runs due 70
+minutes after they arrive could share two GPUs as 2.33 runs' work; with it, as 2.
+
 A job whose window is longer than LONG_WINDOW_H would need a variable per segment of
 weeks; it gets one per block instead (blocks: runs of whole segments, about BLOCK_H
 hours each), bounded by its GPUs x the block's overlap with its window, and counted
@@ -96,9 +107,10 @@ def cuts(edges: np.ndarray, bucket_h: float, horizon: float) -> np.ndarray:
     return out
 
 
-def build(sim: Simulation, end_h: float, bucket_h: float) -> Program:
+def build(sim: Simulation, end_h: float, bucket_h: float, one_piece: bool = True) -> Program:
     """The program for every job of `sim`: for each owned pool a job fits, its GPU-hours in
-    each segment of its window; and its share sent to its cheapest cloud option."""
+    each segment of its window; and its share sent to its cheapest cloud option.
+    `one_piece`: add the rows that hold for runs that never pause (see the docstring)."""
     from scipy.sparse import coo_matrix
 
     pools = [o for o in sim.offers if o.target == "onprem"]
@@ -126,6 +138,8 @@ def build(sim: Simulation, end_h: float, bucket_h: float) -> Program:
             stop = min(stop, horizon)
             opts.append((pool_ix[o], u, g, c / g, full / g, a, stop))
             edges += [a, stop]
+            if one_piece and stop - a <= LONG_WINDOW_H and min(stop, a + h) - max(a, stop - h) > _EPS:
+                edges += [max(a, stop - h), min(stop, a + h)]  # where it surely runs
         if not math.isfinite(cloud):
             cloud = min((c * g for _, _, g, c, _, _, _ in opts), default=math.inf)  # late, owned
         if not math.isfinite(cloud):
@@ -147,11 +161,26 @@ def build(sim: Simulation, end_h: float, bucket_h: float) -> Program:
     parts: dict[str, list[np.ndarray]] = {k: [] for k in
                                           ("cost", "full", "hi", "job", "pool", "per", "span", "row", "blk")}
 
-    def add(j: int, p: int, u: float, g: float, c: float, full: float, lo_t, hi_t, row, brow) -> None:
+    n_added = 0
+    # Per (job, pool) whose window is shorter than twice its run: a row saying a run in one
+    # piece covers the part of the window every start time covers (see the docstring).
+    must: dict[str, list[np.ndarray]] = {"row": [], "col": [], "val": []}
+
+    def add(j: int, p: int, u: float, g: float, c: float, full: float, window: tuple[float, float],
+            lo_t, hi_t, row, brow) -> None:
+        nonlocal n_added
         overlap = hi_t - lo_t
         keep = overlap > _EPS
         lo_t, hi_t, overlap, row, brow = lo_t[keep], hi_t[keep], overlap[keep], row[keep], brow[keep]
         n = len(overlap)
+        (a, stop), h = window, g / u
+        c_lo, c_hi = max(a, stop - h), min(stop, a + h)
+        if one_piece and stop - a <= LONG_WINDOW_H and c_hi - c_lo > _EPS and n:
+            touch = (np.minimum(hi_t, c_hi) - np.maximum(lo_t, c_lo)) > _EPS
+            must["row"].append(np.full(n, len(must["val"])))
+            must["col"].append(np.arange(n_added, n_added + n))
+            must["val"].append(u * (c_hi - c_lo) / g - touch.astype(float))
+        n_added += n
         parts["cost"].append(np.full(n, c))
         parts["full"].append(np.full(n, full))
         parts["hi"].append(u * overlap)
@@ -170,10 +199,10 @@ def build(sim: Simulation, end_h: float, bucket_h: float) -> Program:
             brow = n_p * n_s + p * n_b + blk[seg]
             if stop - a > LONG_WINDOW_H:  # one variable per block, in the block's row only
                 b = np.unique(blk[seg])
-                add(j, p, u, g, c, full, np.maximum(blk_lo[b], a), np.minimum(blk_hi[b], stop),
+                add(j, p, u, g, c, full, (a, stop), np.maximum(blk_lo[b], a), np.minimum(blk_hi[b], stop),
                     n_p * n_s + p * n_b + b, np.full(len(b), -1))
             else:
-                add(j, p, u, g, c, full, np.maximum(cut[seg], a), np.minimum(cut[seg + 1], stop),
+                add(j, p, u, g, c, full, (a, stop), np.maximum(cut[seg], a), np.minimum(cut[seg + 1], stop),
                     p * n_s + seg, brow if longs else np.full(len(seg), -1))
         parts["cost"].append(np.array([cloud]))
         parts["full"].append(np.array([cloud]))
@@ -184,6 +213,7 @@ def build(sim: Simulation, end_h: float, bucket_h: float) -> Program:
         parts["span"].append(np.array([0.0]))
         parts["row"].append(np.array([-1]))
         parts["blk"].append(np.array([-1]))
+        n_added += 1
     cat = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in parts.items()}
     job = cat["job"].astype(np.int64)
     pool = cat["pool"].astype(np.int64)
@@ -193,10 +223,15 @@ def build(sim: Simulation, end_h: float, bucket_h: float) -> Program:
     cols = np.concatenate([np.arange(n_v), np.arange(n_v)])
     used = rows >= 0
     n_rows = n_p * (n_s + (n_b if longs else 0))
-    a_ub = coo_matrix((np.ones(int(used.sum())), (rows[used], cols[used])), shape=(n_rows, n_v)).tocsr()
+    n_must = len(must["val"])
+    rows = np.concatenate([rows[used]] + [n_rows + r for r in must["row"]]).astype(np.int64)
+    cols = np.concatenate([cols[used]] + must["col"]).astype(np.int64)
+    vals = np.concatenate([np.ones(int(used.sum()))] + must["val"])
+    a_ub = coo_matrix((vals, (rows, cols)), shape=(n_rows + n_must, n_v)).tocsr()
     counts = [float(p.count) for p in pools] or [0.0]
     b_ub = np.concatenate([c * np.diff(cut) for c in counts]
-                          + ([c * (blk_hi - blk_lo) for c in counts] if longs else []))
+                          + ([c * (blk_hi - blk_lo) for c in counts] if longs else [])
+                          + [np.zeros(n_must)])
     return Program(cost=cat["cost"], full=cat["full"], hi=cat["hi"], job=job, pool=pool,
                    per_job=cat["per"], in_span=cat["span"], a_eq=a_eq, a_ub=a_ub, b_ub=b_ub,
                    n_jobs=n_j, n_segments=n_s)

@@ -18,7 +18,8 @@ cloud cost per job over every offer the job fits (spot only for a job that
 checkpoints), one start-up, no preemption.
 
 Why it is a lower bound of the cash of every schedule that meets every deadline, keeps
-unsaved runs off spot and starts exploratory work within the cloud's start-up: such a
+unsaved runs off spot, starts exploratory work within the cloud's start-up and runs each
+owned job in one piece, as every simulated policy does (bound_model.py's rows): such a
 schedule gives a feasible point (its owned runs' GPU-hours segment by segment, and z = 1
 for its cloud jobs), whose objective is its power exactly plus, for each cloud job, no
 more than what that job paid. The program's minimum is at most that. Jobs without a
@@ -127,7 +128,7 @@ def bound_line(bound: dict) -> str:
 
 
 def lower_bound(sim: Simulation, end_h: float, *, bucket_minutes: float = BUCKET_MINUTES,
-                mip_seconds: Optional[float] = MIP_SECONDS) -> OracleResult:
+                mip_seconds: Optional[float] = MIP_SECONDS, one_piece: bool = True) -> OracleResult:
     """Solve the relaxation with HiGHS (scipy.optimize.linprog), then the whole-job MIP for at
     most `mip_seconds` (None: skip it)."""
     import numpy as np
@@ -137,7 +138,7 @@ def lower_bound(sim: Simulation, end_h: float, *, bucket_minutes: float = BUCKET
     from orchestrator.simulate.bound_model import build
 
     t0 = time.perf_counter()
-    prog = build(sim, end_h, bucket_minutes / 60.0)
+    prog = build(sim, end_h, bucket_minutes / 60.0, one_piece)
     res = linprog(prog.cost, A_ub=prog.a_ub, b_ub=prog.b_ub, A_eq=prog.a_eq, b_eq=np.ones(prog.n_jobs),
                   bounds=np.stack([np.zeros(prog.n_vars), prog.hi], axis=1), method="highs")
     if res.status != 0:

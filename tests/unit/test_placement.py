@@ -401,3 +401,25 @@ def test_a_long_checkpointing_job_takes_spot_while_its_expected_cost_is_lower(ra
     assert spot.est_hours == pytest.approx(30 * (1 + rate * 21 / 60))
     assert spot.est_cost == pytest.approx(0.70 * (30 * (1 + rate * 21 / 60) + 0.1))
     assert not spot.excluded or not spot_wins
+
+
+EIGHT = OwnedGpus(gpu="A100", count=8, purchase_price=80000, watts=400)
+FOUR_OR_EIGHT = ("resources: {accelerators: ['A100:4', 'A100:8']}\n"
+                 "estimate: {hours: 8, gpu: A100}\n" + CKPT + STEADY)
+
+
+@pytest.mark.parametrize("deadline, used", [(None, 4), (24, 4), (6, 8)])
+def test_owned_gpus_beyond_what_the_job_needs_are_left_free(deadline, used):
+    """A data-parallel job that may take 4 or 8 of the team's 8 GPUs costs the same power
+    either way (32 GPU-hours): it takes 4 and leaves 4 for the next job, unless 8 h on 4
+    would end after its deadline; then 4 h on 8."""
+    extra = "" if deadline is None else f"schedule: {{kind: steady, deadline_hours: {deadline}}}\n"
+    free = Capacity(onprem_free={"A100": 8}, wait_minutes=0, source="test")
+    owned = onprem_offer(EIGHT, 0.15)
+    d = plan(FOUR_OR_EIGHT.replace(STEADY, extra or STEADY), (), free, [owned, LAMBDA],
+             onprem=[EIGHT])
+    assert (d.choice.offer, d.choice.used) == (owned, used), d.reasons
+    rows = {a.used: a for a in d.alternatives if a.offer == owned}
+    assert rows[4].power_cost == pytest.approx(rows[8].power_cost)
+    if deadline == 6:
+        assert rows[4].excluded == "8 h on 4 GPUs ends after its deadline (6 h)"

@@ -61,7 +61,8 @@ def test_grid_cuts_keep_a_bucket_with_an_edge_whole_and_merge_the_rest():
 def test_arrivals_at_1050_hourly_slack_and_the_6_minute_correction(settings):
     sim = make_sim(settings, AT_1050)
     rent = RENT * 1.1  # one run on lambda with its start-up
-    by = {m: lower_bound(sim, 24.0, bucket_minutes=m, mip_seconds=None) for m in (60, 6, 0)}
+    by = {m: lower_bound(sim, 24.0, bucket_minutes=m, mip_seconds=None, one_piece=False)
+          for m in (60, 6, 0)}
     # Hourly: the 10:00-11:00 hour's 2 GPU-hours all go to the 10 minutes after 10:50
     # (12 runs x 1/6 h), then 2 more from 11:00: 4 runs' work owned.
     assert sum(by[60].owned_fraction) == pytest.approx(4.0)
@@ -77,6 +78,25 @@ def test_arrivals_at_1050_hourly_slack_and_the_6_minute_correction(settings):
     assert w.dual_bound == pytest.approx(2 * POWER + 10 * rent, rel=1e-3)
     assert w.dual_bound <= w.incumbent + 1e-9
     assert by[60].power_cloud < by[6].power_cloud < by[0].power_cloud < w.dual_bound
+
+
+def test_runs_in_one_piece_cannot_share_two_gpus_as_more_than_two_runs(settings):
+    """Each 1-hour run due 70 minutes after 10:50 covers 11:00-11:50 wherever it starts:
+    two GPUs hold two such runs, not the 2.33 runs' work the window's capacity gives."""
+    sim = make_sim(settings, AT_1050)
+    split = lower_bound(sim, 24.0, bucket_minutes=0, mip_seconds=None, one_piece=False)
+    whole = lower_bound(sim, 24.0, bucket_minutes=0, mip_seconds=None)
+    assert sum(split.owned_fraction) == pytest.approx(7 / 3)
+    assert sum(whole.owned_fraction) == pytest.approx(2.0)
+    assert whole.power_cloud == pytest.approx(2 * POWER + 10 * RENT * 1.1)
+    six = lower_bound(sim, 24.0, mip_seconds=None)
+    # On the 6-minute grid the bucket holding 11:50 stays whole: the runs' sure part is
+    # counted over 11:00-11:54, whose 1.8 GPU-hours hold 1.8 / (5/6) = 2.16 runs.
+    assert sum(six.owned_fraction) == pytest.approx(2.16)
+    # The same rows with a job that waits: one run on one GPU, due 3 h after it arrives,
+    # covers nothing for sure; its window's capacity is all it is limited by.
+    loose = make_sim(settings, HEADER + "0,a,fa,1,A100,1,3,false,steady\n", owned=(("A100", 1),))
+    assert lower_bound(loose, 24.0, mip_seconds=None).owned_fraction == pytest.approx([1.0])
 
 
 def test_split_job_lp_against_the_whole_job_optimum(settings):
@@ -163,7 +183,12 @@ def test_a_window_of_weeks_gets_one_variable_per_day(settings):
     assert res.power_cloud == pytest.approx(400 * POWER + 7 / 395 * RENT * 395.1)
     # 13 cloud shares, 12 short runs' segments, and the long job's 12 blocks (the last one
     # runs from day 11 to 400 h: no segment starts after it), not its 25 segments.
-    assert (res.variables, res.segments) == (13 + 12 + 12, 25)
+    split = lower_bound(sim, 400.0, mip_seconds=None, one_piece=False)
+    assert (split.variables, split.segments) == (13 + 12 + 12, 25)
+    # Run in one piece, each short run surely covers 0.2-1.0 h after it arrives: those
+    # edges cut its window into three segments; the long job's blocks get no such row.
+    assert split.power_cloud == pytest.approx(res.power_cloud)
+    assert (res.variables, res.segments) == (13 + 3 * 12 + 12, 25 + 2 * 12)
 
 
 def test_the_checks_judge_orch_against_the_best_bound_in_both_accountings():

@@ -178,7 +178,11 @@ def rule_lines(choice: Alternative, ranked: Sequence[Alternative], eligible: Seq
                          f"), so it runs on owned GPUs: {what(choice)} can start "
                          f"{when(choice)}, {dispatch_words(choice, money)}")
         else:
-            lines.append(f"exploratory backfill: {what(choice)} is idle now and stays free for "
+            idle = ("is idle now" if not choice.wait_minutes else
+                    f"frees in {minutes(choice.wait_minutes)}, within the "
+                    f"{settings.exploratory_wait:g} min exploratory work waits (renting "
+                    "takes the cloud's start-up anyway),")
+            lines.append(f"exploratory backfill: {what(choice)} {idle} and stays free for "
                          f"the job's {choice.est_hours:.3g} h (nothing queued or due on it before "
                          f"then), so it runs there for {dispatch_words(choice, money)}, the "
                          f"marginal cost that decided{vs}")

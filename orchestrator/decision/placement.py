@@ -144,6 +144,7 @@ class _Rules:
         self.cash_budget = settings.budget_basis == "cash"
         self.deadline_h = spec.schedule.deadline_hours
         self.value = settings.turnaround_value_per_hour / rate  # USD per hour sooner
+        self.explore_wait = settings.exploratory_wait
 
     def money(self, usd: Optional[float]) -> str:
         return fmt_money(usd, self.cur, self.rate)
@@ -274,9 +275,10 @@ def _apply_kind(rows: list[_Row], kind: str, rules: _Rules) -> str:
             if not s.exploratory_backfill:
                 r.blockers.append(("backfill", "exploratory_backfill is off: exploratory work "
                                                "rents"))
-            elif r.wait > 0:
-                r.blockers.append(("wait", f"on-prem busy: wait {ex.minutes(r.wait)} "
-                                           "(exploratory work never waits for owned GPUs)"))
+            elif r.wait > rules.explore_wait:
+                r.blockers.append(("wait", f"on-prem busy: wait {ex.minutes(r.wait)} > the "
+                                           f"{rules.explore_wait:g} min exploratory work waits "
+                                           "for owned GPUs (exploratory_wait_minutes)"))
             elif r.conflicts:
                 x = r.conflicts[0]
                 r.blockers.append(("due", f"{x.what or 'steady work'} is due on these GPUs in "
@@ -317,10 +319,11 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
       (`schedule.deadline_hours`, else `max_wait_minutes`) allows, and bursts to the
       cheapest rentable GPU per job only when waiting would break that; with no cloud
       allowed it queues for them;
-    - exploratory work never waits for owned GPUs: it rents the cheapest GPU per job,
-      unless owned GPUs are idle now and stay free for its whole estimated run (nothing
-      queued, no cron schedule due on them before it ends), where it backfills at
-      marginal cost (`exploratory_backfill`); `turnaround_value_per_hour` adds the value
+    - exploratory work does not queue for owned GPUs: it rents the cheapest GPU per job,
+      unless owned GPUs are idle now, or expected to free within `exploratory_wait_minutes`
+      (half the cloud's start-up by default: renting takes the start-up anyway), and stay
+      free for its whole estimated run (nothing queued, no cron schedule due on them
+      before it ends), where it backfills at marginal cost (`exploratory_backfill`); `turnaround_value_per_hour` adds the value
       of the hours until it is done. With nothing rentable, owned GPUs within
       `max_wait_minutes` are the way.
     Spot only when the job checkpoints, priced with its expected preemptions. Local-only

@@ -68,6 +68,10 @@ class Settings(BaseSettings):
     exploratory_backfill: bool = Field(True, description="exploratory work may run on owned GPUs "
                                        "that are idle now and stay free for its whole run; off: "
                                        "exploratory work always rents")
+    exploratory_wait_minutes: Optional[float] = Field(
+        None, ge=0, le=1440, description="exploratory work may wait this long for owned GPUs "
+        "expected to free by then (renting takes the cloud's start-up anyway); default: half of "
+        "cloud_startup_minutes, the other half a margin for a run ending later than estimated")
     turnaround_value_per_hour: float = Field(0.0, ge=0, description="what an hour sooner is "
                                              "worth to you, in `currency`: exploratory options "
                                              "rank by cost + this x (wait + run hours)")
@@ -260,6 +264,12 @@ class Settings(BaseSettings):
         if self.mode:
             return self.mode
         return "hybrid" if (self.ray_address or self.clouds) else "local"
+
+    @property
+    def exploratory_wait(self) -> float:
+        """Minutes exploratory work may wait for owned GPUs: the setting, else half the start-up."""
+        given = self.exploratory_wait_minutes
+        return self.cloud_startup_minutes / 2.0 if given is None else given
 
     # Where each value came from: filled in by load_settings().
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)

@@ -57,6 +57,7 @@ def plan(extra: str = "", history=(), capacity=None, offers=OFFERS, **settings):
 
 BUSY = Capacity(onprem_free={"A100": 0}, wait_minutes=120, source="test")
 SOON = Capacity(onprem_free={"A100": 0}, wait_minutes=30, source="test")
+NOW_ISH = Capacity(onprem_free={"A100": 0}, wait_minutes=2, source="test")
 FREE = Capacity(onprem_free={"A100": 4}, wait_minutes=0, source="test")
 
 
@@ -99,16 +100,25 @@ CASES = [
      ("exploratory", "cloud", RUNPOD_SPOT),
      ["exploratory work rents the cheapest rentable GPU per job: runpod/CA A100x1 spot at "
       "0.78 USD to rent vs runpod/CA A100x1 1.32 USD",
-      "not on owned GPUs: on-prem busy: wait 120 min (exploratory work never waits for owned GPUs)",
+      "not on owned GPUs: on-prem busy: wait 120 min > the 3 min exploratory work waits for "
+      "owned GPUs (exploratory_wait_minutes)",
       "spot: the job checkpoints"]),
     ("exploratory, owned busy, no checkpoints: on-demand",
      JOB, (), BUSY, {}, OFFERS,
      ("exploratory", "cloud", RUNPOD),
      ["runpod/CA A100x1 at 1.32 USD to rent", "on-demand: spot would cost 0.77 USD",
       "spot needs checkpoint.storage"]),
-    ("exploratory never waits for owned GPUs, even briefly",
+    ("exploratory does not queue 30 min for owned GPUs",
      JOB + CKPT, (), SOON, {}, OFFERS,
-     ("exploratory", "cloud", RUNPOD_SPOT), ["on-prem busy: wait 30 min (exploratory work never"]),
+     ("exploratory", "cloud", RUNPOD_SPOT), ["on-prem busy: wait 30 min > the 3 min exploratory"]),
+    ("exploratory takes owned GPUs that free within half the cloud's start-up",
+     JOB + CKPT, (), NOW_ISH, {}, OFFERS,
+     ("exploratory", "onprem", ONPREM),
+     ["exploratory backfill: on-prem A100x1 frees in 2 min, within the 3 min exploratory work "
+      "waits (renting takes the cloud's start-up anyway), and stays free"]),
+    ("exploratory_wait_minutes 0: exploratory never waits for owned GPUs",
+     JOB + CKPT, (), NOW_ISH, {"exploratory_wait_minutes": 0}, OFFERS,
+     ("exploratory", "cloud", RUNPOD_SPOT), ["on-prem busy: wait 2 min > the 0 min exploratory"]),
     ("exploratory with a cron job due on the owned GPUs before it would end: rents",
      JOB + CKPT, (), due(0.5), {}, OFFERS,
      ("exploratory", "cloud", RUNPOD_SPOT),

@@ -433,3 +433,15 @@ def test_owned_gpus_beyond_what_the_job_needs_are_left_free(deadline, used):
     assert rows[4].power_cost == pytest.approx(rows[8].power_cost)
     if deadline == 6:
         assert rows[4].excluded == "8 h on 4 GPUs ends after its deadline (6 h)"
+
+
+def test_an_instance_with_more_gpus_than_the_job_asks_for_is_priced_as_paid():
+    """Issue 33, part 4: no cloud has 4 A100s, the job allows 8 (data-parallel work splits
+    over them): the 8-GPU instance bills all 8 for the 4 h the work takes on them, plus its
+    start-up, and is never priced as half an instance."""
+    x8 = Offer("cloud", "A100", 8, 10.0, cloud="aws", region="r", instance_type="p4d")
+    d = plan(FOUR_OR_EIGHT, (), BUSY, [x8, LAMBDA], onprem=[])
+    row = next(a for a in d.alternatives if a.offer == x8)
+    assert (row.used, row.est_hours) == (8, pytest.approx(4.0))
+    assert row.est_cost == pytest.approx(10.0 * (4.0 + 0.1))
+    assert d.choice.offer == x8, d.reasons

@@ -116,7 +116,7 @@ def _plan(spec, settings, fingerprint: str, code_dirty: bool,
                      code_dirty=code_dirty, enabled=enabled)
     if cloud in enabled:
         return again, []
-    off = "; ".join(f"{c}: {w}" for c, w in why.items())
+    off = "; ".join(f"{c}: {w.rstrip(' .:')}" for c, w in why.items())  # SkyPilot's first lines
     which = "no configured cloud has credentials here" if not enabled else f"{cloud} has no credentials here"
     if again.choice is None:
         refusal = f"the cheapest place for this job is {cloud}, but {which} ({off}); {again.refusal}"

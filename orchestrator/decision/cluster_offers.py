@@ -7,13 +7,15 @@ power alone, at stated default wattages, and say what to add to price them in fu
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 from orchestrator.decision.cost import owned_hourly
 from orchestrator.decision.gpus import SPEED, canonical_gpu
 from orchestrator.decision.matching import Needs, misfit
 from orchestrator.decision.models import Capacity, Offer
-from orchestrator.records import JobRow
+
+if TYPE_CHECKING:  # placement imports this module: no pydantic for an annotation
+    from orchestrator.records import JobRow
 
 GPU_WATTS = 300.0  # per GPU under load, host share included: OwnedGpus.watts's default
 CPU_NODE_WATTS = 200.0  # per CPU-only node under load

@@ -9,28 +9,31 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Optional, Sequence
+from typing import Collection, Optional, Sequence
 
 from orchestrator.decision.classify import classify
 from orchestrator.decision.cost import HoursEstimator, onprem_offer
 from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
 from orchestrator.decision.placement import decide
-from orchestrator.errors import InputError
 
 
 def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None,
-                  cluster=None) -> list[Offer]:
+                  cluster=None, enabled: Optional[Collection[str]] = None) -> list[Offer]:
     """Every offer worth pricing. Catalogs are read only when the job may go to a cloud,
     so a local-only plan never needs them. On-prem offers are the [[onprem]] inventory's;
     without one, the cluster's own nodes at power only (`cluster`: the read this plan made,
-    see providers.onprem.read_cluster; None reads it here)."""
+    see providers.onprem.read_cluster; None reads it here). `enabled`: the clouds with
+    credentials here, when they were checked; each cloud offer then says if it has them."""
     from providers.local_offer import local_offers
 
     offers: list[Offer] = []
     if settings.effective_mode != "local" and settings.clouds and "cloud" in spec.placement.allow:
         from providers.catalog import cloud_offers
 
-        offers.extend(cloud_offers(settings.clouds, settings.catalog_dir))
+        rented = cloud_offers(settings.clouds, settings.catalog_dir)
+        if enabled is not None:
+            rented = [dataclasses.replace(o, credentials=o.cloud in enabled) for o in rented]
+        offers.extend(rented)
     offers.extend(onprem_offer(inv, settings.electricity_price) for inv in settings.onprem)
     if not settings.onprem and wants_cluster(spec, settings):
         from orchestrator.decision.cluster_offers import cluster_offers
@@ -46,9 +49,11 @@ def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None,
 def plan_job(spec, settings, *, fingerprint: str, history: Sequence[PastRun] = (),
              code_dirty: bool = False, capacity: Optional[Capacity] = None,
              offers: Optional[Sequence[Offer]] = None, now: Optional[float] = None,
-             spent_this_month: Optional[float] = None) -> Decision:
-    """Classify the job and decide where it runs; `offers=None` gathers them, and
-    `spent_this_month=None` reads the month's spend from the store when a monthly budget is set."""
+             spent_this_month: Optional[float] = None,
+             enabled: Optional[Collection[str]] = None) -> Decision:
+    """Classify the job and decide where it runs; `offers=None` gathers them (`enabled`: the
+    clouds with credentials here, see gather_offers), and `spent_this_month=None` reads the
+    month's spend from the store when a monthly budget is set."""
     history = [h if isinstance(h, PastRun) else PastRun.from_record(h) for h in history]
     est = HoursEstimator(spec, fingerprint, history, settings.default_job_hours, settings.gpu_speeds)
     now = time.time() if now is None else now
@@ -57,7 +62,7 @@ def plan_job(spec, settings, *, fingerprint: str, history: Sequence[PastRun] = (
     cluster = (_read_cluster(settings) if wants_cluster(spec, settings)
                and (offers is None or capacity is None) else None)
     if offers is None:
-        offers = gather_offers(spec, settings, cluster=cluster)
+        offers = gather_offers(spec, settings, cluster=cluster, enabled=enabled)
     if capacity is None and cluster is not None:
         capacity = cluster_capacity(spec, settings, now, cluster)
         capacity = dataclasses.replace(capacity, reservations=schedule_holds(settings, now,
@@ -79,8 +84,10 @@ def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,
 
     The history and the month's spend are read once, the offers gathered once. A cloud
     choice needs credentials for that cloud: checked here, once a cloud is chosen (a
-    local-only plan never pays SkyPilot's import), and without them the job is planned
-    again without the clouds that are not enabled, saying so and how to enable one."""
+    local-only plan never pays SkyPilot's import). Where a configured cloud has none, the
+    job is planned again with its offers still priced but excluded ("no credentials here"),
+    so a plan shows what each cloud would cost; a choice that changed says why and how to
+    enable the cloud, and with nothing left the refusal names the clouds and `sky check`."""
     if history is None:
         history = history_for(fingerprint, settings)
     decision, notes = _plan(spec, settings, fingerprint, code_dirty, history)
@@ -101,19 +108,32 @@ def _plan(spec, settings, fingerprint: str, code_dirty: bool,
 
     cloud = decision.choice.offer.cloud
     enabled, why = enabled_clouds(settings.clouds)
+    if not why:
+        return _credentials_checked(decision), []
+    # Planned again with every cloud offer marked: those without credentials stay priced
+    # in the plan, excluded, and the choice is made among what can launch from here.
+    again = plan_job(spec, settings, fingerprint=fingerprint, history=history,
+                     code_dirty=code_dirty, enabled=enabled)
     if cloud in enabled:
-        return decision, []
-    off = "; ".join(f"{c}: {w}" for c, w in why.items())
+        return again, []
+    off = "; ".join(f"{c}: {w.rstrip(' .:')}" for c, w in why.items())  # SkyPilot's first lines
     which = "no configured cloud has credentials here" if not enabled else f"{cloud} has no credentials here"
-    again = plan_job(spec, settings.model_copy(update={"clouds": enabled}), fingerprint=fingerprint,
-                     history=history, code_dirty=code_dirty)
     if again.choice is None:
-        raise InputError(f"{spec.source_file or spec.name}: the cheapest place for this job is "
-                         f"{cloud}, but {which} ({off}), and without it: {again.refusal}",
-                         "run `sky check` to enable a cloud (SkyPilot shows what each needs), "
-                         "or allow owned hardware in placement.allow")
+        refusal = f"the cheapest place for this job is {cloud}, but {which} ({off}); {again.refusal}"
+        return dataclasses.replace(again, refusal=refusal, reasons=(refusal,)), []
     where = again.choice.offer.cloud if again.target == "cloud" else again.target
     return again, [f"{which} ({off}); `sky check` enables a cloud. Instead: {where}"]
+
+
+def _credentials_checked(decision: Decision) -> Decision:
+    """The decision with each cloud offer marked as having credentials here: all did."""
+    def mark(a):
+        if a is None or a.offer.target != "cloud":
+            return a
+        return dataclasses.replace(a, offer=dataclasses.replace(a.offer, credentials=True))
+
+    return dataclasses.replace(decision, choice=mark(decision.choice),
+                               alternatives=tuple(mark(a) for a in decision.alternatives))
 
 
 def as_record(decision: Decision, notes: Sequence[str]) -> dict:
@@ -159,8 +179,8 @@ def cluster_capacity(spec, settings, now: float, cluster=None) -> Capacity:
 
     snap = _read_cluster(settings) if cluster is None else cluster
     if isinstance(snap, BackendError):
-        return Capacity(unreachable=f"on-prem cluster unreachable: {snap.message}",
-                        source=settings.ray_address)
+        why = f"on-prem: {snap.message}" + (f"; {snap.hint}" if snap.hint else "")
+        return Capacity(unreachable=why, source=settings.ray_address)
     running = []
     for j in snap.jobs:
         remaining = None

@@ -43,6 +43,7 @@ RUNNER_DIR = "~/.orch-runner"  # where orch's runner package lands on the VM
 FALLBACKS = 4  # offers handed to SkyPilot after the chosen one
 _CATALOG = re.compile(r"catalogs/(v\d+)/([\w./-]+\.csv)")
 _HOST = re.compile(r"host='([^']+)'")
+_SERVER = re.compile(r"API server at (\S+?)\.?(?:\s|$)")
 
 
 def sky_env() -> None:
@@ -65,9 +66,16 @@ def controller_not_up(e: BaseException) -> Optional[str]:
 
 
 def refusal(e: BaseException) -> tuple[str, str]:
-    """(what, hint) for an exception from a SkyPilot call, without its traceback: a catalog
-    SkyPilot could not download (its first use of a cloud, with no network) is named."""
+    """(what, hint) for an exception from a SkyPilot call, without its traceback: an API
+    server that does not answer, and a catalog SkyPilot could not download (its first use
+    of a cloud, with no network), are named."""
     text = str(e)
+    if type(e).__name__ == "ApiServerConnectionError":  # SkyPilot's health check got no answer
+        server = _SERVER.search(text)
+        return (f"cannot reach SkyPilot's API server at "
+                f"{server.group(1) if server else 'its endpoint'}",
+                "check SKYPILOT_API_SERVER_ENDPOINT (or api_server.endpoint in ~/.sky/config.yaml) "
+                "and that the server is running: `sky api info`")
     found = _CATALOG.search(text)
     if found:
         host = _HOST.search(text)

@@ -132,8 +132,9 @@ def render(d: dict, name: str, limit: int | None = 40) -> None:
     out.print(t)
     _hours_sources(rows)
     hidden = len(alts) - len(rows)
-    for note in list(d["notes"]) + ([f"{hidden} more alternatives not shown (--all lists them)"]
-                                    if hidden > 0 else []):
+    notes = [n for n in d["notes"] if n not in (d["refusal"] or "")]  # said once, below
+    for note in notes + ([f"{hidden} more alternatives not shown (--all lists them)"]
+                         if hidden > 0 else []):
         out.print(f"[dim]{escape(note)}[/]")
     if choice is None:
         out.print(f"[red]no placement:[/] {escape(d['refusal'] or '')}")
@@ -143,7 +144,8 @@ def render(d: dict, name: str, limit: int | None = 40) -> None:
     out.print(f"[bold green]choice:[/] {d['target']}, est. {est['hours']:.3g} h, "
               f"{money(est.get('marginal', est['cost']))} {what} decided (marginal cost); "
               f"{money(est['cost'])} per job in full")
-    for r in d["reasons"][len(own):]:
+    warnings = d.get("warnings") or []  # first among the reasons, then the classification's
+    for r in warnings + d["reasons"][len(warnings) + len(own):]:
         out.print(f"  - {escape(r)}")
 
 

@@ -7,12 +7,15 @@ power alone, at stated default wattages, and say what to add to price them in fu
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 from orchestrator.decision.cost import owned_hourly
 from orchestrator.decision.gpus import SPEED, canonical_gpu
-from orchestrator.decision.models import Offer
-from orchestrator.records import JobRow
+from orchestrator.decision.matching import Needs, misfit
+from orchestrator.decision.models import Capacity, Offer
+
+if TYPE_CHECKING:  # placement imports this module: no pydantic for an annotation
+    from orchestrator.records import JobRow
 
 GPU_WATTS = 300.0  # per GPU under load, host share included: OwnedGpus.watts's default
 CPU_NODE_WATTS = 200.0  # per CPU-only node under load
@@ -82,6 +85,20 @@ def _offer(gpu: Optional[str], count: float, cpus: float, watts: float,
     _, power = owned_hourly(0.0, 1.0, 1.0, watts, electricity_price)
     return Offer(target="onprem", gpu=gpu, count=count, cpus=cpus, price_per_hour=power,
                  amortized_per_hour=0.0, power_per_hour=power, unpriced=note)
+
+
+def unread_offers(needs: Needs, capacity: Optional[Capacity], has_onprem: bool, allow: set,
+                  local_only: bool) -> list[Offer]:
+    """The on-prem cluster as a plan row when it did not answer and no inventory stands in
+    for it: a stand-in shaped as the job's first choice, never chosen, that carries why
+    (capacity.unreachable) to the plan's rows, its refusal and its `--json`. None otherwise."""
+    if (capacity is None or not capacity.unreachable or has_onprem or local_only
+            or "onprem" not in allow):
+        return []
+    gpu, count = needs.choices[0] if needs.choices else (None, 0.0)
+    o = Offer(target="onprem", gpu=gpu, count=count, price_per_hour=0.0,
+              unread=capacity.unreachable)
+    return [] if misfit(o, needs) else [o]
 
 
 def _counts(gpus: Mapping[str, float]) -> str:

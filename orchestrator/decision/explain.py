@@ -10,7 +10,8 @@ from orchestrator.decision.matching import Needs, OfferIndex
 from orchestrator.decision.models import Alternative, Capacity
 
 # Blockers that a setting or a line of the job file can lift, cheapest to suggest first.
-SOFT = ("mode", "allow", "use_spot", "spot", "wait", "hourly", "cost", "month", "backfill", "due")
+SOFT = ("mode", "allow", "use_spot", "spot", "wait", "hourly", "cost", "month", "backfill", "due",
+        "credentials")
 
 
 def minutes(m: float) -> str:
@@ -75,8 +76,11 @@ def no_cloud_words(ranked: Sequence[Alternative], settings, allow: set) -> str:
 def notes(index: OfferIndex, listed: int, capacity: Optional[Capacity], local_only: bool,
           alts: Sequence[Alternative]) -> tuple[str, ...]:
     out = []
+    listed -= sum(1 for a in alts if a.offer.unread)  # a stand-in is no offer of the index
     if len(index.offers) > listed:
         out.append(f"{len(index.offers) - listed} offers of other GPU models or counts not listed")
+    if capacity is not None and capacity.unreachable and not local_only:
+        out.append(capacity.unreachable)
     if index.has_onprem and not local_only:
         if capacity is not None and (capacity.onprem_free is not None
                                      or capacity.can_start_now is not None
@@ -102,6 +106,8 @@ FIX = {
                               "month; `orch cost --by month` shows this month's spend"),
     "backfill": lambda a, s, m: "set exploratory_backfill = true",
     "due": lambda a, s, m: "set schedule.kind: steady so the job queues for the owned GPUs",
+    "credentials": lambda a, s, m: f"credentials for {a.offer.cloud} (`sky check {a.offer.cloud}` "
+                                   "says what it needs)",
 }
 
 
@@ -127,8 +133,9 @@ def refusal(needs: Needs, index: OfferIndex, alts: list[Alternative], blockers: 
         rest = [(a, b) for a, b in zip(alts, blockers) if all(c != "unreachable" for c, _ in b)]
         if not rest:
             return down
-        return f"{down}. " + refusal(needs, index, [a for a, _ in rest], [b for _, b in rest],
-                                     settings, money, local_only, kind)
+        return f"{down}. Without it: " + refusal(needs, index, [a for a, _ in rest],
+                                                 [b for _, b in rest], settings, money,
+                                                 local_only, kind)
     soft = [i for i, b in enumerate(blockers) if b and all(code in SOFT for code, _ in b)]
     if soft:
         best = min(soft, key=lambda i: (len(blockers[i]), alts[i].est_cost or math.inf))

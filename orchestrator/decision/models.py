@@ -40,6 +40,11 @@ class Offer:
     # Owned hardware whose purchase price orch was not told (a Ray cluster found by its
     # address alone): what is missing and how to give it; the full cost then counts power only.
     unpriced: Optional[str] = None
+    # A cloud offer: whether this machine has credentials for its cloud (None: not checked).
+    credentials: Optional[bool] = None
+    # A stand-in for a backend that did not answer (the cluster at ORCH_RAY_ADDRESS): why.
+    # Its shape and price are unknown; it is never chosen, only shown with the reason.
+    unread: Optional[str] = None
 
     @property
     def owned(self) -> bool:
@@ -256,18 +261,21 @@ class Decision:
 
 def _alt_dict(a: Alternative, m) -> dict:
     o = a.offer
+    price = None if o.unread else a.price_per_hour  # a stand-in's price is unknown
+    own = o.owned and price is not None
     return {"target": o.target, "cloud": o.cloud, "region": o.region, "gpu": o.gpu,
             "count": _num(a.used), "offer_count": _num(o.count), "nodes": a.nodes,
             "spot": o.spot,
             "instance_type": o.instance_type,
-            "price_per_hour": m(a.price_per_hour), "price_per_hour_usd": a.price_per_hour,
-            "amortized_per_hour_usd": _share(a, o.amortized_per_hour) if o.owned else None,
-            "power_per_hour_usd": _share(a, o.power_per_hour) if o.owned else None,
+            "price_per_hour": m(price), "price_per_hour_usd": price,
+            "amortized_per_hour_usd": _share(a, o.amortized_per_hour) if own else None,
+            "power_per_hour_usd": _share(a, o.power_per_hour) if own else None,
             "est_hours": a.est_hours,
             "est_cost": m(a.est_cost), "marginal_cost": m(a.marginal_cost),
             "power_cost": m(a.power_cost), "congestion_cost": m(a.congestion),
             "displaces": a.displaces or None, "cash_cost": m(a.cash_cost), "score": m(a.score),
             "full_cost_known": o.unpriced is None,
+            "credentials": o.credentials,
             "wait_minutes": a.wait_minutes, "hours_basis": a.hours_basis,
             "excluded": a.excluded}
 

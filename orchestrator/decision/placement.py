@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence, Union
 
 from orchestrator.decision import explain as ex
+from orchestrator.decision.cluster_offers import unread_offers
 from orchestrator.decision.cost import HoursEstimator, fmt_money, job_cost
 from orchestrator.decision.demand import job_demand
 from orchestrator.decision.gpus import canonical_gpu
@@ -206,6 +207,8 @@ def _price(o: Offer, used: float, est: HoursEstimator, hours_of: dict, needs: Ne
         b.append(("speed", basis))
     if o.target == "onprem" and capacity is not None and capacity.unreachable:
         b.append(("unreachable", capacity.unreachable))
+    if o.credentials is False:
+        b.append(("credentials", f"no credentials here: `sky check {o.cloud}`"))
     per_h = share_price(o, used) * nodes
     if rules.max_hourly is not None and per_h > rules.max_hourly:
         b.append(("hourly", f"{money(per_h)}/h > budget.max_hourly {money(rules.max_hourly)}"))
@@ -349,6 +352,8 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
                            for x in r.displaced)
     mode = _apply_kind(rows, classification.kind, rules)
     rows.sort(key=_rank)
+    rows += [_Row(o, o.count, 1, None, "", None, None, 0.0, [("unreachable", o.unread)]) for o in
+             unread_offers(needs, capacity, index.has_onprem, rules.allow, rules.local_only)]
     alts = [_alternative(r, rules) for r in rows]
     ranked = tuple(alts)
     eligible = [a for a in ranked if a.excluded is None]

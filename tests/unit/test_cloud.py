@@ -311,6 +311,50 @@ def test_a_catalog_download_refused_without_cloud_error_is_named_too():
     assert refusal(ValueError("bad\nmore"))[0] == "ValueError: bad"
 
 
+SUBMIT_TO_A_DEAD_SERVER = """
+import json, sys, time
+import providers.cloud
+providers.cloud.enabled_clouds = lambda clouds: (list(clouds), {})  # the cloud's own boundary
+from orchestrator.errors import BackendError
+from orchestrator.service import Orch
+from orchestrator.settings import Settings
+from orchestrator.spec import load_spec_text
+home, catalogs, job = sys.argv[1:]
+orch = Orch(Settings(home=home, mode="hybrid", clouds=["lambda"], catalog_dir=catalogs,
+                     backend_retries=1))
+start = time.monotonic()
+try:
+    orch.submit(load_spec_text(job, "explore.yaml"))
+    print(json.dumps({"error": None}))
+except BackendError as e:
+    print(json.dumps({"error": e.message, "hint": e.hint, "took": time.monotonic() - start,
+                      "status": orch.store.list()[0].status}))
+"""
+
+
+def test_a_skypilot_api_server_that_does_not_answer_is_named_in_seconds(tmp_path):
+    """SkyPilot's real client, its API server endpoint a closed loopback port: the launch
+    fails at once naming the server and what to check, never a hang or a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from providers.local_ray import _free_port
+
+    server = f"http://127.0.0.1:{_free_port()}"
+    env = {**os.environ, "HOME": str(tmp_path), "SKY_RUNTIME_DIR": str(tmp_path),
+           "SKYPILOT_API_SERVER_ENDPOINT": server, "SKYPILOT_DISABLE_USAGE_COLLECTION": "1",
+           "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", SUBMIT_TO_A_DEAD_SERVER, str(tmp_path / "orch"),
+                           str(ROOT / "examples" / "catalog"), JOB.format(accel="H100:1")],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["error"].endswith(f": cannot reach SkyPilot's API server at {server} (after 1 attempts)")
+    assert "SKYPILOT_API_SERVER_ENDPOINT" in got["hint"] and "sky api info" in got["hint"]
+    assert got["status"] == "FAILED" and got["took"] < 10, got
+
+
 def test_the_launched_task_carries_the_job_files_own_task_keys(orch):
     """What `orch submit` hands SkyPilot, not only what `orch plan --emit sky` prints."""
     spec = load_spec_text(JOB.format(accel="H100:1") + "volumes: {/mnt/ckpt: team-volume}\n"

@@ -172,11 +172,24 @@ def test_a_gpu_job_goes_to_the_clusters_gpus(tmp_path, cluster_reads):
     assert d.choice.offer.unpriced in d.notes
 
 
-def test_an_unreachable_cluster_gives_no_offers_and_says_why(tmp_path, cluster_reads):
-    cluster_reads.answer = BackendError("cannot reach Ray at http://head:8265: refused")
-    d = plan(tmp_path)
+def test_an_unreachable_cluster_is_a_row_that_says_why(tmp_path, cluster_reads):
+    cluster_reads.answer = BackendError("cannot reach Ray at http://head:8265: refused",
+                                        "check ORCH_RAY_ADDRESS")
+    why = "on-prem: cannot reach Ray at http://head:8265: refused; check ORCH_RAY_ADDRESS"
+    d = plan(tmp_path, STEADY + "resources: {accelerators: A100:2}\n")
     assert cluster_reads.count == 1 and d.target is None
-    assert not any(a.offer.target == "onprem" for a in d.alternatives)
+    (row,) = [a for a in d.alternatives if a.offer.target == "onprem"]  # a stand-in, unpriced
+    assert (row.offer.gpu, row.used, row.est_cost, row.excluded) == ("A100", 2, None, why)
+    assert d.to_dict()["alternatives"][-1]["price_per_hour"] is None
+    assert d.refusal == why and why in d.notes
+
+
+def test_an_unreachable_cluster_is_named_where_the_job_goes_instead(tmp_path, cluster_reads):
+    cluster_reads.answer = BackendError("cannot reach Ray at http://head:8265: refused")
+    d = plan(tmp_path, STEADY.replace("[onprem]", "[onprem, local]"))
+    why = "on-prem: cannot reach Ray at http://head:8265: refused"
+    assert d.target == "local" and why in d.notes
+    assert [a.excluded for a in d.alternatives if a.offer.target == "onprem"] == [why]
 
 
 def test_the_inventory_prices_and_a_mismatch_is_noted(tmp_path, cluster_reads):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 import time
 
@@ -37,12 +38,41 @@ def test_bad_address_is_exit_2_naming_it(orch_home, tmp_path, not_ray, kind):
     proc = run_orch(orch_home, "submit", str(job), ORCH_MODE="hybrid", ORCH_RAY_ADDRESS=address)
     took = time.monotonic() - start
     assert proc.returncode == 2, proc.stderr
-    assert address in proc.stderr and "unreachable" in proc.stderr
+    assert f"on-prem: {'cannot reach Ray at ' if kind == 'closed port' else ''}{address}" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert took < 15, f"took {took:.1f}s"
     assert not (orch_home / "orch.db").exists()
     status = run_orch(orch_home, "cluster", "status", ORCH_RAY_ADDRESS=address)
     assert status.returncode == 1 and address in status.stderr
+
+
+def test_a_dead_cluster_without_an_inventory_is_named_in_the_plan_and_the_refusal(orch_home, tmp_path):
+    """The cluster is the only on-prem offer and it does not answer: the refusal says so,
+    not "nothing fits" (issue 34); in seconds, from a real closed loopback port."""
+    address = f"http://127.0.0.1:{_free_port()}"
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB)
+    env = dict(ORCH_MODE="hybrid", ORCH_RAY_ADDRESS=address)
+    why = f"on-prem: cannot reach Ray at {address}: [Errno 111] Connection refused; check ORCH_RAY_ADDRESS"
+    start = time.monotonic()
+    plan = run_orch(orch_home, "plan", str(job), "--json", **env)
+    took = time.monotonic() - start
+    assert plan.returncode == 0, plan.stderr
+    d = json.loads(plan.stdout)
+    assert d["choice"] is None and d["refusal"].startswith(why)
+    onprem = [a for a in d["alternatives"] if a["target"] == "onprem"]
+    assert len(onprem) == 1 and onprem[0]["excluded"].startswith(why)
+    assert onprem[0]["price_per_hour"] is None and onprem[0]["est_cost"] is None  # unknown
+    assert why in " ".join(d["notes"])
+    assert took < 10, f"plan took {took:.1f}s"
+    start = time.monotonic()
+    proc = run_orch(orch_home, "submit", str(job), **env)
+    took = time.monotonic() - start
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"no place to run this job: {why}" in " ".join(proc.stderr.split())
+    assert took < 10, f"submit took {took:.1f}s"
+    table = " ".join(run_orch(orch_home, "plan", str(job), **env).stdout.split())
+    assert "│ onprem │" in table and f"no placement: {why}" in table
 
 
 def test_cluster_status_without_a_cluster(orch_home):

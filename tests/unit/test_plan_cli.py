@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from orchestrator.cli.config_cmd import config_show
 from orchestrator.cli.plan import plan
 from orchestrator.errors import BackendError, InputError, SpecError
+from providers.cloud import enabled_clouds as real_enabled_clouds
 from tests.unit.test_catalog import CATALOGS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,10 +234,47 @@ def test_a_plan_without_cloud_credentials_says_so_and_chooses_again(env, monkeyp
     assert d["warnings"] == [f"{first} has no credentials here ({first}: no API key); `sky check` "
                              "enables a cloud. Instead: " + others[0]]
     assert d["reasons"][0] == d["warnings"][0]
-    monkeypatch.setattr("providers.cloud.enabled_clouds", lambda clouds: ([], {c: "none" for c in clouds}))
+    # The cloud without credentials stays in the plan, priced, marked and excluded.
+    rows = {c: [a for a in d["alternatives"] if a["cloud"] == c] for c in (first, *others)}
+    assert rows[first] and all(a["credentials"] is False and a["price_per_hour"] > 0 and
+                               f"no credentials here: `sky check {first}`" in a["excluded"]
+                               for a in rows[first])
+    assert rows[others[0]] and all(a["credentials"] is True for a in rows[others[0]])
+    text = " ".join(invoke("plan", str(job)).stdout.split())
+    assert f"- {d['warnings'][0]}" in text  # the reason the choice changed, under it
+
+
+def test_a_plan_without_any_cloud_credentials_prices_every_cloud(env, monkeypatch, tmp_path):
+    """SkyPilot's own credential check, in a home with none: `orch plan` still shows what
+    each cloud would cost, each row marked, and then the refusal a submit would give."""
+    home = tmp_path / "no-credentials"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("ORCH_CLOUDS", "runpod,lambda")
+    monkeypatch.setenv("ORCH_CATALOG_DIR", str(ROOT / "examples" / "catalog"))
+    monkeypatch.setattr("providers.cloud.enabled_clouds", real_enabled_clouds)
+    job = env.parent / "h100.yaml"
+    job.write_text("name: h100\nrun: python train.py\nresources: {accelerators: H100:1}\n"
+                   "estimate: {hours: 2, gpu: H100}\n")
     r = invoke("plan", str(job), "--json")
-    assert isinstance(r.exception, InputError) and "sky check" in r.exception.hint
-    assert "no configured cloud has credentials here" in r.exception.message
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["target"] is None and d["choice"] is None
+    assert "no configured cloud has credentials here" in d["refusal"]
+    assert "`sky check lambda`" in d["refusal"]  # the cheapest one's credentials would place it
+    # examples/catalog: H100 on lambda 2.49/h, on runpod 2.99/h and 1.75/h spot.
+    rows = sorted((a["cloud"], a["spot"], a["price_per_hour"], a["credentials"])
+                  for a in d["alternatives"])
+    assert rows == [("lambda", False, 2.49, False), ("runpod", False, 2.99, False),
+                    ("runpod", True, 1.75, False)]
+    for a in d["alternatives"]:
+        assert f"no credentials here: `sky check {a['cloud']}`" in a["excluded"]
+        assert a["est_cost"] > a["price_per_hour"] * 2  # two hours and the start-up
+    text = " ".join(invoke("plan", str(job)).stdout.split())
+    for words in ("lambda │ us-east-1 │ H100 x1", "2.49 USD", "2.99 USD", "1.75 USD",
+                  "no credentials here: `sky check lambda`",
+                  "no placement: the cheapest place for this job is lambda"):
+        assert words in text, words
 
 
 def test_plan_takes_env_values_from_the_command_line_as_sky_launch_does(env, tmp_path, monkeypatch):

@@ -50,12 +50,13 @@ def plan_job(spec, settings, *, fingerprint: str, history: Sequence[PastRun] = (
              code_dirty: bool = False, capacity: Optional[Capacity] = None,
              offers: Optional[Sequence[Offer]] = None, now: Optional[float] = None,
              spent_this_month: Optional[float] = None,
-             enabled: Optional[Collection[str]] = None) -> Decision:
+             enabled: Optional[Collection[str]] = None, owner: Optional[str] = None) -> Decision:
     """Classify the job and decide where it runs; `offers=None` gathers them (`enabled`: the
     clouds with credentials here, see gather_offers), and `spent_this_month=None` reads the
     month's spend from the store when a monthly budget is set."""
     history = [h if isinstance(h, PastRun) else PastRun.from_record(h) for h in history]
-    est = HoursEstimator(spec, fingerprint, history, settings.default_job_hours, settings.gpu_speeds)
+    est = HoursEstimator(spec, fingerprint, history, settings.default_job_hours, settings.gpu_speeds,
+                         owner=owner)
     now = time.time() if now is None else now
     kind = classify(spec, fingerprint, history, now, settings, code_dirty, est.reference.hours)
     # One read of the cluster per plan: its nodes (offers, the inventory check) and its load.
@@ -77,7 +78,8 @@ def plan_job(spec, settings, *, fingerprint: str, history: Sequence[PastRun] = (
 
 
 def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,
-         history: Optional[Sequence[PastRun]] = None) -> tuple[Decision, list[str]]:
+         history: Optional[Sequence[PastRun]] = None,
+         owner: Optional[str] = None) -> tuple[Decision, list[str]]:
     """The one planning path: `orch plan`, `orch submit`, schedules and `orch serve` all
     place a job here, so a plan shows the choice a submit makes. (The decision, and the
     notes about it that the record keeps in its reasons and warnings.)
@@ -90,7 +92,7 @@ def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,
     enable the cloud, and with nothing left the refusal names the clouds and `sky check`."""
     if history is None:
         history = history_for(fingerprint, settings)
-    decision, notes = _plan(spec, settings, fingerprint, code_dirty, history)
+    decision, notes = _plan(spec, settings, fingerprint, code_dirty, history, owner)
     carried = spec.carried()
     if carried and decision.choice is not None and decision.target != "cloud":
         notes.append(f"{', '.join(carried)}: for a cloud VM; on "
@@ -98,10 +100,10 @@ def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,
     return decision, notes
 
 
-def _plan(spec, settings, fingerprint: str, code_dirty: bool,
-          history: Sequence[PastRun]) -> tuple[Decision, list[str]]:
+def _plan(spec, settings, fingerprint: str, code_dirty: bool, history: Sequence[PastRun],
+          owner: Optional[str]) -> tuple[Decision, list[str]]:
     decision = plan_job(spec, settings, fingerprint=fingerprint, history=history,
-                        code_dirty=code_dirty)
+                        code_dirty=code_dirty, owner=owner)
     if decision.target != "cloud" or decision.choice is None:
         return decision, []
     from providers.cloud import enabled_clouds
@@ -113,7 +115,7 @@ def _plan(spec, settings, fingerprint: str, code_dirty: bool,
     # Planned again with every cloud offer marked: those without credentials stay priced
     # in the plan, excluded, and the choice is made among what can launch from here.
     again = plan_job(spec, settings, fingerprint=fingerprint, history=history,
-                     code_dirty=code_dirty, enabled=enabled)
+                     code_dirty=code_dirty, enabled=enabled, owner=owner)
     if cloud in enabled:
         return again, []
     off = "; ".join(f"{c}: {w.rstrip(' .:')}" for c, w in why.items())  # SkyPilot's first lines

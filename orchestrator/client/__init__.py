@@ -82,12 +82,15 @@ class Local:
             return {"pipeline": job.name, "stages": [self.plan_spec(s) for s in job.stages]}
         return self.plan_spec(job)
 
-    def plan_spec(self, spec) -> dict:
+    def plan_spec(self, spec, owner: Optional[str] = None) -> dict:
+        """The plan a submit by `owner` would make (None: this machine's user, whose runs
+        are all the store has)."""
         from orchestrator import planning
 
         # What a submit would refuse before recording, a plan refuses too.
         fp, dirty = self.orch.prepared(spec)
-        decision, notes = planning.plan(spec, self.settings, fingerprint=fp, code_dirty=dirty)
+        decision, notes = planning.plan(spec, self.settings, fingerprint=fp, code_dirty=dirty,
+                                        owner=owner)
         return {**planning.as_record(decision, notes), "fingerprint": fp}
 
     def jobs(self, limit: int = 50) -> list[dict]:

@@ -132,7 +132,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
 
         def place():
             with scheduler.session() as local:
-                return local.plan_spec(spec)
+                return local.plan_spec(spec, owner=who.name)
 
         return await run_in_threadpool(place)
 

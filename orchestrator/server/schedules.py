@@ -61,7 +61,7 @@ def register(local, spec, text: str, file: Optional[str], owner: Optional[str],
     check_runnable(spec, serves_clients=True)  # a schedule is always a client's
     check_server_secrets(spec, local.settings, owner)
     fp, dirty = fingerprint(spec, content_only=True)  # no git in a client's folder
-    local.orch.place(spec, fp, dirty)  # refused now rather than at every slot
+    local.orch.place(spec, fp, dirty, owner)  # refused now rather than at every slot
     rec = local.orch.store.add_schedule(
         name=spec.name or "job", owner=owner, cron=expr,
         spec=redact.redact_spec(spec.model_dump(mode="json")), source_text=text,

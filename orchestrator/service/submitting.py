@@ -42,11 +42,13 @@ class Submitted(NamedTuple):
 
 
 class Submitting(LaunchBuilder):
-    def place(self, spec: JobSpec, fp: str, dirty: bool) -> dict:
-        """Where the job runs and why: the decision `orch plan` shows (planning.plan)."""
+    def place(self, spec: JobSpec, fp: str, dirty: bool, owner: Optional[str] = None) -> dict:
+        """Where the job runs and why: the decision `orch plan` shows (planning.plan); its
+        hours learn `owner`'s bias (how their runs compare with their estimates)."""
         from orchestrator import planning
 
-        decision, notes = planning.plan(spec, self.settings, fingerprint=fp, code_dirty=dirty)
+        decision, notes = planning.plan(spec, self.settings, fingerprint=fp, code_dirty=dirty,
+                                        owner=owner)
         if decision.choice is None:
             raise InputError(f"{spec.source_file or spec.name}: no place to run this job: "
                              f"{decision.refusal}",
@@ -74,12 +76,12 @@ class Submitting(LaunchBuilder):
                                   "the same idempotency key")
         return Submitted(self.launch(rec, spec, secrets), existing)
 
-    def check(self, spec: JobSpec) -> Checked:
+    def check(self, spec: JobSpec, owner: Optional[str] = None) -> Checked:
         """Everything a job must pass before it is recorded, and where it is placed; raises
         (bad input, no place to run) with nothing written."""
         fp, dirty = self.prepared(spec)
         secrets = spec.secret_strings()  # a secret with no value is a job-file error
-        return Checked(secrets, fp, self.place(spec, fp, dirty))
+        return Checked(secrets, fp, self.place(spec, fp, dirty, owner))
 
     def prepared(self, spec: JobSpec) -> tuple[str, bool]:
         """The checks a plan and a submit share before placement (the job can run where it
@@ -101,7 +103,7 @@ class Submitting(LaunchBuilder):
         nothing is launched. Returns the record, the `secrets:` values and whether the key
         was submitted before. `orch serve` records a job here and launches it when its turn
         in the queue comes."""
-        secrets, fp, decision = checked or self.check(spec)
+        secrets, fp, decision = checked or self.check(spec, owner)
         failpoints.reached("planned")
         hidden = redact.secret_env(spec.envs, secrets)
         salt = redact.new_salt()

@@ -175,3 +175,25 @@ def test_a_plan_reads_this_jobs_runs_and_the_teams_successes(tmp_path):
     assert sorted((r.fingerprint, r.status, r.gpu) for r in got) == [
         ("me", "FAILED", None), ("me", "SUCCEEDED", "A100"), ("other", "SUCCEEDED", "H100")]
     assert all(r.estimate_hours == 2.0 and r.duration_s is not None for r in got)
+
+
+def test_a_plan_learns_the_bias_of_the_user_it_plans_for():
+    """`planning.plan(owner=...)`, as `orch serve` calls it for each caller: ann's runs took
+    2x her estimates, bob's what he wrote; the same 1 h file is planned at 2 h for ann,
+    1 h for bob, and at the team's median (1.5 h) when nobody is named."""
+    from orchestrator.planning import plan
+    from orchestrator.settings import OwnedGpus, Settings
+
+    history = [run("A100", 2.0, est=1.0, fp="a", owner="ann"),
+               run("A100", 1.0, est=1.0, fp="b", owner="bob")]
+    job = spec("resources: {accelerators: A100:1}\nestimate: {hours: 1, gpu: A100}\n")
+    s = Settings(onprem=[OwnedGpus(gpu="A100", count=1, purchase_price=10000)], mode="hybrid")
+
+    def planned(owner):
+        d, _ = plan(job, s, fingerprint="new", history=history, owner=owner)
+        return d.choice.est_hours, d.choice.hours_basis
+
+    assert planned("ann") == (pytest.approx(2.0), "estimate.hours 1 h on A100x1 x 2 (the owner's "
+                              "runs took 2x their estimates, median over 1 job)")
+    assert planned("bob") == (pytest.approx(1.0), "estimate.hours 1 h on A100x1")
+    assert planned(None)[0] == pytest.approx(1.5)

@@ -18,7 +18,7 @@ CASES = [
     ("accel.yaml", "resources:\n  accelerators: 'H100:many'\nrun: echo\n", "resources.accelerators"),
     ("zero.yaml", "train:\n  job: image-classification\nscaling:\n  num_workers: 0\n", "greater than 0"),
     ("entry.yaml", "workdir: userjob\ntrain:\n  entrypoint: nothere:fn\n", "does not import"),
-    ("attr.yaml", "workdir: userjob\ntrain:\n  entrypoint: mytrain:nope\n", "no attribute 'nope'"),
+    ("attr.yaml", "workdir: userjob\ntrain:\n  entrypoint: mytrain:nope\n", "defines no 'nope'"),
     ("notfn.yaml", "workdir: userjob\ntrain:\n  entrypoint: notfn:VALUE\n", "not a function"),
     ("wd.yaml", "workdir: no-such-dir\nrun: echo\n", "is not a directory"),
 ]

@@ -53,6 +53,8 @@ def preload() -> None:
     with contextlib.suppress(Exception):
         import ray.train.torch  # noqa: F401
         import torch  # noqa: F401
+        # Creating any torch optimizer imports it: 0.9-1.1 s of each job's first step here.
+        import torch._dynamo  # noqa: F401
         from ray.train.v2._internal.execution.controller import TrainController  # noqa: F401
 
         import jobs.builtin.image_classification  # noqa: F401

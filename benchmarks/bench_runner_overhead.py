@@ -1,8 +1,8 @@
-"""orch's runner overhead, in two figures (goals: ratio >= 0.95; a near-empty job under 8 s
-and below plain Ray Train's).
+"""orch's runner overhead, in two figures (goals: ratio >= 0.95; a near-empty job, your own
+loop or the built-in one, under 5 s from the shell).
 
     .venv/bin/python benchmarks/bench_runner_overhead.py [--workers 2] [--epochs 5]
-        [--multiplier 12] [--fixed-runs 3] [--skip-steady] [--skip-fixed]
+        [--multiplier 12] [--fixed-runs 3] [--skip-steady] [--skip-fixed] [--skip-floor]
 
 (a) Steady-state throughput: the built-in `image-classification` job through `orch submit`
     (N workers, bf16, loader_workers 0) against a plain PyTorch DDP loop with the same
@@ -13,13 +13,17 @@ and below plain Ray Train's).
     local Ray up and idle beside it (not part of the ratio: what the idle daemons cost). Both sides measure the
     training loop alone (the job's `samples_per_sec`); a second row compares the epoch-to-
     epoch wall clock, which also holds each epoch's evaluation, checkpoint and report.
-(b) A near-empty job (1 epoch, the plain digits split, fp32) on a local Ray already up:
-    the phases its record keeps (`orch status ID`: submit -> recorded -> launched -> driver
-    -> workers -> first step -> last step -> ended) and the `orch submit` wall clock, side
-    by side with the same loop as plain Ray Train submitted through Ray's Jobs API to the
-    same Ray (benchmarks/plain_ray_train.py), submit -> SUCCEEDED. Medians of the runs.
-    Then the floor under both: no-op `TorchTrainer.fit()` calls from one driver that is
-    already running (plain_ray_train.floor), the cost of Ray Train's own actors alone.
+(b) Near-empty jobs on a local Ray already up, its runner host ready, `settle` seconds of
+    quiet before each: a user's own loop (`train.entrypoint` naming a module in its workdir:
+    1 worker, one epoch of 5 steps) submitted with its code just changed (a new fingerprint:
+    its entrypoint is checked, its workdir packed and uploaded anew), then again unchanged;
+    the built-in job (1 epoch of the plain digits split, N workers, fp32); and the built-in
+    job's loop as plain Ray Train submitted through Ray's Jobs API to the same Ray
+    (benchmarks/plain_ray_train.py), submit -> SUCCEEDED. For orch's jobs the wall clock
+    of `orch submit` from the shell (its process's start and exit included) and the phases
+    each record keeps (`orch status ID`). Medians of the runs. Then the floor: no-op
+    `TorchTrainer.fit()` calls from one driver that is already running
+    (plain_ray_train.floor), the cost of Ray Train's own actors alone. Also `orch --help`.
 
 Each run starts its own local Ray under a fresh ORCH_HOME in /tmp and removes it at the end.
 """
@@ -31,6 +35,7 @@ import json
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +43,7 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import OrchHome, fmt, job_yaml, load_avg, log, print_table, steady  # noqa: E402
+from _common import ORCH, OrchHome, fmt, job_yaml, load_avg, log, print_table, steady  # noqa: E402
 
 # -- the plain PyTorch DDP reference -----------------------------------------------------------
 
@@ -205,9 +210,45 @@ def _ms(v):
 
 # -- (b) fixed time ----------------------------------------------------------------------------
 
+# A user's own near-empty loop, the module `train.entrypoint` names: one worker, one epoch of
+# a few steps. EDIT changes before each "new code" submit: new code, a new fingerprint.
+USER_LOOP = '''"""A user's near-empty Ray Train loop, written by bench_runner_overhead.py."""
+
+import ray.train
+import ray.train.torch
+import torch
+
+EDIT = {edit}
+
+
+def train(config):
+    model = ray.train.torch.prepare_model(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(config["steps"]):
+        loss = model(torch.randn(32, 8)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    ray.train.report({{"epoch": 1, "loss": float(loss)}})
+'''
+
+# The jobs of (b), in the order each run submits them: label -> what `fixed_time` keeps.
+KINDS = {"new": "your own loop, code just changed (a new fingerprint)",
+         "repeat": "your own loop again, nothing changed",
+         "builtin": "the built-in job",
+         "plain": "plain Ray Train, Jobs API submit -> SUCCEEDED"}
+
+
+def user_job(workdir: Path, name: str) -> str:
+    return (f"name: {name}\nworkdir: {workdir}\ntrain:\n  entrypoint: usertrain:train\n"
+            "  config: {steps: 5}\nscaling: {num_workers: 1}\n")
+
+
 def fixed_time(args) -> list[dict]:
-    """Each run: orch's near-empty job (its record's phases and the `orch submit` wall
-    clock), then the same loop as plain Ray Train through the Jobs API on the same Ray."""
+    """Each run: a user's own near-empty loop (`train.entrypoint`) with its code just
+    changed, then again unchanged, the built-in job, and the same loop as the built-in job
+    as plain Ray Train through the Jobs API on the same Ray. For each orch job the `orch
+    submit` wall clock (its process's start and exit included) and its record's phases."""
     from plain_ray_train import floor, submit_and_wait
 
     config = {"epochs": 1, "batch_size": args.batch_size, "lr": 2e-3, "seed": 0}
@@ -215,54 +256,74 @@ def fixed_time(args) -> list[dict]:
     with OrchHome(prefix="obf") as home:
         ray_auth = {"RAY_AUTH_MODE": "token",
                     "RAY_AUTH_TOKEN_PATH": str(home.home / "local" / "auth_token")}
+        workdir = home.home / "user"
+        workdir.mkdir()
         home.wait_for_runner_host()
         for i in range(args.fixed_runs):
-            log(f"near-empty job {i + 1}/{args.fixed_runs}: orch, then plain Ray Train "
-                f"({args.settle:.0f} s of quiet before each)")
-            time.sleep(args.settle)  # the host starts its warm processes again after a run
-            run = home.submit(f"empty{i}", job_yaml(f"bench-empty-{i}", config,
+            log(f"near-empty jobs, run {i + 1}/{args.fixed_runs}: your own loop (new code, "
+                f"then again), the built-in job, plain Ray Train ({args.settle:.0f} s of quiet "
+                "before each)")
+            (workdir / "usertrain.py").write_text(USER_LOOP.format(edit=i))
+            row: dict = {}
+            for kind, yaml in (("new", user_job(workdir, f"user-{i}")),
+                               ("repeat", user_job(workdir, f"user-{i}-again")),
+                               ("builtin", job_yaml(f"bench-empty-{i}", config,
                                                     num_workers=args.workers, precision="fp32",
-                                                    loader_workers=0, pin_memory=False))
-            if not run.ok:
-                raise SystemExit(run.fail_text())
-            phases = run.metrics.get("phases") or {}
-            if "training" not in phases:
-                raise SystemExit(f"the record has no phases: {phases}; is orch older than "
-                                 "this benchmark?")
+                                                    loader_workers=0, pin_memory=False))):
+                time.sleep(args.settle)  # the host starts its warm processes again after a run
+                run = home.submit(f"{kind}{i}", yaml)
+                if not run.ok:
+                    raise SystemExit(run.fail_text())
+                row[kind] = {**(run.metrics.get("phases") or {}), "wall": run.returned - run.invoked}
             time.sleep(args.settle)
-            plain = submit_and_wait(home.state["dashboard_url"], ray_auth, args.workers, 1,
-                                    str(home.home / "plain"))
-            out.append({**phases, "wall": run.returned - run.invoked, "plain": plain})
-        log(f"{args.fixed_runs} no-op TorchTrainer.fit() calls from one running driver")
-        for row, took in zip(out, floor(home.state["address"], ray_auth, args.workers,
-                                        args.fixed_runs, str(home.home / "floor"))):
-            row["floor"] = took
+            row["plain"] = {"wall": submit_and_wait(home.state["dashboard_url"], ray_auth,
+                                                    args.workers, 1, str(home.home / "plain"))}
+            out.append(row)
+        if not args.skip_floor:
+            log(f"{args.fixed_runs} no-op TorchTrainer.fit() calls from one running driver")
+            for row, took in zip(out, floor(home.state["address"], ray_auth, args.workers,
+                                            args.fixed_runs, str(home.home / "floor"))):
+                row["floor"] = took
     return out
+
+
+def _median(values: list) -> Optional[float]:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def print_fixed(runs: list[dict], args) -> None:
     from orchestrator.run_metrics import PHASES
 
-    rows = []
-    for key in (*PHASES, "wall", "plain", "floor"):
-        vals = [r.get(key) for r in runs]
-        known = [v for v in vals if v is not None]
-        label = {"wall": "orch: `orch submit` wall clock, submit -> SUCCEEDED",
-                 "plain": "plain Ray Train, Jobs API submit -> SUCCEEDED",
-                 "floor": "a no-op fit() from a running driver, cold processes"
-                 }.get(key, "   " + key)
-        rows.append([label, *[fmt(v, ".2f") for v in vals],
-                     fmt(statistics.median(known) if known else None, ".2f")])
-    print_table(f"(b) a near-empty job (1 epoch, {args.workers} workers) on a warm local Ray, "
-                "seconds; phases from the job's record (`orch status ID`)",
-                ["part", *[f"run {i + 1}" for i in range(len(runs))], "median"], rows)
-    orch = statistics.median([r["wall"] for r in runs])
-    plain = statistics.median([r["plain"] for r in runs])
-    least = statistics.median([r["floor"] for r in runs if r.get("floor") is not None])
-    print(f"FIXED (b) orch median {orch:.2f} s against plain Ray Train {plain:.2f} s "
-          f"({orch - plain:+.2f} s; goal: under 8 s and below plain Ray Train)")
-    print(f"      a no-op TorchTrainer.fit() from a running driver whose controller and workers "
-          f"start as new processes: {least:.2f} s (what each job paid before the runner host)")
+    rows = [[KINDS[k], *[fmt(r[k]["wall"], ".2f") for r in runs],
+             fmt(_median([r[k]["wall"] for r in runs]), ".2f")] for k in KINDS]
+    if any("floor" in r for r in runs):
+        rows.append(["a no-op fit() from a running driver, cold processes",
+                     *[fmt(r.get("floor"), ".2f") for r in runs],
+                     fmt(_median([r.get("floor") for r in runs]), ".2f")])
+    print_table(f"(b) near-empty jobs on a warm local Ray: `orch submit` wall clock from the "
+                f"shell, submit -> SUCCEEDED, seconds (your loop: 1 worker, 5 steps; built-in and "
+                f"plain: {args.workers} workers, 1 epoch)",
+                ["job", *[f"run {i + 1}" for i in range(len(runs))], "median"], rows)
+    print_table("(b) where the time went: phases from each job's record (`orch status ID`), "
+                "medians, seconds", ["phase", *[KINDS[k].split(",")[0] + f" ({k})"
+                                                for k in ("new", "repeat", "builtin")]],
+                [[key, *[fmt(_median([r[k].get(key) for r in runs]), ".2f")
+                         for k in ("new", "repeat", "builtin")]] for key in PHASES])
+    med = {k: _median([r[k]["wall"] for r in runs]) for k in KINDS}
+    print(f"FIXED (b) medians: your own loop {med['new']:.2f} s with new code, "
+          f"{med['repeat']:.2f} s again; the built-in job {med['builtin']:.2f} s; plain Ray "
+          f"Train {med['plain']:.2f} s (goal: under 5 s each)")
+
+
+def help_time(tries: int = 5) -> float:
+    """The median wall clock of `orch --help` (goal: under 0.3 s)."""
+    took = []
+    for _ in range(tries):
+        start = time.monotonic()
+        subprocess.run([ORCH, "--help"], capture_output=True, check=True)
+        took.append(time.monotonic() - start)
+    return statistics.median(took)
 
 
 def main() -> None:
@@ -279,12 +340,15 @@ def main() -> None:
     ap.add_argument("--steady-runs", type=int, default=3, help="orch jobs in (a), each between two plain-DDP runs")
     ap.add_argument("--settle", type=float, default=10.0,
                     help="seconds of quiet before each run of (b), orch's and plain Ray Train's alike")
+    ap.add_argument("--skip-floor", action="store_true",
+                    help="leave out the no-op TorchTrainer.fit() runs of (b)")
     ap.add_argument("--skip-steady", action="store_true")
     ap.add_argument("--skip-fixed", action="store_true")
     args = ap.parse_args()
     if not args.threads:
         args.threads = max(1, (os.cpu_count() or 1) // args.workers)
     log(f"load average {load_avg():.2f} on {os.cpu_count()} cores")
+    print(f"HELP `orch --help`: {help_time():.2f} s, median of 5 (goal: under 0.3 s)")
     if not args.skip_steady:
         ratios = []
         for i in range(args.steady_runs):

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 from jobs import events, secret_env
 from jobs.events import KEY_VAR
 from jobs.request import ENV_VAR, BadRequest, Budget, RunRequest, WorkerOptions
-from jobs.targets import check_target, resolve_callable
+from jobs.targets import check_target, failure_text, imported
 
 _OPTIONS_KEY = "__orch__"
 
@@ -52,7 +52,7 @@ def worker_entry(config: dict) -> Any:
 
     events.emit("worker", rank=ctx.rank, node_id=ray.get_runtime_context().get_node_id(),
                 process_age_s=round(_process_age_s(), 2))
-    fn = resolve_callable(options.target)
+    fn = imported(options.target)
     return fn(config)
 
 
@@ -305,7 +305,7 @@ def _fit(req: RunRequest, options: WorkerOptions, hosted: Optional[Hosted], star
     try:
         result = trainer.fit()
     except Exception as e:  # TrainingFailedError and friends: say why, exit non-zero
-        events.emit("result", ok=False, error=f"{type(e).__name__}: {e}",
+        events.emit("result", ok=False, error=failure_text(e),
                     wall_s=round(time.monotonic() - started, 2))
         events.say(f"orch runner: training failed: {e}", err=True)
         return 1

@@ -22,6 +22,31 @@ def resolve_callable(target: str) -> Callable:
     return fn
 
 
+class EntrypointError(Exception):
+    """The job's own `module:function` could not be had on a worker: said once, as orch
+    says it before a run (orchestrator/checks.py), not as a traceback."""
+
+
+def imported(target: str) -> Callable:
+    """`resolve_callable`, on a worker: an entrypoint that does not import, or is not a
+    function there, raises EntrypointError, which `failure_text` finds again on the driver."""
+    try:
+        return resolve_callable(target)
+    except Exception as e:
+        raise EntrypointError(f"train.entrypoint {target!r} does not import: "
+                              f"{type(e).__name__}: {e}") from e
+
+
+def failure_text(e: Exception) -> str:
+    """What a failed `fit()` says: a worker's EntrypointError alone when there is one (Ray
+    Train quotes it inside a traceback snippet), else the exception itself."""
+    for failure in (getattr(e, "worker_failures", None) or {}).values():
+        base = getattr(failure, "_base_exc", failure)  # Ray Train keeps the worker's own
+        if isinstance(base, EntrypointError):
+            return str(base)
+    return f"{type(e).__name__}: {e}"
+
+
 def check_target(target: str) -> None:
     """Raise ModuleNotFoundError when `target`'s module is nowhere to be found. The job's own
     module is looked up, never imported: its code runs in the workers, not in this process,

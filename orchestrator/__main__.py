@@ -1,5 +1,5 @@
 """`python -m orchestrator` is the same as `orch`."""
 
-from orchestrator.cli import main
+from orchestrator.cli import run
 
-main()
+run()

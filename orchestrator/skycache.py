@@ -45,7 +45,12 @@ def read(name: str) -> Optional[Any]:
 
 def write(name: str, data: Any) -> None:
     """Keep `data` under `name`, whole or not at all (a reader never sees half a file)."""
-    target = path(name)
+    write_json(path(name), data)
+
+
+def write_json(target: Path, data: Any) -> None:
+    """Write `data` as JSON to `target`, whole or not at all, also when two processes write
+    it at once (the last one's stays); a folder that cannot be written is no error."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}-")

@@ -19,6 +19,11 @@ from orchestrator.client.remote import MiB, Remote
 from orchestrator.errors import BackendError, NotFound
 from orchestrator.store import TERMINAL, public_schedule, store_exists
 
+# A follower looks at a job 4 times a second for this long after it starts following it,
+# then once a second: a near-empty job ends within it (3-4 s on 2 cores), and a look costs
+# the local Ray a few milliseconds.
+QUICK_S = 10.0
+
 if TYPE_CHECKING:
     from orchestrator.records import JobRow
     from orchestrator.spec import Overrides
@@ -132,8 +137,9 @@ class Local:
             text = ""
         return rec, text
 
-    def stream(self, job_id: str, poll_s: float = 1.0) -> Iterator[str]:
+    def stream(self, job_id: str, poll_s: float = 1.0, quick_s: float = QUICK_S) -> Iterator[str]:
         rec, printed = self.orch.get(job_id), 0
+        began = time.monotonic()
         while True:
             rec, text = self.poll(rec.id)
             lines = text.splitlines()
@@ -142,7 +148,10 @@ class Local:
             printed = max(printed, len(lines))
             if rec.status in TERMINAL:
                 return
-            time.sleep(min(poll_s, 0.2) if self.orch.ending(text) else poll_s)
+            # Quicker looks in the first seconds (a short job ends in them, and its user
+            # waits for its first lines) and once the runner has said its result.
+            soon = self.orch.ending(text) or time.monotonic() - began < quick_s
+            time.sleep(min(poll_s, 0.25) if soon else poll_s)
 
     def cancel(self, job_id: str) -> dict:
         from orchestrator.records import CancelledJob

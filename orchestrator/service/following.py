@@ -136,7 +136,8 @@ class Following(Budgets):
     @staticmethod
     def _phases(rec: JobRow, text: str) -> dict:
         info = rec.info
-        started = (info.submitter or {}).get("started")
+        sub = info.submitter or {}
+        started = sub.get("began", sub.get("started"))
         # A submitter that started long before the job is a server, not this job's submit.
         submitted = started if started and rec.created_at - started < SUBMIT_START_S else None
         return phases(text, submitted=submitted, recorded=rec.created_at,

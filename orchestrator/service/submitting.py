@@ -10,6 +10,7 @@ from typing import NamedTuple, Optional
 
 from orchestrator import failpoints, redact
 from orchestrator import fingerprint as fingerprint_module
+from orchestrator.check_memo import CheckMemo, memo_path
 from orchestrator.checks import check_runnable
 from orchestrator.errors import BackendError, InputError
 from orchestrator.records import JobRow, with_info
@@ -87,14 +88,19 @@ class Submitting(LaunchBuilder):
         """The checks a plan and a submit share before placement (the job can run where it
         would go, its git workdir is pinned, its resume_from names a usable run); returns
         its fingerprint and whether its code has uncommitted changes."""
-        check_runnable(spec, git_workdir.serves_clients(self.settings))
+        serves = git_workdir.serves_clients(self.settings)
+        if serves:
+            check_runnable(spec, serves_clients=True)
         git_workdir.pin(spec, git_workdir.reach(self.settings))
         self.resume_point(spec)
-        if git_workdir.serves_clients(self.settings):
+        if serves:
             # `orch serve` runs no git in a client's folder: its repository's config could
             # make git run anything (docs/security.md). The code is its files' content.
             return fingerprint_module.fingerprint(spec, content_only=True)
-        return fingerprint_module.fingerprint(spec)
+        found = fingerprint_module.fingerprint(spec)
+        # What passed for this fingerprint (code, command, config) is not checked again.
+        check_runnable(spec, memo=CheckMemo(memo_path(self.settings.home), found[0]))
+        return found
 
     def record(self, spec: JobSpec, idempotency_key: Optional[str] = None, *,
                owner: Optional[str] = None, priority: int = 0,

@@ -212,6 +212,18 @@ def test_user_entrypoint_and_a_failing_one(ray_home, tmp_path):
     assert rec["status"] == "FAILED"
     assert "user code failed on purpose" in rec["message"]
 
+    # Its module is read at the door, not imported (issue 34): an import that fails on the
+    # target is the run's to report, in the words the door used to say it.
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("name: user-import\nworkdir: userjob\ntrain:\n"
+                       "  entrypoint: needs_missing:train_func\n")
+    proc = run_orch(ray_home, "submit", str(missing), "--json")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout)
+    assert rec["status"] == "FAILED" and rec["message"] == (
+        "train.entrypoint 'needs_missing:train_func' does not import: ModuleNotFoundError: "
+        "No module named 'not_installed_on_the_target_zz'"), rec["message"]
+
 
 def test_local_status_reports_the_instance(ray_home):
     state = run_json(ray_home, "local", "status")

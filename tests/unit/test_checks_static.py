@@ -40,7 +40,7 @@ def test_a_clients_entrypoint_is_found_without_running_its_module(work, entrypoi
 
 @pytest.mark.parametrize("entrypoint, words", [
     ("pkg.m:nope", "module 'pkg.m' defines no 'nope' at its top level"),
-    ("pkg.broken:train", "SyntaxError in broken.py:2"),
+    ("pkg.broken:train", "SyntaxError in pkg/broken.py:2"),
 ])
 def test_a_clients_bad_entrypoint_is_named_without_running_its_module(work, entrypoint, words):
     with pytest.raises(SpecError, match="train.entrypoint") as e:
@@ -48,7 +48,9 @@ def test_a_clients_bad_entrypoint_is_named_without_running_its_module(work, entr
     assert words in str(e.value) and not (work.parent / "MARKER").exists()
 
 
-def test_alone_orch_still_imports_the_users_own_module(work):
-    """The CLI on the user's own machine keeps the full import check (their own code)."""
+def test_alone_orch_reads_the_users_own_module_too(work):
+    """Issue 34: the CLI on the user's own machine reads the module as well (what it
+    imports, torch and Ray, took 3.6 s to import at every submit); an import that fails is
+    the run's to report."""
     check_runnable(job(work, "pkg.m:train"))
-    assert (work.parent / "MARKER").read_text() == "ran"
+    assert not (work.parent / "MARKER").exists()

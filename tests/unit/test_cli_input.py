@@ -18,7 +18,7 @@ CASES = [
     ("accel.yaml", "resources:\n  accelerators: 'H100:many'\nrun: echo\n", "resources.accelerators"),
     ("zero.yaml", "train:\n  job: image-classification\nscaling:\n  num_workers: 0\n", "greater than 0"),
     ("entry.yaml", "workdir: userjob\ntrain:\n  entrypoint: nothere:fn\n", "does not import"),
-    ("attr.yaml", "workdir: userjob\ntrain:\n  entrypoint: mytrain:nope\n", "no attribute 'nope'"),
+    ("attr.yaml", "workdir: userjob\ntrain:\n  entrypoint: mytrain:nope\n", "defines no 'nope'"),
     ("notfn.yaml", "workdir: userjob\ntrain:\n  entrypoint: notfn:VALUE\n", "not a function"),
     ("wd.yaml", "workdir: no-such-dir\nrun: echo\n", "is not a directory"),
 ]
@@ -72,3 +72,26 @@ def test_bad_flags_are_one_message_and_exit_2(orch_home, args):
     proc = run_orch(orch_home, *args)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and "Error:" in proc.stderr
+
+
+LEAVE = """
+import atexit, sys, threading, time
+from orchestrator.cli import leave
+atexit.register(lambda: sys.stderr.write("exit handler ran\\n"))
+sys.stdout.write("x" * 300_000)  # more than a pipe holds: still buffered when leave is called
+if sys.argv[1] == "thread":  # a thread still at work is waited for, as Python does
+    threading.Thread(target=lambda: (time.sleep(0.3), sys.stderr.write("thread done\\n"))).start()
+leave({"none": None, "three": 3, "text": "a message", "thread": 4}[sys.argv[1]])
+"""
+
+
+@pytest.mark.parametrize("how, code, said", [("none", 0, ""), ("three", 3, ""),
+                                             ("text", 1, "a message\n"),
+                                             ("thread", 4, "thread done\n")])
+def test_orch_leaves_without_teardown_yet_says_everything(how, code, said):
+    """Issue 34: `orch` skips the interpreter's teardown (1-1.5 s after `orch submit` is
+    done); its output, its exit handlers and its exit code are as Python's own exit."""
+    proc = subprocess.run([sys.executable, "-c", LEAVE, how], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == code and len(proc.stdout) == 300_000
+    assert proc.stderr == said + "exit handler ran\n"

@@ -82,6 +82,29 @@ def test_a_finished_jobs_phases_from_its_record_and_events():
                   ended=130.0) == {"recorded_to_launched": 0.8}
 
 
+def test_a_submit_counts_from_its_process_start_to_the_hundredth():
+    """Issue 34: psutil's start time counts from the kernel's boot time in whole seconds,
+    so `submit->recorded` read up to a second long; `began` reads the start to 10 ms."""
+    import subprocess
+    import sys
+    import time
+
+    code = ("import time; from orchestrator.service.processes import submitter; "
+            "s = submitter(); print(s['began'], s['started'], time.time())")
+    start = time.time()
+    began, started, now = map(float, subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    assert start - 0.05 <= began <= now and 0 <= began - started < 1.02
+    from orchestrator.records import JobInfo, JobRow
+    from orchestrator.service.following import Following
+
+    rec = JobRow(id="orch-1", name="j", status="RUNNING", created_at=100.3, info=JobInfo(
+        submitter={"pid": 1, "host": "h", "started": 99.4, "began": 100.0}, launched_at=100.8))
+    assert Following._phases(rec, "")["submit_to_recorded"] == 0.3
+    older = rec.model_copy(update={"info": JobInfo(submitter={"pid": 1, "started": 99.4})})
+    assert Following._phases(older, "")["submit_to_recorded"] == 0.9  # recorded before `began`
+
+
 def test_status_shows_the_phases_in_one_line():
     from orchestrator.cli.render import phase_summary
 

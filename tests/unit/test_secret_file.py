@@ -230,7 +230,7 @@ def test_a_train_worker_sets_the_values_and_drops_its_nodes_copy(tmp_path, monke
                         types.SimpleNamespace(rank=0))
     monkeypatch.setattr(ray, "get_runtime_context",
                         lambda: types.SimpleNamespace(get_node_id=lambda: "n1"))
-    monkeypatch.setattr(runner, "resolve_callable", lambda target: lambda config: seen.update(
+    monkeypatch.setattr(runner, "imported", lambda target: lambda config: seen.update(
         env=os.environ.get("HF_TOKEN"), left=sorted(os.listdir("."))) or "done")
     options = WorkerOptions(job_id="orch-1", target="x:y", env=secret_env.Hidden({"HF_TOKEN": TOKEN}))
     config = {"epochs": 1, runner._OPTIONS_KEY: options}

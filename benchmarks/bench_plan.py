@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import random
 import statistics
 import time
@@ -69,6 +70,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--offers", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dump", metavar="FILE", help="write every decision (choice, ranked "
+                    "alternatives, reasons, notes) as JSON lines, to compare two versions' "
+                    "decisions with diff")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     owned = [OwnedGpus(gpu="A100", count=8, purchase_price=120000, watts=400),
@@ -85,7 +89,7 @@ def main() -> None:
     index = OfferIndex(offers)
     t_index = time.perf_counter() - t0
 
-    per_job, targets, alts = [], collections.Counter(), 0
+    per_job, targets, alts, decisions = [], collections.Counter(), 0, []
     t0 = time.perf_counter()
     for i, (spec, history) in enumerate(jobs):
         t = time.perf_counter()
@@ -95,7 +99,12 @@ def main() -> None:
         per_job.append(time.perf_counter() - t)
         targets[d.target or "refused"] += 1
         alts += len(d.alternatives)
+        if args.dump:
+            decisions.append(d)
     t_decide = time.perf_counter() - t0
+    if args.dump:
+        with open(args.dump, "w") as f:
+            f.writelines(json.dumps(d.to_dict(), sort_keys=True) + "\n" for d in decisions)
 
     from rich.console import Console
     from rich.table import Table

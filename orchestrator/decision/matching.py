@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from orchestrator.decision.gpus import canonical_gpu
-from orchestrator.decision.models import Offer
+from orchestrator.decision.models import TARGET_ORDER, Offer
 
 
 class OfferIndex:
@@ -27,6 +27,19 @@ class OfferIndex:
             else:
                 self.owned.setdefault(canonical_gpu(o.gpu), []).append(o)
         self.has_onprem = any(o.target == "onprem" for o in self.offers)
+        # The same, each list split by kind (target and spot-ness), as placement prices them.
+        self.cloud_kinds = {k: _by_kind(v) for k, v in self.cloud.items()}
+        self.cpu_kinds = _by_kind(self.cpu)
+        self.repeats = len({id(o) for o in self.offers}) < len(self.offers)  # one offer given twice
+        self.ties: dict[int, tuple] = {}  # id(offer) -> tie_break(offer), as offers are priced
+
+    def tie_break(self, o: Offer) -> tuple:
+        """The offer's own fields, which order two options of the same cost (owned first,
+        then by cloud, region, ...); kept, as each offer is priced for many jobs."""
+        t = self.ties[id(o)] = (TARGET_ORDER[o.target], o.cloud or "", o.region or "",
+                                o.gpu or "", o.count, o.spot, o.price_per_hour,
+                                o.instance_type or "")
+        return t
 
     def models(self) -> dict[str, list[float]]:
         """GPU model -> the counts offered."""
@@ -56,6 +69,15 @@ class Needs:
     cloud_only: tuple[tuple[str, str], ...] = ()  # (key, what): only a cloud VM honors it
     instance_type: Optional[str] = None
     max_hourly_cost: Optional[float] = None  # SkyPilot's cap on a VM's price per hour
+    # Whether misfit can rule out an offer of a requested model and count: most jobs name
+    # no cloud, region, size or instance type, and misfit need not run for each offer.
+    narrow: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "narrow", bool(
+            self.cloud_only or self.instance_type or self.nodes > 1 or self.cloud
+            or self.max_hourly_cost is not None or self.region or self.cpus or self.memory
+            or self.gpu_required))
 
     @classmethod
     def variants(cls, spec) -> list[Needs]:
@@ -99,11 +121,20 @@ class Needs:
         return ", ".join(parts)
 
 
-def candidates(needs: Needs, index: OfferIndex) -> list[tuple[Offer, float]]:
-    """(offer, GPUs used) for every offer of a requested model and count. Cloud
-    instances must match the count exactly, as in SkyPilot; owned pools need enough. A
-    job without accelerators spreads its workers over num_nodes cloud VMs."""
-    out: list[tuple[Offer, float]] = []
+def _by_kind(offers: Iterable[Offer]) -> list[list[Offer]]:
+    """The offers split by target and spot-ness, each part in the order given."""
+    kinds: dict[tuple, list[Offer]] = {}
+    for o in offers:
+        kinds.setdefault((o.target, o.spot), []).append(o)
+    return list(kinds.values())
+
+
+def candidates(needs: Needs, index: OfferIndex) -> list[tuple[float, list[Offer]]]:
+    """(GPUs used, offers) for each requested model and count, the offers of one kind (one
+    target, spot or not) together. Cloud instances must match the count exactly, as in
+    SkyPilot; owned pools need enough. A job without accelerators spreads its workers over
+    num_nodes cloud VMs."""
+    out: list[tuple[float, list[Offer]]] = []
     if needs.choices:
         wanted = dict.fromkeys(needs.choices)  # a model named twice is matched once
     elif needs.gpu_allowed:  # any GPU model, one per Ray Train worker
@@ -112,10 +143,11 @@ def candidates(needs: Needs, index: OfferIndex) -> list[tuple[Offer, float]]:
         wanted = {}
     for gpu, count in wanted:
         per_vm = count if needs.choices else float(math.ceil(count / needs.nodes))
-        out.extend((o, per_vm) for o in index.cloud.get((gpu, per_vm), ()))
-        out.extend((o, count) for o in index.owned.get(gpu, ()) if o.count >= count)
+        out.extend((per_vm, kind) for kind in index.cloud_kinds.get((gpu, per_vm), ()))
+        out.extend((count, kind) for kind in _by_kind(o for o in index.owned.get(gpu, ())
+                                                       if o.count >= count))
     if not needs.choices:
-        out.extend((o, 0.0) for o in index.cpu)
+        out.extend((0.0, kind) for kind in index.cpu_kinds)
     return out
 
 

@@ -180,7 +180,7 @@ class Classification:
     occasions: int = 0  # of those runs, how many were separate occasions
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Alternative:
     """One offer priced for this job; `excluded` says why it cannot be chosen.
 
@@ -188,7 +188,11 @@ class Alternative:
     purchase and power; the cloud's rent), and `marginal_cost`, what choosing it changes
     in the team's cash and time, which decides: the rent for the cloud; for owned
     hardware its power plus `congestion`, the price of the steady work it would push out
-    (zero while the owned GPUs stay free for the job's whole run)."""
+    (zero while the owned GPUs stay free for the job's whole run).
+
+    Not frozen, unlike the other values here: a plan builds one for every fitting offer of
+    every job, and a frozen dataclass's __init__ takes eight times as long (each field set
+    through object.__setattr__). Placement builds them once ranked; nothing changes one after."""
 
     offer: Offer
     est_hours: Optional[float]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence, Union
 
 from orchestrator.decision import explain as ex
@@ -20,7 +20,6 @@ from orchestrator.decision.demand import job_demand
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.matching import Needs, OfferIndex, candidates, misfit
 from orchestrator.decision.models import (
-    TARGET_ORDER,
     Alternative,
     Capacity,
     Classification,
@@ -39,32 +38,22 @@ class _Row:
     """One offer being priced: its figures and what blocks it, before it becomes an Alternative."""
 
     offer: Offer
+    owned: bool
     used: float  # GPUs per machine
     nodes: int  # machines: num_nodes VMs of a cloud offer, else 1
     hours: Optional[float]
     basis: str
     full: Optional[float]
     power: Optional[float]
+    cash: Optional[float]  # what the team pays: the power of owned GPUs, else the rent (full)
     wait: float
-    blockers: list = field(default_factory=list)  # (code, text)
+    tie: tuple  # the offer's own fields, for ties in cost (OfferIndex.tie_break)
+    blockers: list  # (code, text)
     conflicts: tuple = ()  # reservations due before it ends that it leaves too little room
     displaced: tuple = ()  # of those, the ones it would make late past their slack
-    congestion: float = 0.0
+    congestion: float = 0  # what renting for those would cost (as sum() adds up none: 0)
     score: Optional[float] = None
     pref: int = 99  # its place in the job's stated preference (an ordered list); 99: none
-
-    @property
-    def owned(self) -> bool:
-        return self.offer.owned
-
-    @property
-    def cash(self) -> Optional[float]:
-        return self.power if self.owned else self.full
-
-    @property
-    def dispatch(self) -> Optional[float]:
-        """What choosing it changes in cash: rent, or power plus congestion."""
-        return None if self.cash is None else self.cash + self.congestion
 
 
 def _wait(o: Offer, used: float, capacity: Optional[Capacity], spec) -> float:
@@ -119,19 +108,16 @@ def _conflicts(r: _Row, capacity: Optional[Capacity]) -> tuple[Reservation, ...]
 def _rank(r: _Row) -> tuple:
     """Cheapest first (to a micro-dollar, so that float noise does not decide); on owned
     GPUs, at the same cost, the fewest GPUs held: GPUs a job holds beyond what it needs
-    only make the next job rent or wait; then the shorter run."""
-    o = r.offer
-    held = r.used * r.nodes if r.owned else 0.0
-    return (math.inf if r.score is None else round(r.score, 6), TARGET_ORDER[o.target], held,
-            math.inf if r.hours is None else r.hours, r.pref,
-            o.cloud or "", o.region or "", o.gpu or "", o.count, o.spot, o.price_per_hour,
-            o.instance_type or "")
+    only make the next job rent or wait; then the shorter run, then the offer's own fields."""
+    return (math.inf if r.score is None else round(r.score, 6), r.tie[0],
+            r.used * r.nodes if r.owned else 0.0, math.inf if r.hours is None else r.hours,
+            r.pref, r.tie)
 
 
 class _Rules:
     """The settings and the job's limits, read once per decision."""
 
-    def __init__(self, spec, settings):
+    def __init__(self, spec, settings, spent: float):
         rate = settings.currency_rate
         self.settings, self.rate, self.cur = settings, rate, settings.currency
         self.local_only = settings.effective_mode == "local"
@@ -146,6 +132,9 @@ class _Rules:
         self.deadline_h = spec.schedule.deadline_hours
         self.value = settings.turnaround_value_per_hour / rate  # USD per hour sooner
         self.explore_wait = settings.exploratory_wait
+        self.spent = spent  # USD this month so far; the limits as blockers show them:
+        self.limits = {k: self.money(v) for k, v in (("hourly", self.max_hourly),
+                       ("cost", self.max_cost), ("spent", spent), ("month", self.monthly))}
 
     def money(self, usd: Optional[float]) -> str:
         return fmt_money(usd, self.cur, self.rate)
@@ -175,70 +164,78 @@ class _Rules:
         return m, f"max_wait_minutes ({m:g})"
 
 
-def _price(o: Offer, used: float, est: HoursEstimator, hours_of: dict, needs: Needs,
-           capacity: Optional[Capacity], spec, rules: _Rules, spent: float) -> _Row:
-    """Price one offer and list what blocks it, except the kind's own rule about waiting."""
+def _price(offers: Sequence[Offer], used: float, est: HoursEstimator, needs: Needs,
+           capacity: Optional[Capacity], spec, rules: _Rules, index: OfferIndex) -> list[_Row]:
+    """Price offers of one kind (one model and count, target and spot-ness: what they share
+    is worked out once) and list what blocks each, except the kind's own rule about waiting."""
+    o = offers[0]
     nodes = needs.nodes_on(o)
-    gpus = used * nodes  # the work splits over every node's GPUs
-    if (o.gpu, gpus) not in hours_of:  # a few devices, many offers each
-        hours_of[o.gpu, gpus] = est.hours(o.gpu, gpus)
-    hours, basis = hours_of[o.gpu, gpus]
-    full = power = None
+    hours, basis = est.hours(o.gpu, used * nodes)  # the work splits over every node's GPUs
     if hours is not None and o.spot and rules.checkpoints:
         hours, basis = rules.on_spot(hours, basis)
-    if hours is not None:
-        full, power = job_cost(o, hours, used, rules.startup, nodes)
-    r = _Row(o, used, nodes, hours, basis, full, power, _wait(o, used, capacity, spec))
-    b, money = r.blockers, rules.money
-    bad = misfit(o, needs)
-    if bad:
-        b.append(("fit", bad))
-        return r
+    shared = []
     if rules.local_only and o.target != "local":
-        b.append(("mode", "local-only mode keeps jobs on this machine"))
+        shared.append(("mode", "local-only mode keeps jobs on this machine"))
     if o.target not in rules.allow:
-        b.append(("allow", f"placement.allow excludes {o.target}"))
+        shared.append(("allow", f"placement.allow excludes {o.target}"))
     if needs.use_spot and o.target == "cloud" and not o.spot:
-        b.append(("use_spot", "resources.use_spot asks for spot"))
+        shared.append(("use_spot", "resources.use_spot asks for spot"))
     elif o.spot and not needs.use_spot:
         if not rules.checkpoints:
-            b.append(("spot", "spot needs checkpoint.storage: a preemption would lose the work"))
+            shared.append(("spot", "spot needs checkpoint.storage: a preemption would lose the work"))
     if hours is None:
-        b.append(("speed", basis))
+        shared.append(("speed", basis))
     if o.target == "onprem" and capacity is not None and capacity.unreachable:
-        b.append(("unreachable", capacity.unreachable))
-    if o.credentials is False:
-        b.append(("credentials", f"no credentials here: `sky check {o.cloud}`"))
-    per_h = share_price(o, used) * nodes
-    if rules.max_hourly is not None and per_h > rules.max_hourly:
-        b.append(("hourly", f"{money(per_h)}/h > budget.max_hourly {money(rules.max_hourly)}"))
-    spend = rules.budget_cost(r)
-    what = "cash" if rules.cash_budget else "in full"
-    if rules.max_cost is not None and spend is not None and spend > rules.max_cost:
-        b.append(("cost", f"{money(spend)} {what} > budget.max_cost {money(rules.max_cost)}"))
-    if rules.monthly is not None and spend is not None and spent + spend > rules.monthly:
-        b.append(("month", f"{money(spent)} spent this month + {money(spend)} {what} "
-                           f"> monthly_budget {money(rules.monthly)}"))
-    return r
+        shared.append(("unreachable", capacity.unreachable))
+    budgets = (rules.max_hourly, rules.max_cost, rules.monthly) != (None, None, None)
+    ties, tie_break, owned, rows = index.ties, index.tie_break, o.owned, []
+    for o in offers:
+        full = power = None
+        if hours is not None:
+            full, power = job_cost(o, hours, used, rules.startup, nodes)
+        wait = 0.0 if capacity is None else _wait(o, used, capacity, spec)
+        bad = misfit(o, needs) if needs.narrow else None
+        rows.append(r := _Row(o, owned, used, nodes, hours, basis, full, power,
+                              power if owned else full, wait, ties.get(id(o)) or tie_break(o),
+                              [("fit", bad)] if bad else shared[:]))
+        if bad:
+            continue
+        if o.credentials is False:
+            r.blockers.append(("credentials", f"no credentials here: `sky check {o.cloud}`"))
+        if not budgets:
+            continue
+        b, money = r.blockers, rules.money
+        if rules.max_hourly is not None and (per_h := share_price(o, used) * nodes) > rules.max_hourly:
+            b.append(("hourly", f"{money(per_h)}/h > budget.max_hourly {rules.limits['hourly']}"))
+        spend, what = rules.budget_cost(r), "cash" if rules.cash_budget else "in full"
+        if rules.max_cost is not None and spend is not None and spend > rules.max_cost:
+            b.append(("cost", f"{money(spend)} {what} > budget.max_cost {rules.limits['cost']}"))
+        if rules.monthly is not None and spend is not None and rules.spent + spend > rules.monthly:
+            b.append(("month", f"{rules.limits['spent']} spent this month + {money(spend)} {what} "
+                               f"> monthly_budget {rules.limits['month']}"))
+    return rows
 
 
 def _rows(variants: list[Needs], resources, index: OfferIndex, est: HoursEstimator,
-          hours_of: dict, capacity: Optional[Capacity], spec, rules: _Rules,
-          spent: float) -> list[_Row]:
+          capacity: Optional[Capacity], spec, rules: _Rules) -> list[_Row]:
     """Each fitting offer priced once: for an offer more than one candidate of the job's
     resources allows, as the candidate it fits with the fewest blockers (the earlier on a
     tie). A stated preference (an `ordered` list of candidates, or a list of accelerators)
     breaks ties in cost, never outranks it."""
     by_offer: dict[tuple, _Row] = {}
+    ordered, gpus_ordered = resources.ordered is not None, resources.accelerators_ordered
     for at, needs in enumerate(variants):
         gpu_pref = {g: i for i, (g, _) in enumerate(needs.choices)}
-        for o, used in candidates(needs, index):
-            r = _price(o, used, est, hours_of, needs, capacity, spec, rules, spent)
-            if resources.ordered is not None:
-                r.pref = at
-            elif resources.accelerators_ordered:
-                r.pref = gpu_pref.get(o.gpu or "", 99)
-            key = (id(o), used)
+        rows = []
+        for used, offers in candidates(needs, index):
+            rows += _price(offers, used, est, needs, capacity, spec, rules, index)
+        if ordered or gpus_ordered:
+            for r in rows:
+                r.pref = at if ordered else gpu_pref.get(r.offer.gpu or "", 99)
+        if len(variants) == 1 and not index.repeats:  # candidates lists each offer once
+            return rows
+        for r in rows:
+            key = (id(r.offer), r.used)
             if key not in by_offer or len(r.blockers) < len(by_offer[key].blockers):
                 by_offer[key] = r
     return list(by_offer.values())
@@ -248,10 +245,9 @@ def _apply_kind(rows: list[_Row], kind: str, rules: _Rules) -> str:
     """Block what the by-kind rule rules out and set each row's score; returns the rule
     that applies, in words the reasons use."""
     s = rules.settings
-    free_to_go = lambda r: not r.blockers  # noqa: E731  (before the kind's rule)
-    cloud_ok = any(free_to_go(r) for r in rows if not r.owned)
+    cloud_ok = any(not r.blockers for r in rows if not r.owned)  # before the kind's rule
     for r in rows:
-        r.score = r.dispatch
+        r.score = None if r.cash is None else r.cash + r.congestion  # its dispatch
     if rules.local_only:
         return "local"
     if kind == "steady":
@@ -299,14 +295,15 @@ def _turnaround_h(r: _Row, hours: float, rules: _Rules) -> float:
     return r.wait / 60.0 + hours + (0.0 if r.owned else rules.startup / 60.0)
 
 
-def _alternative(r: _Row, rules: _Rules) -> Alternative:
-    return Alternative(offer=r.offer, est_hours=r.hours, est_cost=r.full,
-                       marginal_cost=r.dispatch, hours_basis=r.basis, used=r.used,
-                       wait_minutes=r.wait, power_cost=r.power if r.owned else None,
-                       congestion=r.congestion,
-                       displaces=", ".join(x.what or "steady work" for x in r.displaced),
-                       score=r.score, cash_cost=r.cash, budget_cost=rules.budget_cost(r),
-                       nodes=r.nodes, excluded="; ".join(t for _, t in r.blockers) if r.blockers else None)
+def _alternative(r: _Row, cash_budget: bool) -> Alternative:
+    """The row as shown. Positional, in field order: keywords take twice as long."""
+    cash, b = r.cash, r.blockers
+    return Alternative(r.offer, r.hours, r.full, None if cash is None else cash + r.congestion,
+                       r.basis, r.used,
+                       None if not b else b[0][1] if len(b) == 1 else "; ".join([t for _, t in b]),
+                       r.wait, r.power if r.owned else None, r.congestion,
+                       ", ".join([x.what or "steady work" for x in r.displaced]) if r.displaced
+                       else "", r.score, cash, cash if cash_budget else r.full, r.nodes)
 
 
 def decide(spec, classification: Classification, offers: Union[Sequence[Offer], OfferIndex],
@@ -337,24 +334,24 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
                                       settings.gpu_speeds)
     variants = Needs.variants(spec)  # one per any_of / ordered candidate; else just one
     needs = variants[0]
-    rules = _Rules(spec, settings)
+    rules = _Rules(spec, settings, spent_this_month)
     money = rules.money
-    hours_of: dict[tuple, tuple] = {}
-    rows = _rows(variants, spec.resources, index, est, hours_of, capacity, spec, rules,
-                 spent_this_month)
-    rent = min((r.full for r in rows if not r.owned and r.full is not None
-                and not any(c in ("fit", "speed") for c, _ in r.blockers)), default=None)
-    for r in rows:
-        r.conflicts = _conflicts(r, capacity)
-        end_h = r.wait / 60.0 + (r.hours or 0.0)
-        r.displaced = tuple(x for x in r.conflicts if end_h > x.in_hours + x.slack_hours + 1e-9)
-        r.congestion = sum(x.cloud_cost if x.cloud_cost is not None else (rent or 0.0)
-                           for x in r.displaced)
+    rows = _rows(variants, spec.resources, index, est, capacity, spec, rules)
+    if capacity is not None and capacity.reservations:  # else nothing is due: no conflicts
+        rent = min((r.full for r in rows if not r.owned and r.full is not None
+                    and not any(c in ("fit", "speed") for c, _ in r.blockers)), default=None)
+        for r in rows:
+            r.conflicts = _conflicts(r, capacity)
+            end_h = r.wait / 60.0 + (r.hours or 0.0)
+            r.displaced = tuple(x for x in r.conflicts if end_h > x.in_hours + x.slack_hours + 1e-9)
+            r.congestion = sum(x.cloud_cost if x.cloud_cost is not None else (rent or 0.0)
+                               for x in r.displaced)
     mode = _apply_kind(rows, classification.kind, rules)
     rows.sort(key=_rank)
-    rows += [_Row(o, o.count, 1, None, "", None, None, 0.0, [("unreachable", o.unread)]) for o in
-             unread_offers(needs, capacity, index.has_onprem, rules.allow, rules.local_only)]
-    alts = [_alternative(r, rules) for r in rows]
+    rows += [_Row(o, o.owned, o.count, 1, None, "", None, None, None, 0.0, (), [("unreachable", o.unread)])
+             for o in unread_offers(needs, capacity, index.has_onprem, rules.allow, rules.local_only)]
+    cash_budget = rules.cash_budget
+    alts = [_alternative(r, cash_budget) for r in rows]
     ranked = tuple(alts)
     eligible = [a for a in ranked if a.excluded is None]
     common = dict(kind=classification.kind, classification=classification, alternatives=ranked,
@@ -362,8 +359,8 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
                   notes=tuple(dict.fromkeys(tuple(notes) + ex.notes(
                       index, len(alts), capacity, rules.local_only, alts))))
 
-    queueable = [a for a, r in zip(alts, rows) if a.offer.target == "onprem"
-                 and r.blockers and all(code == "wait" for code, _ in r.blockers)]
+    queueable = [a for a, r in zip(alts, rows) if a.offer.target == "onprem" and r.blockers
+                 and all(code == "wait" for code, _ in r.blockers)] if not eligible else []
     if not eligible and queueable and classification.kind == "steady" and not rules.local_only:
         # Nothing can start in time and no cloud may take it: wait for the owned GPUs.
         best = queueable[0]

@@ -50,6 +50,23 @@ class _Loader(yaml.SafeLoader):
                 "quote it if you meant text", node.start_mark) from None
 
 
+class _Replay(_Loader):
+    """Composes from the events _check_shape already parsed: one parse of the text, not two."""
+
+    def __init__(self, events: list[yaml.Event]):
+        super().__init__("")
+        self.events = events[::-1]  # popped from the end
+
+    def check_event(self, *choices: type) -> bool:
+        return bool(self.events) and (not choices or isinstance(self.events[-1], choices))
+
+    def peek_event(self) -> Optional[yaml.Event]:
+        return self.events[-1] if self.events else None
+
+    def get_event(self) -> Optional[yaml.Event]:
+        return self.events.pop() if self.events else None
+
+
 def too_big(file: str, size: Optional[int]) -> SpecError:
     """`size` None: a device or pipe, read only up to the limit."""
     what = f"is {size:,} bytes; the limit is" if size is not None else "is over the limit of"
@@ -71,8 +88,7 @@ def read_document(text: str, file: str) -> tuple[dict[str, Any], SourceMap]:
     if len(text) > MAX_BYTES:
         raise too_big(file, len(text.encode("utf-8", "surrogatepass")))
     try:
-        _check_shape(text, file)
-        node = yaml.compose(text, Loader=_Loader)
+        node = _Replay(_check_shape(text, file)).get_single_node()
     except yaml.composer.ComposerError as e:
         if "single document" not in f"{e.context} {e.problem}":
             raise SpecError(file, (e.problem_mark.line + 1) if e.problem_mark else None, None,
@@ -100,8 +116,8 @@ def read_document(text: str, file: str) -> tuple[dict[str, Any], SourceMap]:
                         "write at least a 'train:' or 'run:' section (see examples/quickstart.yaml)")
     lines: dict[tuple, int] = {}
     _walk(node, (), lines, file)
-    try:
-        data = _Loader(text).get_single_data()
+    try:  # from the node already composed: parsing the text again took a third of the time
+        data = _Loader("").construct_document(node)
     except yaml.MarkedYAMLError as e:  # e.g. an unhashable key, or `!!int abc`
         line = e.problem_mark.line + 1 if e.problem_mark else None
         context = f"{e.context}: " if e.context else ""
@@ -117,13 +133,16 @@ def read_document(text: str, file: str) -> tuple[dict[str, Any], SourceMap]:
     return data, SourceMap(file, lines)
 
 
-def _check_shape(text: str, file: str) -> None:
+def _check_shape(text: str, file: str) -> list[yaml.Event]:
     """Refuse documents too deep, self-referencing, or that expand (through aliases) to too
-    many values, reading only the event stream, before anything is built from it."""
+    many values, reading only the event stream, before anything is built from it; the
+    events, to build from."""
     done: dict[str, tuple[int, int]] = {}   # anchor -> (values, depth) it expands to
     stack: list[list] = []                  # per open collection: [anchor, values, depth]
     total = 0
+    events = []
     for ev in yaml.parse(text, Loader=_Loader):
+        events.append(ev)
         line = ev.start_mark.line + 1
         if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             stack.append([ev.anchor, 1, 1])
@@ -161,6 +180,7 @@ def _check_shape(text: str, file: str) -> None:
             raise SpecError(file, line, None, f"expands to more than {MAX_VALUES:,} values "
                             "(YAML aliases repeat whole values)",
                             "write the values out, or use fewer aliases")
+    return events
 
 
 def _walk(node: yaml.Node, path: tuple, lines: dict, file: str) -> None:

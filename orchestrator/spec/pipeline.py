@@ -1,6 +1,7 @@
 """A SkyPilot pipeline: one file of several YAML documents, a header (`name:`) and then one
 task per document, run in order, each after the one before it succeeded. A job group (a
-header with `execution: parallel`: its tasks run at once, side by side) is refused."""
+header with `execution: parallel`: its tasks run at once, side by side) is refused, wherever
+its header stands."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from typing import Optional, Union
 import yaml
 
 from orchestrator.errors import SpecError
+from orchestrator.inputs import clip
 from orchestrator.spec.document import MAX_BYTES, MAX_DEPTH, read_document, too_big
 from orchestrator.spec.job import JobSpec
 from orchestrator.spec.load import default_name, load_spec_text, read_job_file
 from orchestrator.spec.overrides import Overrides
 
 HEADER_KEYS = {"name", "execution"}
+# What a job group's header may hold besides (sky/utils/dag_utils.py).
+GROUP_HEADER_KEYS = HEADER_KEYS | {"primary_tasks", "termination_delay", "inter_connection"}
 
 
 @dataclass
@@ -67,17 +71,13 @@ def load_pipeline_text(text: str, file: str = "<job>",
         return None  # not YAML: load_spec says where and why
     if len(docs) < 2:
         return None
+    _refuse_job_group(docs, file)
     header: dict = {}
     first_line, first = docs[0]
     data, _ = read_document(first, file)
     if set(data) <= HEADER_KEYS:
         header = data
         docs = docs[1:]
-    if header.get("execution") not in (None, "serial"):
-        raise SpecError(file, first_line, "execution",
-                        f"is {header['execution']}: this is a SkyPilot job group, whose tasks "
-                        "run at once, side by side; orch runs a pipeline's stages one after "
-                        "another", f"launch the group with `sky jobs launch {file}`")
     if not docs:
         raise SpecError(file, first_line, None, "a pipeline header with no stage after it",
                         "add each stage as a YAML document after the header")
@@ -93,3 +93,23 @@ def load_pipeline_text(text: str, file: str = "<job>",
                              "own", "schedule the jobs of a pipeline as separate files")
         stages.append(spec)
     return Pipeline(name=name, stages=stages)
+
+
+def _refuse_job_group(docs: list[tuple[int, str]], file: str) -> None:
+    """A job group's header (`execution` other than serial), wherever it stands: first, after
+    a document of comments only, or holding primary_tasks and the like beside it. A document
+    that does not read is left to the stage loading, which says where and why."""
+    first = True
+    for _, body in docs:
+        try:
+            data, src = read_document(body, file)
+        except SpecError:
+            continue  # comments only, or broken
+        execution = data.get("execution")
+        if execution not in (None, "serial") and (first or set(data) <= GROUP_HEADER_KEYS):
+            raise SpecError(file, src.line_of(("execution",)), "execution",
+                            f"is {clip(execution, quote=False)}: this is a SkyPilot job group, "
+                            "whose tasks run at once, side by side; orch runs a pipeline's "
+                            "stages one after another",
+                            f"launch the group with `sky jobs launch {file}`")
+        first = False

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
@@ -107,6 +107,13 @@ def cuts(edges: np.ndarray, bucket_h: float, horizon: float) -> np.ndarray:
     return out
 
 
+def sure_part(a: float, stop: float, h: float) -> Optional[tuple[float, float]]:
+    """The part of the window [a, stop] that a run of `h` hours in one piece covers wherever
+    it starts, [stop - h, a + h]; None when empty, or for a window of blocks (docstring)."""
+    lo, hi = max(a, stop - h), min(stop, a + h)
+    return (lo, hi) if stop - a <= LONG_WINDOW_H and hi - lo > _EPS else None
+
+
 def build(sim: Simulation, end_h: float, bucket_h: float, one_piece: bool = True) -> Program:
     """The program for every job of `sim`: for each owned pool a job fits, its GPU-hours in
     each segment of its window; and its share sent to its cheapest cloud option.
@@ -138,8 +145,9 @@ def build(sim: Simulation, end_h: float, bucket_h: float, one_piece: bool = True
             stop = min(stop, horizon)
             opts.append((pool_ix[o], u, g, c / g, full / g, a, stop))
             edges += [a, stop]
-            if one_piece and stop - a <= LONG_WINDOW_H and min(stop, a + h) - max(a, stop - h) > _EPS:
-                edges += [max(a, stop - h), min(stop, a + h)]  # where it surely runs
+            sure = sure_part(a, stop, h) if one_piece else None
+            if sure:
+                edges += list(sure)  # its ends cut the segments
         if not math.isfinite(cloud):
             cloud = min((c * g for _, _, g, c, _, _, _ in opts), default=math.inf)  # late, owned
         if not math.isfinite(cloud):
@@ -173,9 +181,9 @@ def build(sim: Simulation, end_h: float, bucket_h: float, one_piece: bool = True
         keep = overlap > _EPS
         lo_t, hi_t, overlap, row, brow = lo_t[keep], hi_t[keep], overlap[keep], row[keep], brow[keep]
         n = len(overlap)
-        (a, stop), h = window, g / u
-        c_lo, c_hi = max(a, stop - h), min(stop, a + h)
-        if one_piece and stop - a <= LONG_WINDOW_H and c_hi - c_lo > _EPS and n:
+        sure = sure_part(*window, g / u) if one_piece and n else None
+        if sure:
+            c_lo, c_hi = sure
             touch = (np.minimum(hi_t, c_hi) - np.maximum(lo_t, c_lo)) > _EPS
             must["row"].append(np.full(n, len(must["val"])))
             must["col"].append(np.arange(n_added, n_added + n))

@@ -111,6 +111,23 @@ def run_json(home: Path, *args: str, **kw) -> object:
     return json.loads(proc.stdout)
 
 
+# Settings that change what `orch simulate` and placement decide: a test of their figures
+# runs with the defaults, whatever the shell that started pytest sets.
+_DECIDING_ENV = ("ORCH_MODE", "ORCH_CLOUDS", "ORCH_CATALOG_DIR", "ORCH_CURRENCY", "ORCH_CURRENCY_RATE",
+                 "ORCH_CLOUD_STARTUP_MINUTES", "ORCH_MAX_WAIT_MINUTES", "ORCH_ELECTRICITY_PRICE",
+                 "ORCH_EXPLORATORY_WAIT_MINUTES")
+
+
+@pytest.fixture
+def default_settings(monkeypatch):
+    """Settings() with none of the environment that changes a decision."""
+    from orchestrator.settings import Settings
+
+    for k in _DECIDING_ENV:
+        monkeypatch.delenv(k, raising=False)
+    return Settings()
+
+
 @pytest.fixture
 def orch_home():
     home = short_tmp("oh")

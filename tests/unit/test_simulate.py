@@ -41,11 +41,8 @@ EXAMPLE = [cloud("A100", 1, 1.29, "lambda"), cloud("H100", 1, 2.49, "lambda"),
 
 
 @pytest.fixture
-def settings(monkeypatch):
-    for k in ("ORCH_MODE", "ORCH_CLOUDS", "ORCH_CATALOG_DIR", "ORCH_CURRENCY", "ORCH_CURRENCY_RATE",
-              "ORCH_CLOUD_STARTUP_MINUTES", "ORCH_MAX_WAIT_MINUTES", "ORCH_ELECTRICITY_PRICE"):
-        monkeypatch.delenv(k, raising=False)
-    return Settings()
+def settings(default_settings):
+    return default_settings
 
 
 def scenario(settings, onprem=("A100:4:40000",), offers=EXAMPLE):

@@ -7,7 +7,7 @@ import pytest
 
 from orchestrator.decision.cost import onprem_offer
 from orchestrator.decision.models import Offer
-from orchestrator.settings import OwnedGpus, Settings
+from orchestrator.settings import OwnedGpus
 from orchestrator.simulate import policies as P
 from orchestrator.simulate.bound_model import cuts
 from orchestrator.simulate.engine import Simulation
@@ -23,11 +23,8 @@ RENT = 1.29  # lambda's A100 per hour; a run pays 0.1 h of start-up on top
 
 
 @pytest.fixture
-def settings(monkeypatch):
-    for k in ("ORCH_MODE", "ORCH_CLOUDS", "ORCH_CATALOG_DIR", "ORCH_CURRENCY", "ORCH_CURRENCY_RATE",
-              "ORCH_CLOUD_STARTUP_MINUTES", "ORCH_MAX_WAIT_MINUTES", "ORCH_ELECTRICITY_PRICE"):
-        monkeypatch.delenv(k, raising=False)
-    return Settings()
+def settings(default_settings):
+    return default_settings
 
 
 def make_sim(settings, text: str, owned=(("A100", 2),)) -> Simulation:

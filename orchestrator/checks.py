@@ -98,14 +98,6 @@ def import_problem(entrypoint: str, workdir: Optional[Path]) -> Optional[str]:
 _MAX_SOURCE = 4 << 20  # a module's source read for the static look, at most
 
 
-def static_entrypoint_problem(entrypoint: str, workdir: Optional[Path]) -> Optional[str]:
-    """Why `module:function` cannot be the job's entrypoint, read from the module's source
-    in `workdir` without running any of it; None when the module defines the function at
-    its top level (or is not in the workdir: the cluster's Python may have it)."""
-    reading = read_entrypoint(entrypoint, workdir)
-    return reading.detail if reading.read in (Read.MISSING, Read.DYNAMIC) else None
-
-
 def read_entrypoint(entrypoint: str, workdir: Optional[Path]) -> Reading:
     """What the source of `module:function`'s module in `workdir` tells, none of it run."""
     mod, _, attr = entrypoint.partition(":")

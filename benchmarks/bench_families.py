@@ -33,12 +33,18 @@ SHAPES = (("2 A100s", "A100:2", 1.0), ("4 A100s", "A100:4", 1.0), ("8 A100s", "A
 PRICE_PER_GPU = 10_000  # USD, the purchase price each owned A100 is amortized from
 
 
-def run_one(owned: str, steady: float, seed: int, days: int, mip_seconds: float, settings) -> dict:
+def family(owned: str, steady: float, seed: int, days: int, settings):
+    """One family trace (estimates off by sigma 0.5, speeds from a compute share in 0-1)
+    and its scenario: the owned GPUs at PRICE_PER_GPU each, the settings' clouds."""
     shape = parse_shape(owned, steady, None, 0.5, "0:1")
     text = format_trace(generate(days, seed, shape))
     trace = parse_trace(text, f"{owned} steady x{steady:g} seed {seed}", settings.gpu_speeds)
     n = shape.owned
-    scenario = load_scenario(settings, [f"{shape.gpu}:{n}:{n * PRICE_PER_GPU}"])
+    return trace, load_scenario(settings, [f"{shape.gpu}:{n}:{n * PRICE_PER_GPU}"])
+
+
+def run_one(owned: str, steady: float, seed: int, days: int, mip_seconds: float, settings) -> dict:
+    trace, scenario = family(owned, steady, seed, days, settings)
     return simulate(trace, scenario, settings, seed=seed, beliefs="both", mip_seconds=mip_seconds)
 
 

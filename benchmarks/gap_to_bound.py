@@ -30,16 +30,15 @@ if str(ROOT) not in sys.path:  # `python benchmarks/x.py` puts benchmarks/ first
     sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+from bench_families import family  # noqa: E402  (benchmarks/, beside this script)
 
 from orchestrator.settings import load_settings  # noqa: E402
 from orchestrator.simulate.bound_model import build  # noqa: E402
 from orchestrator.simulate.engine import Simulation  # noqa: E402
-from orchestrator.simulate.generate import generate, parse_shape  # noqa: E402
 from orchestrator.simulate.jobs import build_jobs  # noqa: E402
 from orchestrator.simulate.oracle import BUCKET_MINUTES  # noqa: E402
 from orchestrator.simulate.policies import POLICIES  # noqa: E402
-from orchestrator.simulate.scenario import load_scenario, policy_settings  # noqa: E402
-from orchestrator.simulate.trace import format_trace, parse_trace  # noqa: E402
+from orchestrator.simulate.scenario import policy_settings  # noqa: E402
 
 BURST_H = 0.25  # runs of one fingerprint within this of the burst's first arrival
 
@@ -68,11 +67,7 @@ def main() -> None:
     ap.add_argument("--mip-seconds", type=float, default=30.0)
     args = ap.parse_args()
     settings = load_settings()
-    shape = parse_shape(args.owned, args.steady, None, 0.5, "0:1")
-    trace = parse_trace(format_trace(generate(args.days, args.seed, shape)), "generated",
-                        settings.gpu_speeds)
-    n = shape.owned
-    scenario = load_scenario(settings, [f"{shape.gpu}:{n}:{n * 10_000}"])
+    trace, scenario = family(args.owned, args.steady, args.seed, args.days, settings)
     s = policy_settings(settings, scenario)
     jobs = build_jobs(trace, scenario.offers, s)
     sim = Simulation(trace=trace, jobs=jobs, offers=scenario.offers, settings=s, seed=args.seed)
@@ -121,7 +116,7 @@ def main() -> None:
     steady = [sj.job.index for sj in jobs if sj.kind != "exploratory"]
     parts["steady work"] = sum(orch_cost[i] - mip_cost[i] for i in steady)
     total_orch, total_mip = sum(orch_cost), float(mip_cost.sum())
-    print(f"trace: {shape.owned}x {shape.gpu}, steady x{args.steady:g}, seed {args.seed}, "
+    print(f"trace: {args.owned} owned, steady x{args.steady:g}, seed {args.seed}, "
           f"{args.days} days, {len(jobs)} jobs")
     print(f"orch power + cloud {total_orch:,.2f} USD; the MIP's whole-job point {total_mip:,.2f} "
           f"USD; difference {total_orch - total_mip:,.2f} USD")

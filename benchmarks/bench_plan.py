@@ -20,7 +20,7 @@ import time
 from _common import load_avg, log, print_table
 
 from orchestrator.decision import OfferIndex, PastRun, classify, decide
-from orchestrator.decision.cost import HoursEstimator, onprem_offer
+from orchestrator.decision.pricing import HoursEstimator, onprem_offer
 from orchestrator.settings import OwnedGpus, Settings
 from orchestrator.spec import load_spec_text
 

@@ -293,7 +293,7 @@ def _median(values: list) -> Optional[float]:
 
 
 def print_fixed(runs: list[dict], args) -> None:
-    from orchestrator.run_metrics import PHASES
+    from orchestrator.service.run_metrics import PHASES
 
     rows = [[KINDS[k], *[fmt(r[k]["wall"], ".2f") for r in runs],
              fmt(_median([r[k]["wall"] for r in runs]), ".2f")] for k in KINDS]

@@ -24,7 +24,7 @@ def resolve_callable(target: str) -> Callable:
 
 class EntrypointError(Exception):
     """The job's own `module:function` could not be had on a worker: said once, as orch
-    says it before a run (orchestrator/checks.py), not as a traceback."""
+    says it before a run (orchestrator/spec/checks.py), not as a traceback."""
 
 
 def imported(target: str) -> Callable:

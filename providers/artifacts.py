@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Optional
 
-from orchestrator.errors import BackendError, InputError, NotFound
+from orchestrator.base.errors import BackendError, InputError, NotFound
 
 # (bytes done so far, bytes in all, the key being fetched)
 Progress = Callable[[int, int, str], None]

@@ -13,7 +13,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Optional
 
-from orchestrator.redact import looks_secret
+from orchestrator.base.redact import looks_secret
 
 if TYPE_CHECKING:
     from orchestrator.settings import Settings

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import jobs
-from orchestrator.decision.ledger import update_ledger
-from orchestrator.errors import BackendError
+from orchestrator.base.errors import BackendError
+from orchestrator.decision.cloud_bill import update_ledger
 from providers.base import Backend, BackendState, HasLaunchInfo, Launch
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def build_task(launch: Launch):
         raise BackendError(f"{launch.job_id}: no cloud offer to launch on")
     runner = str(Path(jobs.__file__).parent)
     mounts = {f"{RUNNER_DIR}/jobs": runner, **launch.file_mounts}
-    from orchestrator.redact import looks_secret
+    from orchestrator.base.redact import looks_secret
 
     # Credential-like envs travel as SkyPilot secrets, which SkyPilot keeps out of its records.
     envs = {k: v for k, v in launch.env.items() if not looks_secret(k)}

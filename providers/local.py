@@ -84,7 +84,7 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
             return super().capacity()
         import os
 
-        from providers.local_offer import detect_gpus
+        from orchestrator.offers.local import detect_gpus
         from providers.ray_cluster import ClusterSnapshot
 
         cpus = float(self.ray.cpus or os.cpu_count() or 1)

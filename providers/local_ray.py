@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from jobs.hosted import host_alive as _host_alive
 from jobs.hosted import pid_file
-from orchestrator.errors import BackendError
+from orchestrator.base.errors import BackendError
 
 # Ray puts unix sockets at <temp>/session_<date>_<pid>/sockets/plasma_store (~70 chars
 # below <temp>), and a socket path must stay under 108 bytes.

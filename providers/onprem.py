@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Union
 
 import jobs
-from orchestrator.errors import BackendError
+from orchestrator.base.errors import BackendError
 from providers.ray_cluster import ClusterSnapshot, get_json, snapshot
 from providers.ray_jobs import RayJobsProvider
 

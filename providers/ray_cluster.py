@@ -13,7 +13,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from orchestrator.errors import BackendError
+from orchestrator.base.errors import BackendError
 
 _ACTIVE = ("PENDING", "RUNNING")
 

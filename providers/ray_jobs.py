@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from jobs import secret_env
-from orchestrator.errors import BackendError
+from orchestrator.base.errors import BackendError
 from providers.base import Backend, BackendState, HasCapacity, Launch
 
 if TYPE_CHECKING:

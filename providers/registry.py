@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Optional
 
-from orchestrator.errors import InputError
+from orchestrator.base.errors import InputError
 from providers.base import Backend
 from providers.cloud import CloudProvider
 from providers.local import LocalProvider, local_ray

@@ -19,7 +19,7 @@ pytest_plugins = ["pytester"]  # tests/unit/test_scheduling.py runs pytest on it
 ROOT = Path(__file__).resolve().parent.parent
 ORCH = str(Path(sys.executable).with_name("orch"))
 
-# The user's cache folder (what orch keeps of SkyPilot, orchestrator/skycache.py): one for each
+# The user's cache folder (what orch keeps of SkyPilot, orchestrator/base/skycache.py): one for each
 # pytest process, shared by the processes it starts, removed at its end. Made in pytest's
 # configure step, not at import: the helper processes that import this module (Ray's
 # workers, tests/writer_process.py) left one behind each.
@@ -144,9 +144,9 @@ def orch_home():
 # In these files, tests that check the SQLite file itself are marked sqlite_only, and serve
 # tests whose subject is not the store store_incidental: both run on SQLite only.
 BOTH_STORES = (
-    "tests/unit/test_store.py", "tests/unit/test_store_pg.py", "tests/unit/test_service.py",
-    "tests/unit/test_serve_unit.py", "tests/unit/test_many_writers.py",
-    "tests/unit/test_secrets.py", "tests/unit/test_schedule_cli.py", "tests/unit/test_records.py",
+    "tests/unit/store/test_store.py", "tests/unit/store/test_store_pg.py", "tests/unit/service/test_service.py",
+    "tests/unit/server/test_serve_unit.py", "tests/unit/offers/test_many_writers.py",
+    "tests/unit/base/test_secrets.py", "tests/unit/cli/test_schedule_cli.py", "tests/unit/server/test_records.py",
     "tests/integration/test_serve.py", "tests/integration/test_serve_queue.py",
     "tests/integration/test_crash_safety.py",
 )

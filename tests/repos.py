@@ -26,8 +26,8 @@ def committed_repo(path: Path, files: dict[str, str]) -> Path:
 
 
 def packed(folder: Path, max_bytes: int) -> bytes:
-    """`folder` as the client sends it (orchestrator.upload.pack): the archive's bytes."""
-    from orchestrator.upload import pack
+    """`folder` as the client sends it (orchestrator.service.upload.pack): the archive's bytes."""
+    from orchestrator.service.upload import pack
 
     archive = pack(folder, max_bytes)
     try:

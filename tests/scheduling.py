@@ -44,7 +44,7 @@ UNITS = {
     "tests/integration/test_onprem.py": "two-node-cluster",
     "tests/integration/test_secrets_travel.py::test_on_prem_jobs_see_their_secrets_and_nothing_keeps_them": "two-node-cluster",
     # Its last test reads what the file's fuzz tests recorded in this process.
-    "tests/unit/test_api_fuzz.py": "api-fuzz",
+    "tests/unit/server/test_api_fuzz.py": "api-fuzz",
 }
 # The order the shared Rays' units are handed out in: SHARED's, the longest first.
 ORDER = tuple(SHARED.values())

@@ -1,5 +1,5 @@
 """One of several processes writing one store at once: plans, submits and follows N cloud
-jobs (the cloud behind the replaying fake). Run by tests/unit/test_many_writers.py."""
+jobs (the cloud behind the replaying fake). Run by tests/unit/offers/test_many_writers.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import providers.cloud  # noqa: E402
-from orchestrator import planning  # noqa: E402
-from orchestrator.fingerprint import fingerprint  # noqa: E402
-from orchestrator.service import Orch  # noqa: E402
+from orchestrator.service import planning  # noqa: E402
+from orchestrator.service.fingerprint import fingerprint  # noqa: E402
+from orchestrator.service.orch import Orch  # noqa: E402
 from orchestrator.settings import Settings  # noqa: E402
 from orchestrator.spec import load_spec_text  # noqa: E402
 from providers.cloud import CloudProvider  # noqa: E402

@@ -30,9 +30,9 @@ def main() -> None:
 
     from rich.markup import escape
 
+    from orchestrator.base.errors import OrchError
     from orchestrator.cli import commands  # noqa: F401  (registers the commands)
     from orchestrator.cli.render import err
-    from orchestrator.errors import OrchError
 
     exit_, abort, click_error = _click_errors()
     try:

@@ -57,7 +57,7 @@ def advise(
 
 
 def _bad(flag: str, value: str, hint: str) -> None:
-    from orchestrator.errors import InputError
+    from orchestrator.base.errors import InputError
 
     raise InputError(f"{flag} {value}: not a valid value", hint)
 
@@ -112,7 +112,7 @@ def _local_gpus(records: list[JobRow]) -> int:
     """This workstation's GPUs, asked of nvidia-smi only when a job ever ran here."""
     if not any(r.target == "local" for r in records):
         return 0
-    from providers.local_offer import detect_gpus
+    from orchestrator.offers.local import detect_gpus
 
     return sum(detect_gpus().values())
 
@@ -121,8 +121,8 @@ def _offers(settings) -> tuple[list, Optional[str]]:
     """Cloud offers from the price catalogs, and why there are none when there are none."""
     if not settings.clouds:
         return [], "no clouds are configured"
-    from orchestrator.errors import BackendError
-    from providers.catalog import cloud_offers
+    from orchestrator.base.errors import BackendError
+    from orchestrator.offers.catalog import cloud_offers
 
     try:
         return cloud_offers(settings.clouds, settings.catalog_dir), None
@@ -160,7 +160,7 @@ def _render_owned(u, money) -> None:
 
 
 def render(a, settings_file: str) -> None:
-    from orchestrator.decision.cost import fmt_money
+    from orchestrator.decision.pricing import fmt_money
 
     money = lambda usd: fmt_money(usd, a.currency, a.currency_rate)  # noqa: E731
     m = a.months

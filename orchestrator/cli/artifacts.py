@@ -28,7 +28,7 @@ def artifacts(
                                "run's folder, e.g. one checkpoint_... folder"),
 ) -> None:
     """List the checkpoints and files a job saved, and download them."""
-    from orchestrator.service import Orch
+    from orchestrator.service.orch import Orch
 
     local_only("artifacts", "this machine's store and checkpoint storage")
     from orchestrator.settings import load_settings

@@ -15,8 +15,8 @@ cluster_app = typer.Typer(no_args_is_help=True, help="The on-prem Ray cluster (O
 @cluster_app.command("status")
 def status(json_out: bool = typer.Option(False, "--json", help="JSON on stdout")) -> None:
     """Nodes, GPUs (model, count, free), running and queued jobs, owned cost per hour."""
-    from orchestrator.decision.cost import fmt_money, onprem_offer
-    from orchestrator.errors import InputError
+    from orchestrator.base.errors import InputError
+    from orchestrator.decision.pricing import fmt_money, onprem_offer
     from orchestrator.settings import load_settings
     from providers.onprem import OnPremProvider
 

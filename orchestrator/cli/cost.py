@@ -23,10 +23,10 @@ def cost(
     """What each job cost where it ran (cloud launches and recoveries, owned hardware's
     amortized purchase and power), what was paid out for it (cloud rental, owned hardware's
     power), and what the best option it passed over would have cost."""
-    from orchestrator import ledger
+    from orchestrator.base.errors import InputError
     from orchestrator.client import connect
-    from orchestrator.decision.cost import fmt_money
-    from orchestrator.errors import InputError
+    from orchestrator.decision import job_ledger as ledger
+    from orchestrator.decision.pricing import fmt_money
 
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot {plot}: orch draws PNG files", "give a file name ending in .png")
@@ -39,7 +39,7 @@ def cost(
     if csv_file is not None:
         csv_file.write_text(ledger.to_csv(entries))
     if plot is not None:
-        from orchestrator.plots import plot_spend
+        from orchestrator.cli.plots import plot_spend
 
         plot_spend(ledger.daily_by_target(entries), plot, currency=cur, rate=rate)
     if json_out:

@@ -18,13 +18,13 @@ def doctor(
                                       "every readable job, API token and schedule into a new one"),
 ) -> None:
     """Check everything orch depends on; exit 1 when anything is a problem."""
-    from orchestrator import doctor as doc
+    from orchestrator.service import doctor as doc
     from orchestrator.settings import load_settings
 
     settings = load_settings()
     local_only("doctor", "this machine (its store, Ray, SkyPilot and S3 access)")
     if repair_store and settings.database_url is not None:
-        from orchestrator.errors import InputError
+        from orchestrator.base.errors import InputError
         from orchestrator.store import store_location
 
         raise InputError(f"--repair-store mends a SQLite store; this one is PostgreSQL at "

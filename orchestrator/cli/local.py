@@ -11,7 +11,7 @@ local_app = typer.Typer(no_args_is_help=True, help="Manage the local Ray instanc
 
 def _ray():
     local_only("local", "this machine's Ray instance")
-    from orchestrator.service import Orch
+    from orchestrator.service.orch import Orch
     from orchestrator.settings import load_settings
 
     return Orch(load_settings()).local_ray()

@@ -70,9 +70,9 @@ def _emit(kind: str, spec, settings, plan: dict) -> None:
     """The SkyPilot task for the cloud offers of this plan (the `--json` shape), chosen one first."""
     import yaml
 
-    from orchestrator.errors import InputError
-    from orchestrator.service import Orch
+    from orchestrator.base.errors import InputError
     from orchestrator.service.git_workdir import pin
+    from orchestrator.service.orch import Orch
     from providers.cloud import task_yaml
 
     if kind != "sky":
@@ -96,7 +96,7 @@ def _emit(kind: str, spec, settings, plan: dict) -> None:
 
 def render(d: dict, name: str, limit: int | None = 40) -> None:
     """The plan's table and reasons, from its `--json` shape (money already in its currency)."""
-    from orchestrator.decision.cost import fmt_money
+    from orchestrator.decision.pricing import fmt_money
 
     cur = (d.get("estimate") or {}).get("currency") or "USD"
     money = lambda v: fmt_money(v, cur)  # noqa: E731

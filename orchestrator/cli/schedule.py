@@ -24,7 +24,7 @@ def _client():
 
 def _id(sched_id: str) -> str:
     if not sched_id.strip():
-        from orchestrator.errors import InputError
+        from orchestrator.base.errors import InputError
 
         raise InputError("no schedule id given", "`orch schedule list` shows the schedules with their ids")
     return sched_id.strip()

@@ -25,7 +25,7 @@ def serve(
     import socket
     import time
 
-    from orchestrator.errors import InputError, OrchError
+    from orchestrator.base.errors import InputError, OrchError
     from orchestrator.settings import load_settings
     from orchestrator.store import open_store, store_location
 

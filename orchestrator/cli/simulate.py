@@ -52,7 +52,7 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
                                                    "write per-job speeds from a compute-bound "
                                                    "share drawn in LO:HI per fingerprint")) -> None:
     """Replay a trace: the team's cash, waits by kind, deadline misses and on-prem use per policy."""
-    from orchestrator.errors import InputError
+    from orchestrator.base.errors import InputError
 
     if generate is not None:
         if trace is not None:
@@ -66,7 +66,7 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
     if trace is None:
         raise InputError("give a TRACE file to simulate",
                          "`orch simulate --generate trace.csv` writes a 90-day example")
-    from orchestrator.plots import check_png_path
+    from orchestrator.cli.plots import check_png_path
     from orchestrator.settings import load_settings
     from orchestrator.simulate.run import simulate as run
     from orchestrator.simulate.scenario import load_scenario
@@ -83,7 +83,7 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
                  mip_seconds=mip_seconds, progress=lambda msg: err.print(f"[dim]{escape(msg)}[/]"))
     result["wall_s"] = round(time.perf_counter() - started, 2)
     if plot is not None:
-        from orchestrator.plots import plot_policies
+        from orchestrator.cli.plots import plot_policies
 
         plot_policies(result, plot)
         err.print(f"wrote {escape(str(plot))}")
@@ -94,7 +94,7 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
 
 
 def _generate(path: Path, days: int, seed: int, shape) -> None:
-    from orchestrator.errors import InputError
+    from orchestrator.base.errors import InputError
     from orchestrator.simulate.generate import generate
     from orchestrator.simulate.trace import format_trace
 
@@ -107,7 +107,7 @@ def _generate(path: Path, days: int, seed: int, shape) -> None:
 
 
 def _money(usd, result) -> str:
-    from orchestrator.decision.cost import fmt_money
+    from orchestrator.decision.pricing import fmt_money
 
     return fmt_money(usd, result["currency"], result["currency_rate"])
 

@@ -23,7 +23,7 @@ def _store():
 def create(name: str = typer.Argument(..., help="who the token is for; it owns the jobs it submits"),
            admin: bool = typer.Option(False, "--admin", help="may cancel anyone's jobs")) -> None:
     """Make a token and print it, once: the store keeps only its hash."""
-    from orchestrator.errors import InputError
+    from orchestrator.base.errors import InputError
     from orchestrator.server.auth import check_name, new_token
 
     problem = check_name(name)

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
-from orchestrator.client.cost import cost_report, parse_since
+from orchestrator.base.errors import BackendError, NotFound
 from orchestrator.client.protocol import Client, Note, note
 from orchestrator.client.remote import MiB, Remote
-from orchestrator.errors import BackendError, NotFound
+from orchestrator.service.cost_report import cost_report, parse_since
 from orchestrator.store import TERMINAL, public_schedule, store_exists
 
 # A follower looks at a job 4 times a second for this long after it starts following it,
@@ -50,7 +50,7 @@ class Local:
 
     def __init__(self, settings, on_ray_start: Optional[Callable[[], None]] = None, orch=None,
                  on_note: Note = None):
-        from orchestrator.service import Orch
+        from orchestrator.service.orch import Orch
 
         self.settings = settings
         self.orch = orch or Orch(settings, on_ray_start=on_ray_start)
@@ -90,7 +90,7 @@ class Local:
     def plan_spec(self, spec, owner: Optional[str] = None) -> dict:
         """The plan a submit by `owner` would make (None: this machine's user, whose runs
         are all the store has)."""
-        from orchestrator import planning
+        from orchestrator.service import planning
 
         # What a submit would refuse before recording, a plan refuses too.
         fp, dirty = self.orch.prepared(spec)

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
+from orchestrator.base.errors import BackendError, InputError, NotFound, OrchError
 from orchestrator.client.protocol import Note, note
-from orchestrator.errors import BackendError, InputError, NotFound, OrchError
 
 if TYPE_CHECKING:
     from orchestrator.spec import Overrides
@@ -110,7 +110,7 @@ class Remote:
         """POST `body` with the job's workdir as {"upload": digest}, sent first unless the
         server has the same files. The server removes uploads nobody used for a while, so
         one it had a moment ago may be gone by the POST: then it is sent again, once."""
-        from orchestrator import upload as up
+        from orchestrator.service import upload as up
 
         where = self._workdir(spec)
         if where is None:
@@ -136,7 +136,7 @@ class Remote:
     def _workdir(self, spec) -> Optional[Path]:
         """The job's workdir on this machine, to send; None for no workdir, for a path only
         the server has, or with upload_max_mb 0."""
-        from orchestrator import upload as up
+        from orchestrator.service import upload as up
 
         if self.upload_max_bytes == 0:
             return None
@@ -149,7 +149,7 @@ class Remote:
 
     def _offer(self, packed, where) -> None:
         """Send the packed workdir unless the server has the same files already."""
-        from orchestrator import upload as up
+        from orchestrator.service import upload as up
 
         what = f"{packed.files} files, {up.human(packed.content)}"
         try:

@@ -6,11 +6,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from orchestrator.decision.cost import fmt_money
 from orchestrator.decision.gpus import canonical_gpu, relative_speed
+from orchestrator.decision.job_ledger import entry as ledger_entry
 from orchestrator.decision.models import Offer
+from orchestrator.decision.pricing import fmt_money
 from orchestrator.decision.utilization import OwnedUse, owned_use
-from orchestrator.ledger import entry as ledger_entry
 from orchestrator.records import JobRow
 
 DAYS_PER_MONTH = 30.44
@@ -246,7 +246,7 @@ def advise(records: Sequence[JobRow], settings, offers: Sequence[Offer], now: fl
            catalog_problem: Optional[str] = None, local_gpus: int = 0) -> Advice:
     """Buy-vs-rent advice from the job history (`Store.list()` records), the settings
     (candidates, owned GPUs, electricity price, speeds) and the cloud offers.
-    `cost_entry(rec, now)` prices a job (`orchestrator.ledger.entry`, what `orch cost`
+    `cost_entry(rec, now)` prices a job (`orchestrator.decision.job_ledger.entry`, what `orch cost`
     shows); `catalog_problem` says why `offers` is empty, when the caller knows;
     `local_gpus`: the GPUs this workstation has, for what its use really costs."""
     what_if = what_if or WhatIf()

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
-from orchestrator.decision.cost import owned_hourly
 from orchestrator.decision.gpus import SPEED, canonical_gpu
 from orchestrator.decision.matching import Needs, misfit
 from orchestrator.decision.models import Capacity, Offer
+from orchestrator.decision.pricing import owned_hourly
 
 if TYPE_CHECKING:  # placement imports this module: no pydantic for an annotation
     from orchestrator.records import JobRow

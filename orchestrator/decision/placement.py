@@ -15,7 +15,6 @@ from typing import Iterable, Optional, Sequence, Union
 
 from orchestrator.decision import explain as ex
 from orchestrator.decision.cluster_offers import unread_offers
-from orchestrator.decision.cost import HoursEstimator, fmt_money, job_cost
 from orchestrator.decision.demand import job_demand
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.matching import Needs, OfferIndex, candidates, misfit
@@ -29,6 +28,7 @@ from orchestrator.decision.models import (
     Reservation,
     share_price,
 )
+from orchestrator.decision.pricing import HoursEstimator, fmt_money, job_cost
 
 __all__ = ["Needs", "OfferIndex", "decide"]
 

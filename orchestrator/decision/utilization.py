@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from orchestrator.decision.cost import HOURS_PER_YEAR, fmt_money, owned_hourly
 from orchestrator.decision.gpus import canonical_gpu
+from orchestrator.decision.pricing import HOURS_PER_YEAR, fmt_money, owned_hourly
 
 DIFFERS = 1.5  # real against assumed cost beyond this factor, either way, earns a sentence
 

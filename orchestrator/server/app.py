@@ -20,15 +20,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from orchestrator.errors import BackendError, InputError, NotFound, OrchError, StoreError
+from orchestrator.base.errors import BackendError, InputError, NotFound, OrchError, StoreError
 from orchestrator.records import CancelledJob, JobDetail, JobRecord, SubmittedJob
 from orchestrator.server import auth, guard, intake
 from orchestrator.server.auth import Forbidden, Unauthorized
 from orchestrator.server.git_gate import Busy, GitGate
 from orchestrator.server.intake import MAX_SPEC, JobIn, PlanIn, Registered
 from orchestrator.server.scheduler import Scheduler
+from orchestrator.service.upload import DIGEST_PATTERN, MiB, TooLarge
 from orchestrator.store import TERMINAL, public_schedule
-from orchestrator.upload import DIGEST_PATTERN, MiB, TooLarge
 
 _STATUS = ((Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (TooLarge, 413), (Busy, 429), (InputError, 400),
            (BackendError, 502), (StoreError, 503))
@@ -266,7 +266,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
         The same bytes again are not unpacked again ("existing": true)."""
         from starlette.requests import ClientDisconnect
 
-        from orchestrator.upload import Receiver
+        from orchestrator.service.upload import Receiver
 
         limit = settings.upload_max_mb * MiB
         if limit == 0:
@@ -290,7 +290,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
     @app.get("/v1/uploads/{digest}")
     def uploaded(digest: str = Path(..., pattern=DIGEST_PATTERN), who: auth.Caller = Depends(caller)):
         """Whether the caller sent this server the upload `digest` (need not send it again)."""
-        from orchestrator.upload import has
+        from orchestrator.service.upload import has
 
         if not has(settings.home, digest, who.name, who.admin):
             raise NotFound(f"upload {digest[:16]}... is not on this server", "send it: POST /v1/uploads")

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Optional
 
-from orchestrator.errors import OrchError
+from orchestrator.base.errors import OrchError
 
 PREFIX = "orch_"  # tells a reader (or a secret scanner) what the string is
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}$")

@@ -17,8 +17,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
-from orchestrator.errors import InputError, SpecError
-from orchestrator.inputs import clip
+from orchestrator.base.errors import InputError, SpecError
+from orchestrator.base.inputs import clip
 
 # A source SkyPilot fetches itself (s3://, gs://, r2://, https://...): it reads a URL with a
 # host as a cloud store (sky/data/data_utils.py, is_cloud_store_url), anything else as a path

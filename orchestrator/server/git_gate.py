@@ -10,7 +10,7 @@ import asyncio
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from orchestrator.errors import OrchError
+from orchestrator.base.errors import OrchError
 from orchestrator.service import git_workdir
 
 ADMITTED_PER_THREAD = 2  # commands the gate holds per thread, running or waiting for one

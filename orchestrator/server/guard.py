@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, MutableMapping, Optional
 
-from orchestrator.errors import OrchError
+from orchestrator.base.errors import OrchError
 from orchestrator.server import auth
 
 Scope = MutableMapping[str, Any]
@@ -42,7 +42,7 @@ class Limit:
 
 def json_limit(max_bytes: int) -> Limit:
     """The limit of a JSON body (a job file, its envs and secrets)."""
-    from orchestrator.upload import TooLarge, human
+    from orchestrator.service.upload import TooLarge, human
 
     def refuse(size: Optional[int]) -> OrchError:
         return TooLarge(f"the request body is {human(size) if size else 'over the limit'}; "
@@ -56,7 +56,7 @@ def install(app: Any, settings: Any, identify: Callable[[Optional[str]], auth.Ca
             json_max: int) -> None:
     """Put a BodyGuard in front of the FastAPI `app`: an upload's body up to upload_max_mb
     (with the upload's own refusal), any other up to `json_max` bytes."""
-    from orchestrator.upload import MiB, too_large
+    from orchestrator.service.upload import MiB, too_large
 
     uploads = settings.upload_max_mb * MiB
 

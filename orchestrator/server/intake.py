@@ -8,11 +8,11 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.errors import InputError
+from orchestrator.base.errors import InputError
 from orchestrator.records import SubmittedJob
 from orchestrator.server import auth
 from orchestrator.server.scheduler import queue_info
-from orchestrator.upload import DIGEST_PATTERN
+from orchestrator.service.upload import DIGEST_PATTERN
 
 MAX_SPEC = 1 << 20  # the job file limit orch applies everywhere
 
@@ -60,7 +60,7 @@ def job_file(settings, body, who: Optional[auth.Caller] = None):
     client_policy.check(spec, body, who.name if who else None, settings)  # no server path, no server env
     if body.upload is None:
         return body.spec, spec
-    from orchestrator.upload import with_upload
+    from orchestrator.service.upload import with_upload
 
     text = with_upload(body.spec, spec, settings.home, body.upload,
                        who.name if who else "", bool(who and who.admin))

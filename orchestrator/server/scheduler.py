@@ -11,7 +11,7 @@ job. Each tick opens its own `Orch` (SQLite connections belong to one thread) an
    priority first, then oldest first; the others stay queued, saying what they wait for
    (`orchestrator.decision.queue` decides, and says why strict order per target);
 4. at most every 10 minutes, removes the uploaded workdirs no schedule and no unfinished
-   job needs and none used them for `upload_keep_hours` (`orchestrator.upload_gc`).
+   job needs and none used them for `upload_keep_hours` (`orchestrator.service.upload_gc`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
-from orchestrator.errors import BackendError, OrchError
+from orchestrator.base.errors import BackendError, OrchError
 from orchestrator.records import JobRow
 from orchestrator.server import cron
 from orchestrator.server.client_policy import check_launch
@@ -36,14 +36,14 @@ UPLOAD_GC_EVERY_S = 600.0
 
 def launcher_id() -> str:
     """This process, as a launcher that another server can tell is alive or not."""
-    from orchestrator.service import submitter
+    from orchestrator.service.processes import submitter
 
     me = submitter()
     return f"{me['host']}/{me['pid']}/{me['started']}"
 
 
 def launcher_alive(text: str) -> bool:
-    from orchestrator.service import alive
+    from orchestrator.service.processes import alive
 
     host, _, rest = text.partition("/")
     pid, _, started = rest.partition("/")
@@ -75,7 +75,7 @@ class Scheduler:
     def session(self) -> Iterator:
         """An embedded client for this thread, closed after use."""
         from orchestrator.client import Local
-        from orchestrator.service import Orch
+        from orchestrator.service.orch import Orch
 
         orch = Orch(self.settings, held=self.held, on_ray_start=lambda: log.info(
             "starting the local Ray instance (it outlives the server; `orch local down` stops it)"))
@@ -289,7 +289,7 @@ class Scheduler:
     def collect_uploads(self, local, force: bool = False) -> list[str]:
         """Remove unneeded uploads, once per UPLOAD_GC_EVERY_S (the first tick included);
         the names removed. Real time, not the scheduler's clock: folder times are real."""
-        from orchestrator.upload_gc import collect
+        from orchestrator.service.upload_gc import collect
 
         mono = time.monotonic()
         if not force and self._uploads_checked is not None and \

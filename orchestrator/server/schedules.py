@@ -19,7 +19,7 @@ from orchestrator.store import TERMINAL, iso, public_schedule
 
 def literal_secrets(spec) -> list[str]:
     """The job file keys that hold a secret value a schedule would have to store."""
-    from orchestrator.redact import looks_secret
+    from orchestrator.base.redact import looks_secret
 
     return ([f"envs.{k}" for k, v in spec.envs.items() if v is not None and looks_secret(k)]
             + [f"secrets.{k}" for k, v in spec.secrets.items() if v is not None])
@@ -43,9 +43,9 @@ def register(local, spec, text: str, file: Optional[str], owner: Optional[str],
              priority: int = 0, now: Optional[float] = None) -> dict:
     """Check a cron job as a submit would, refuse stored secrets, and record its schedule;
     its first slot is the first one after `now` (the scheduler's clock)."""
-    from orchestrator import redact
-    from orchestrator.checks import check_runnable
-    from orchestrator.fingerprint import fingerprint
+    from orchestrator.base import redact
+    from orchestrator.service.fingerprint import fingerprint
+    from orchestrator.spec.checks import check_runnable
 
     expr = spec.schedule.cron
     if not cron.valid(expr):
@@ -119,7 +119,7 @@ def summary(local, settings, limit: int = 50) -> dict:
     """Jobs with state, target, cost and verdict; the queue (each job's place overall and
     in its target's line, and what the scheduler last said it waits for); the month's
     spend against monthly_budget; the schedules. Money in settings.currency."""
-    from orchestrator import ledger
+    from orchestrator.decision import job_ledger as ledger
 
     rate, now = settings.currency_rate, time.time()
     store = local.orch.store

@@ -17,7 +17,7 @@ class Budgets(OrchCore):
         """(USD, what) the job may still spend: its budget.max_cost, or what is left of
         the monthly budget after every other job this month, whichever is smaller; both
         counted as settings.budget_basis says (cash by default)."""
-        from orchestrator.decision.cost import fmt_money
+        from orchestrator.decision.pricing import fmt_money
 
         rate, cur = self.settings.currency_rate, self.settings.currency
         spent = "spent in cash" if self.settings.budget_basis == "cash" else "spent (full cost)"
@@ -34,7 +34,7 @@ class Budgets(OrchCore):
         return min(limits) if limits else None
 
     def _month_spend(self, exclude: Optional[str] = None) -> float:
-        from orchestrator import ledger
+        from orchestrator.decision import job_ledger as ledger
 
         if not store_exists(self.settings):
             return 0.0
@@ -46,7 +46,7 @@ class Budgets(OrchCore):
     def run_budget(self, spec: JobSpec, decision: Optional[dict], job_id: str) -> Optional[dict]:
         """What the runner needs to stop itself at its budget, after a checkpoint: its
         price per hour on the budget's basis (owned hardware's power alone for cash)."""
-        from orchestrator import ledger
+        from orchestrator.decision import job_ledger as ledger
 
         choice = (decision or {}).get("choice") or {}
         limit = self.budget_limit(spec.budget.model_dump(), job_id)
@@ -69,7 +69,7 @@ class Budgets(OrchCore):
         its next checkpoint once over (the runner watches the same figures); orch stops it
         outright only past a grace for that checkpoint: 10% of the limit or 5 minutes of its
         price, whichever is more. Any other job is stopped at the limit."""
-        from orchestrator import ledger
+        from orchestrator.decision import job_ledger as ledger
 
         limit = self.budget_limit(rec.spec.get("budget") or {}, rec.id)
         if limit is None or rec.cancel_requested:
@@ -82,7 +82,7 @@ class Budgets(OrchCore):
             grace = max(0.10 * limit[0], price * 5 / 60)
         if spent < limit[0] + grace:
             return rec
-        from orchestrator.decision.cost import fmt_money
+        from orchestrator.decision.pricing import fmt_money
 
         msg = (f"stopped by orch: {limit[1]} reached ({fmt_money(spent, self.settings.currency, self.settings.currency_rate)} "
                f"spent); raise the budget to let it run longer")

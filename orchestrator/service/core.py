@@ -7,7 +7,7 @@ import functools
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
-from orchestrator.errors import BackendError
+from orchestrator.base.errors import BackendError
 from orchestrator.records import JobRow
 from orchestrator.settings import Settings
 from orchestrator.store import Store, open_store

@@ -10,14 +10,14 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrator import redact
+from orchestrator.base import redact
+from orchestrator.base.errors import BackendError, OrchError
 from orchestrator.decision import reconcile
-from orchestrator.errors import BackendError, OrchError
 from orchestrator.records import JobRow, with_info
-from orchestrator.run_metrics import add_scaling, from_log, phases
 from orchestrator.service.budgets import Budgets
 from orchestrator.service.git_workdir import checkout_folder
 from orchestrator.service.processes import alive
+from orchestrator.service.run_metrics import add_scaling, from_log, phases
 from orchestrator.store import TERMINAL
 from providers.base import KeepsLogs
 
@@ -121,7 +121,7 @@ class Following(Budgets):
         rec = self.store.set_status(rec.id, status, message, metrics=metrics,
                                     log_path=str(log_path) if text else rec.log_path)
         self._secrets.pop(rec.id, None)  # the job's text is all kept, redacted, by now
-        from orchestrator import ledger
+        from orchestrator.decision import job_ledger as ledger
 
         # The ledger line, kept with the job: what it cost and what it passed over.
         return self.store.update(rec.id, info=with_info(rec, cost=ledger.entry(rec)))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 from urllib.parse import urlsplit
 
-from orchestrator.errors import InputError
+from orchestrator.base.errors import InputError
 from orchestrator.service import git_run
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")

@@ -91,10 +91,10 @@ class LaunchBuilder(Budgets):
                       workdir=str(workdir) if workdir else None, metadata=metadata)
 
     def resume_point(self, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:
-        """The run `checkpoint.resume_from` continues (see orchestrator.resume); `before` is
+        """The run `checkpoint.resume_from` continues (see orchestrator.service.resume); `before` is
         the job being launched: neither it nor a later job is a candidate. `submit` calls
         it before recording anything."""
-        from orchestrator.resume import resume_point
+        from orchestrator.service.resume import resume_point
 
         return resume_point(spec, self._earlier_jobs(before) if spec.checkpoint.resume_from else [])
 

@@ -10,7 +10,7 @@ import os
 import socket
 from typing import Optional
 
-from orchestrator.errors import BackendError, InputError, OrchError
+from orchestrator.base.errors import BackendError, InputError, OrchError
 from orchestrator.records import JobRow
 from orchestrator.service.following import Following
 from orchestrator.service.respec import spec_from_record

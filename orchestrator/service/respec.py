@@ -3,7 +3,7 @@ pipeline's later stage): from the stored, redacted form, which holds no secret v
 
 from __future__ import annotations
 
-from orchestrator.errors import InputError
+from orchestrator.base.errors import InputError
 from orchestrator.records import JobRow
 
 
@@ -12,7 +12,7 @@ def spec_from_record(rec: JobRow):
     environment of the process that launches it when the job said so (`info.env_secrets`:
     `secrets: {NAME: null}`); InputError for one whose value was given only to the process
     that submitted it."""
-    from orchestrator.redact import REDACTED
+    from orchestrator.base.redact import REDACTED
     from orchestrator.spec import JobSpec, SourceMap
 
     data = dict(rec.spec)

@@ -8,16 +8,16 @@ from pathlib import Path
 from secrets import token_hex
 from typing import NamedTuple, Optional
 
-from orchestrator import failpoints, redact
-from orchestrator import fingerprint as fingerprint_module
-from orchestrator.check_memo import CheckMemo, memo_path
-from orchestrator.checks import check_runnable
-from orchestrator.errors import BackendError, InputError
+from orchestrator.base import failpoints, redact
+from orchestrator.base.errors import BackendError, InputError
 from orchestrator.records import JobRow, with_info
+from orchestrator.service import fingerprint as fingerprint_module
 from orchestrator.service import git_workdir
 from orchestrator.service.launch_spec import LaunchBuilder
 from orchestrator.service.processes import alive, submitter
 from orchestrator.spec import JobSpec
+from orchestrator.spec.check_memo import CheckMemo, memo_path
+from orchestrator.spec.checks import check_runnable
 from orchestrator.store import TERMINAL, new_job_id
 from providers.base import HasLaunchInfo
 
@@ -46,7 +46,7 @@ class Submitting(LaunchBuilder):
     def place(self, spec: JobSpec, fp: str, dirty: bool, owner: Optional[str] = None) -> dict:
         """Where the job runs and why: the decision `orch plan` shows (planning.plan); its
         hours learn `owner`'s bias (how their runs compare with their estimates)."""
-        from orchestrator import planning
+        from orchestrator.service import planning
 
         decision, notes = planning.plan(spec, self.settings, fingerprint=fp, code_dirty=dirty,
                                         owner=owner)

@@ -14,8 +14,8 @@ import tomllib
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from orchestrator.errors import InputError
-from orchestrator.inputs import NotRegularFile, clip, read_regular
+from orchestrator.base.errors import InputError
+from orchestrator.base.inputs import NotRegularFile, clip, read_regular
 from orchestrator.settings.model import Settings
 
 DEFAULT_CONFIG = "~/.config/orch/config.toml"

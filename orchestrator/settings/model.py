@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from orchestrator.inputs import clip, storage_problem
+from orchestrator.base.inputs import clip, storage_problem
 from orchestrator.settings.hardware import BuyCandidate, LocalMachine, OwnedGpus
 
 
@@ -287,7 +287,7 @@ class Settings(BaseSettings):
         # Explicit arguments (the TOML file's contents, or a test's) rank below the env.
         return (env_settings, init_settings)
 
-    # Used by placement (orchestrator/decision, providers/catalog.py).
+    # Used by placement (orchestrator/decision, orchestrator/offers/catalog.py).
     catalog_dir: Optional[Path] = Field(None, description="SkyPilot price catalogs (<cloud>/vms.csv); "
                                                           "default SkyPilot's own ~/.sky/catalogs/v8")
     gpu_speeds: dict[str, float] = Field(default_factory=dict,

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from orchestrator.decision.cost import job_cost
+from orchestrator.decision.pricing import job_cost
 from orchestrator.simulate.jobs import owned_cost
 
 if TYPE_CHECKING:

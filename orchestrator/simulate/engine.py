@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, cast
 
 from orchestrator.decision.capacity import Running, estimate_start
-from orchestrator.decision.cost import job_cost
 from orchestrator.decision.estimates import TeamRatios, learn_ratios
 from orchestrator.decision.models import Capacity, Offer, PastRun, Reservation
 from orchestrator.decision.placement import OfferIndex
+from orchestrator.decision.pricing import job_cost
 from orchestrator.simulate.jobs import REF_THROUGHPUT, Ask, SimJob, believed_hours, owned_cost, true_hours
 from orchestrator.simulate.trace import Trace
 

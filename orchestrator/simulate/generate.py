@@ -155,7 +155,7 @@ def _beliefs(jobs: list[TraceJob], seed: int, shape: Shape) -> list[TraceJob]:
 
 
 def _pair(flag: str, text: str, kind, lo: float, hi: float) -> tuple:
-    from orchestrator.errors import InputError
+    from orchestrator.base.errors import InputError
 
     a, sep, b = text.partition(":")
     try:
@@ -170,8 +170,8 @@ def _pair(flag: str, text: str, kind, lo: float, hi: float) -> tuple:
 def parse_shape(owned: Optional[str] = None, steady: float = 1.0, burst: Optional[str] = None,
                 noise: Optional[float] = None, compute: Optional[str] = None) -> Shape:
     """A Shape from `orch simulate --generate`'s flags; a bad one is an InputError."""
+    from orchestrator.base.errors import InputError
     from orchestrator.decision.gpus import canonical_gpu
-    from orchestrator.errors import InputError
 
     shape = Shape()
     if owned is not None:

@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
 
 from orchestrator.decision.classify import classify
-from orchestrator.decision.cost import job_cost
 from orchestrator.decision.gpus import SPEED, canonical_gpu, relative_speed
 from orchestrator.decision.models import Classification, Offer, PastRun
+from orchestrator.decision.pricing import job_cost
 from orchestrator.simulate.trace import TraceJob
 
 SIM_STORAGE = "s3://simulated/checkpoints"

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from orchestrator.decision.classify import classify
-from orchestrator.decision.cost import HoursEstimator, job_cost
 from orchestrator.decision.gpus import relative_speed
 from orchestrator.decision.models import Offer
 from orchestrator.decision.placement import decide
+from orchestrator.decision.pricing import HoursEstimator, job_cost
 from orchestrator.simulate.engine import Choice, View
 from orchestrator.simulate.jobs import Ask, believed_speeds
 

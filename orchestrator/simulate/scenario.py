@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from orchestrator.decision.cost import fmt_money, onprem_offer
+from orchestrator.base.errors import InputError
 from orchestrator.decision.models import Offer
-from orchestrator.errors import InputError
+from orchestrator.decision.pricing import fmt_money, onprem_offer
 
 EXAMPLE_CATALOG = Path(__file__).resolve().parents[2] / "examples" / "catalog"
 DEFAULT_CLOUDS = ("lambda", "runpod", "aws")
@@ -94,7 +94,7 @@ def load_scenario(settings, onprem: Sequence[str] = (), clouds: Optional[str] = 
         if o.gpu is None:
             raise InputError(f"owned pool {inv.gpu}: the simulator places GPU jobs; give a GPU model")
     if cloud_offers is None:
-        from providers.catalog import cloud_offers
+        from orchestrator.offers.catalog import cloud_offers
     offers = list(cloud_offers(list(names), Path(cat) if cat else None)) if names else []
     offers += owned_offers
     return Scenario(owned=owned, clouds=names, catalog_dir=Path(cat) if cat else None,

@@ -32,8 +32,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
+from orchestrator.base.errors import InputError
 from orchestrator.decision.gpus import canonical_gpu, relative_speed
-from orchestrator.errors import InputError
 
 REQUIRED = ("arrival", "name", "fingerprint", "gpu_hours", "gpu", "gpus", "deadline_h", "checkpoints")
 COLUMNS = REQUIRED + ("kind",)

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.inputs import clip
+from orchestrator.base.inputs import clip
 
 Target = Literal["local", "onprem", "cloud"]
 TARGETS: tuple[Target, ...] = ("local", "onprem", "cloud")

@@ -6,7 +6,7 @@ import re
 import time
 from typing import Any, Optional
 
-from orchestrator.inputs import clip
+from orchestrator.base.inputs import clip
 
 _FIELD_RE = re.compile(r"^[\d*/,\-A-Za-z?#]+$")
 _FIELDS = (("minute", "0-59"), ("hour", "0-23"), ("day", "1-31"),

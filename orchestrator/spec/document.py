@@ -7,8 +7,8 @@ from typing import Any, Optional
 
 import yaml
 
-from orchestrator.errors import SpecError
-from orchestrator.inputs import clip
+from orchestrator.base.errors import SpecError
+from orchestrator.base.inputs import clip
 
 # Limits that keep a hostile or broken job file from eating memory or the stack: a real
 # job file is a few KiB, a few levels deep, with a few hundred values.

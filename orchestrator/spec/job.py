@@ -11,8 +11,8 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import ConfigDict, Field, PositiveInt, PrivateAttr, field_validator, model_validator
 
-from orchestrator.errors import SpecError
-from orchestrator.inputs import clip
+from orchestrator.base.errors import SpecError
+from orchestrator.base.inputs import clip
 from orchestrator.spec.base import Strict, plain
 from orchestrator.spec.document import SourceMap
 from orchestrator.spec.resources import CLOUD_ONLY, Resources

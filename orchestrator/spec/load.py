@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Optional
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.errors import SpecError
-from orchestrator.inputs import NotRegularFile, clip, read_regular
+from orchestrator.base.errors import SpecError
+from orchestrator.base.inputs import NotRegularFile, clip, read_regular
 from orchestrator.spec import sky_schema
 from orchestrator.spec.document import MAX_BYTES, SourceMap, read_document, too_big
 from orchestrator.spec.job import ORCH_KEYS, JobSpec

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-from orchestrator.errors import InputError
+from orchestrator.base.errors import InputError
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -11,8 +11,8 @@ from typing import Optional, Union
 
 import yaml
 
-from orchestrator.errors import SpecError
-from orchestrator.inputs import clip
+from orchestrator.base.errors import SpecError
+from orchestrator.base.inputs import clip
 from orchestrator.spec.document import MAX_BYTES, MAX_DEPTH, read_document, too_big
 from orchestrator.spec.job import JobSpec
 from orchestrator.spec.load import default_name, load_spec_text, read_job_file

@@ -16,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from orchestrator.inputs import clip
+from orchestrator.base.inputs import clip
 from orchestrator.spec.base import Strict
 
 _ACCEL_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_.+-]*)\s*(?::\s*([0-9]*\.?[0-9]+))?\s*$")

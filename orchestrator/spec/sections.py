@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BeforeValidator, Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from orchestrator.inputs import clip, storage_problem
+from orchestrator.base.inputs import clip, storage_problem
 from orchestrator.spec.base import TARGETS, Strict, Target, plain
 from orchestrator.spec.cron import cron_problem
 

@@ -2,7 +2,7 @@
 resources schema, `sky.utils.schemas`), as `sky launch` checks a task file.
 
 Importing SkyPilot costs about 3 s, so its two schemas are kept in the user's cache folder
-(orchestrator/skycache.py): the first job file read under a SkyPilot version pays that
+(orchestrator/base/skycache.py): the first job file read under a SkyPilot version pays that
 once, every later one reads the file (a few milliseconds).
 """
 
@@ -13,8 +13,8 @@ import functools
 import re
 from typing import Any, Iterable, Optional
 
-from orchestrator import skycache
-from orchestrator.errors import SpecError
+from orchestrator.base import skycache
+from orchestrator.base.errors import SpecError
 from orchestrator.spec.document import SourceMap
 
 

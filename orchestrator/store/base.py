@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Protocol
 
-from orchestrator.errors import NotFound
+from orchestrator.base.errors import NotFound
 from orchestrator.records import iso  # noqa: F401  (re-exported: the store shows times so)
 
 DOCTOR_HINT = ("`orch doctor` shows what is wrong; `orch doctor --repair-store` moves the file "

@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any, Optional
 
-from orchestrator.errors import NotFound
+from orchestrator.base.errors import NotFound
 from orchestrator.records import JobInfo, JobRow
 from orchestrator.store.base import Row, StoreBase, iso
 

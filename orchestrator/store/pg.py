@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 import psycopg
 from psycopg.rows import dict_row
 
-from orchestrator.errors import StoreError
+from orchestrator.base.errors import StoreError
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Callable, Mapping, Optional, Sequence, Union
 
-from orchestrator.errors import StoreError
+from orchestrator.base.errors import StoreError
 from orchestrator.store.base import DOCTOR_HINT, Connection, transaction
 
 SCHEMA_VERSION = 2

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, NoReturn, Optional
 
-from orchestrator.errors import StoreError
+from orchestrator.base.errors import StoreError
 from orchestrator.store.base import DOCTOR_HINT
 
 # SQLite's primary result codes that mean the file, not the query, is the problem.

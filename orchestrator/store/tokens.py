@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from orchestrator.errors import InputError, NotFound
+from orchestrator.base.errors import InputError, NotFound
 from orchestrator.store.base import Row, StoreBase, iso
 
 

@@ -38,7 +38,7 @@ def answer(fn, seconds: dict, name: str) -> dict:
 
 def main(out: Path, home: Path) -> None:
     import providers.cloud as cloud
-    from orchestrator.service import Orch
+    from orchestrator.service.orch import Orch
     from orchestrator.settings import Settings
     from orchestrator.spec import load_spec_text
     from providers.base import Launch

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from orchestrator.failpoints import SUBMIT_STEPS
+from orchestrator.base.failpoints import SUBMIT_STEPS
 from providers.local_ray import LocalRay
 from tests.conftest import list_in_process, run_json, run_orch
 from tests.integration.test_local_jobs import wait_for

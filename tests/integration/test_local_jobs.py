@@ -13,7 +13,7 @@ import pytest
 from jobs import events
 from jobs.precision import pick
 from orchestrator.cli.follow import when
-from orchestrator.run_metrics import PHASES
+from orchestrator.service.run_metrics import PHASES
 from providers.local_ray import processes_matching
 from tests.conftest import ORCH, ROOT, orch_env, run_json, run_orch, status_in_process
 from tests.integration.conftest import local_ray_dir, train_processes

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from jobs import events
-from orchestrator.service import Orch
+from orchestrator.service.orch import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
 from providers.cloud import CloudProvider

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from orchestrator.upload import MiB, human
+from orchestrator.service.upload import MiB, human
 from tests.conftest import short_tmp
 from tests.integration.test_serve import Server, _serve_home, _token
 from tests.repos import packed

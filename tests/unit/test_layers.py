@@ -11,22 +11,18 @@ REPO = Path(__file__).resolve().parents[2]
 # Each layer: the modules (dotted prefixes) it holds. The longest matching prefix wins.
 LAYERS: dict[str, tuple[str, ...]] = {
     "runner": ("jobs",),
-    "base": ("orchestrator.errors", "orchestrator.failpoints", "orchestrator.inputs",
-             "orchestrator.redact", "orchestrator.skycache"),
-    "config": ("orchestrator.spec", "orchestrator.settings", "orchestrator.checks",
-               "orchestrator.check_memo"),
-    "decision": ("orchestrator.decision", "orchestrator.ledger"),
+    "base": ("orchestrator.base",),
+    "config": ("orchestrator.spec", "orchestrator.settings"),
+    "decision": ("orchestrator.decision",),
     "records": ("orchestrator.records",),
     "store": ("orchestrator.store",),
-    "offers": ("providers.catalog", "providers.local_offer"),
+    "offers": ("orchestrator.offers",),
     "backends": ("providers",),
-    "service": ("orchestrator.service", "orchestrator.planning", "orchestrator.fingerprint",
-                "orchestrator.resume", "orchestrator.run_metrics", "orchestrator.doctor",
-                "orchestrator.upload", "orchestrator.upload_gc"),
+    "service": ("orchestrator.service",),
     "client": ("orchestrator.client",),
     "server": ("orchestrator.server",),
     "simulate": ("orchestrator.simulate",),
-    "cli": ("orchestrator.cli", "orchestrator.__main__", "orchestrator.plots"),
+    "cli": ("orchestrator.cli", "orchestrator.__main__"),
     "package": ("orchestrator",),
 }
 

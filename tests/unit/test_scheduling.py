@@ -22,13 +22,13 @@ def test_a_files_tests_share_its_unit_unless_one_is_named_alone():
     travel = "tests/integration/test_secrets_travel.py::"
     assert scheduling.unit_of(travel + "test_local_jobs_see_their_secrets_and_nothing_keeps_them") == "local-ray"
     assert scheduling.unit_of(travel + "test_on_prem_jobs_see_their_secrets_and_nothing_keeps_them") == "two-node-cluster"
-    assert scheduling.unit_of("tests/unit/test_api_fuzz.py::test_no_operation[GET /v1/jobs]") == "api-fuzz"
-    assert scheduling.unit_of("tests/unit/test_store.py::test_x") is None
+    assert scheduling.unit_of("tests/unit/server/test_api_fuzz.py::test_no_operation[GET /v1/jobs]") == "api-fuzz"
+    assert scheduling.unit_of("tests/unit/store/test_store.py::test_x") is None
 
 
 def test_a_shared_ray_test_missing_from_its_unit_is_a_usage_error_naming_it():
     scheduling.check([item("tests/integration/test_onprem.py::test_a", "cluster"),
-                      item("tests/unit/test_store.py::test_b", "tmp_path", integration=False)])
+                      item("tests/unit/store/test_store.py::test_b", "tmp_path", integration=False)])
     with pytest.raises(pytest.UsageError, match="test_new.py::test_c: uses local-ray, listed under nothing"):
         scheduling.check([item("tests/integration/test_new.py::test_c", "ray_home")])
     with pytest.raises(pytest.UsageError, match="uses no shared Ray, listed under two-node-cluster"):
@@ -38,7 +38,7 @@ def test_a_shared_ray_test_missing_from_its_unit_is_a_usage_error_naming_it():
 
 
 def test_under_xdist_the_shared_rays_come_first_and_the_unit_tests_last():
-    items = [item("tests/unit/test_store.py::test_a", integration=False),
+    items = [item("tests/unit/store/test_store.py::test_a", integration=False),
              item("tests/integration/test_multinode.py::test_b"),
              item("tests/integration/test_onprem.py::test_c", "cluster"),
              item("tests/integration/test_local_jobs.py::test_d", "ray_home")]
@@ -109,7 +109,7 @@ def test_store_both_runs_the_store_backed_tests_on_each_store_and_the_rest_on_sq
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return {line for line in proc.stdout.splitlines() if "::" in line}
 
-    store, other = "tests/unit/test_store.py", "tests/unit/test_scheduling.py"
+    store, other = "tests/unit/store/test_store.py", "tests/unit/test_scheduling.py"
     both = collected("--store", "both", store, other)
     on_pg = {i for i in both if i.endswith("[postgresql]")}
     assert on_pg and {i.replace("[postgresql]", "[sqlite]") for i in on_pg} <= both

@@ -1,0 +1,227 @@
+"""A job's public record: the one shape `orch status --json`, the REST API and the status page show.
+
+The store keeps more about a job than it shows: its `info` holds what orch's own parts need
+(who submitted it and whether that process lives, which server launches it, the digests
+that redact its secrets from a log). `JobRecord.from_row` is the only way from a store row
+to what a user or a token holder sees; it names each public field, so anything new in
+`info` stays private until it is added here (and `INTERNAL_INFO` says what is kept back).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional, TypeVar, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# What `info` holds for orch alone, and why it is not shown.
+INTERNAL_INFO = {
+    "submitter": "the submitting process (pid, host, start time): only to tell whether it lives",
+    "launcher": "the orch serve process that took a queued job for launching",
+    "env_secrets": "which secrets the server's environment supplies (restored on a restart)",
+    "secret_salt": "with the digests below: recognizes secret values in a log",
+    "secret_hmacs": "HMAC-SHA256 digests of the secret values (redact.py)",
+    "secret_lengths": "the lengths of those values: where a log is searched for them",
+    "secret_digests": "salted SHA-256 digests of the secret values, from older orch versions",
+    "offers": "the cloud ledger's price list (the decision's alternatives show the offers)",
+    "budget_stop": "why orch stopped the job; the job's message says it",
+    "launched_at": "when its backend took it (orch's clock): one end of its phases",
+    "event_key": "the key its runner signs its result and verdict with (jobs/events.py): "
+                 "shown, it would let the job's own code forge them",
+}
+
+
+def iso(ts: Optional[float]) -> Optional[str]:
+    """Epoch seconds as ISO 8601 UTC, as every record shows a time."""
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+class _Public(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+R = TypeVar("R", bound="JobRecord")  # from_row's answer: the class it is called on
+
+
+class RunInfo(_Public):
+    """What a job's launch and its backend recorded; None where nothing was."""
+    queued: bool = Field(default=False, description="waiting in orch serve's queue, not launched yet")
+    upload: Optional[str] = Field(default=None, description="the uploaded workdir it runs from")
+    schedule: Optional[str] = Field(default=None, description="the cron schedule that queued it")
+    slot: Optional[str] = Field(default=None, description="the schedule's slot (UTC) it runs for")
+    pipeline: Optional[str] = Field(default=None, description="the pipeline it is a stage of")
+    stage: Optional[int] = Field(default=None, description="its place in the pipeline, from 1")
+    stages: Optional[int] = Field(default=None, description="how many stages the pipeline has")
+    after: Optional[str] = Field(default=None, description="the stage (job id) that must "
+                                 "succeed before it starts")
+    entrypoint: Optional[str] = Field(default=None, description="the command its backend runs")
+    storage_path: Optional[str] = Field(default=None, description="where its checkpoints go")
+    run_name: Optional[str] = Field(default=None, description="its run's folder under storage_path")
+    backend_start: Optional[float] = Field(default=None, description="start by the backend's clock (epoch s)")
+    backend_end: Optional[float] = Field(default=None, description="end by the backend's clock (epoch s)")
+    sky_request_id: Optional[str] = Field(default=None, description="SkyPilot's launch request")
+    sky_status: Optional[str] = Field(default=None, description="SkyPilot's managed-job status")
+    sky_job_id: Optional[Union[int, str]] = Field(default=None, description="SkyPilot's managed-job id")
+    infra: Optional[str] = Field(default=None, description="where SkyPilot runs it (cloud/region)")
+    ledger: Optional[dict[str, Any]] = Field(default=None, description="a cloud job's launches and "
+                                             "billed hours (orchestrator.decision.cloud_bill)")
+    cost: Optional[dict[str, Any]] = Field(default=None, description="its `orch cost` line, kept when "
+                                           "it ended (orchestrator.decision.job_ledger.entry)")
+
+
+class JobInfo(RunInfo):
+    """All a job's `info` holds, public (RunInfo) and private (INTERNAL_INFO): the one
+    definition of its keys. `JobRow.info` holds a store row's; `with_info(rec, ...)` is
+    the dict a store update writes. A key an other orch version wrote is kept as it is."""
+    model_config = ConfigDict(extra="allow")
+    submitter: Optional[dict[str, Any]] = None
+    launcher: Optional[str] = None
+    env_secrets: list[str] = Field(default_factory=list)
+    secret_salt: str = ""
+    secret_hmacs: list[str] = Field(default_factory=list)
+    secret_lengths: list[int] = Field(default_factory=list)
+    secret_digests: list[str] = Field(default_factory=list)
+    offers: list[Any] = Field(default_factory=list)
+    budget_stop: Optional[str] = None
+    launched_at: Optional[float] = None
+    event_key: str = ""  # "": recorded before keys, its log's events read as they were
+
+
+class JobRow(BaseModel):
+    """A job as the store keeps it: every column, the JSON ones as Python values, its
+    `info` typed. What the service, the server and the decision core read; a user sees
+    `JobRecord.from_row(row)` of it."""
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    name: str
+    status: str
+    kind: Optional[str] = None
+    target: Optional[str] = None
+    fingerprint: Optional[str] = None
+    spec: dict[str, Any] = Field(default_factory=dict)
+    source_file: Optional[str] = None
+    decision: Optional[dict[str, Any]] = None
+    backend_id: Optional[str] = None
+    address: Optional[str] = None
+    log_path: Optional[str] = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    info: JobInfo = Field(default_factory=JobInfo)
+    message: Optional[str] = None
+    cancel_requested: bool = False
+    idempotency_key: Optional[str] = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    started_at: Optional[float] = None
+    finished_at: Optional[float] = None
+    owner: Optional[str] = None
+    priority: int = 0
+
+    @property
+    def placed_on(self) -> str:
+        """Its target. Every job orch records has one; a row without is not orch's."""
+        if not self.target:
+            from orchestrator.base.errors import StoreError
+
+            raise StoreError(f"job {self.id} has no target in the store",
+                             "`orch doctor` checks the store")
+        return self.target
+
+    @property
+    def choice(self) -> dict[str, Any]:
+        """The offer its decision chose ({} when it has none)."""
+        return (self.decision or {}).get("choice") or {}
+
+
+def with_info(rec: JobRow, drop: tuple[str, ...] = (), **changes: Any) -> dict:
+    """The row's `info` with `changes` made (checked against JobInfo) and `drop` removed,
+    as a dict for `store.update(..., info=...)`: what was never set stays unwritten."""
+    current = rec.info.model_dump(mode="json", exclude_unset=True)
+    merged = {k: v for k, v in {**current, **changes}.items() if k not in drop}
+    JobInfo.model_validate(merged)  # a wrong type fails here, before it is stored
+    return merged
+
+
+class CloudCost(_Public):
+    """What a cloud job's launches and recoveries really cost."""
+    usd: float
+    billed_hours: float
+    recoveries: int
+    launches: list[dict[str, Any]]
+
+
+class JobRecord(_Public):
+    """A job as `orch status --json` and `GET /v1/jobs` show it. Times are ISO 8601 UTC."""
+    id: str
+    name: str
+    status: str = Field(description="PENDING, RUNNING, SUCCEEDED, FAILED or CANCELLED")
+    kind: Optional[str] = Field(default=None, description="exploratory or steady")
+    target: Optional[str] = Field(default=None, description="local, onprem or cloud")
+    created_at: Optional[str] = None
+    started_at: Optional[str] = None
+    finished_at: Optional[str] = None
+    message: Optional[str] = None
+    metrics: dict[str, Any] = Field(default_factory=dict, description="what the run reported")
+    fingerprint: Optional[str] = None
+    backend_id: Optional[str] = None
+    log_path: Optional[str] = None
+    source_file: Optional[str] = None
+    run: RunInfo = Field(default_factory=RunInfo)
+    decision: Optional[dict[str, Any]] = Field(default=None, description="the plan it was placed by "
+                                               "(the `orch plan --json` shape)")
+    owner: Optional[str] = Field(default=None, description="the token name that submitted it")
+    priority: int = 0
+    cost: Optional[CloudCost] = Field(default=None, description="a cloud job's real cost; None elsewhere")
+
+    @classmethod
+    def from_row(cls: type[R], rec: JobRow, **extra: Any) -> R:
+        """The public record of a store row (`Store.get` and friends); `extra`: the fields a
+        subclass adds (history, warning, ...)."""
+        ledger = rec.info.ledger
+        cost = None
+        if ledger:
+            cost = CloudCost(usd=ledger["cost_usd"], billed_hours=ledger["billed_hours"],
+                             recoveries=ledger["recoveries"], launches=ledger["launches"])
+        public = rec.info.model_dump(include=set(RunInfo.model_fields), exclude_unset=True)
+        return cls(
+            id=rec.id, name=rec.name, status=rec.status, kind=rec.kind, target=rec.target,
+            created_at=iso(rec.created_at), started_at=iso(rec.started_at),
+            finished_at=iso(rec.finished_at), message=rec.message, metrics=rec.metrics,
+            fingerprint=rec.fingerprint, backend_id=rec.backend_id, log_path=rec.log_path,
+            source_file=rec.source_file, run=RunInfo(**public), decision=rec.decision,
+            owner=rec.owner, priority=rec.priority, cost=cost, **extra)
+
+    def to_json(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+class Event(_Public):
+    """One change of a job's state, or news in the same state."""
+    at: str
+    status: str
+    message: Optional[str] = None
+
+
+class JobDetail(JobRecord):
+    """One job (`orch status ID --json`, `GET /v1/jobs/{id}`): the record and its history."""
+    history: list[Event]
+    warning: Optional[str] = Field(default=None, description="why the record may be stale (its "
+                                   "backend did not answer)")
+
+    @classmethod
+    def from_history(cls, rec: JobRow, history: list[dict],
+                     warning: Optional[str] = None) -> JobDetail:
+        return cls.from_row(rec, history=[Event(at=h["at"], status=h["status"],
+                                                message=h["message"]) for h in history],
+                            warning=warning)
+
+
+class SubmittedJob(JobRecord):
+    """The answer to a submit: the record, and whether its idempotency key was seen before."""
+    existing: bool = False
+
+
+class CancelledJob(JobRecord):
+    """The answer to a cancel: the record, and whether it had ended before."""
+    already_ended: bool = False

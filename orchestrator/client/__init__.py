@@ -57,9 +57,7 @@ class Local:
         self.on_note = on_note
 
     def close(self) -> None:
-        store = self.orch.__dict__.get("store")  # opened only if it was used
-        if store is not None:
-            store.close()
+        self.orch.close()  # its store, if it was used
 
     def submit(self, file: Path, key: Optional[str] = None, priority: int = 0,
                given: Optional[Overrides] = None) -> dict:
@@ -90,13 +88,8 @@ class Local:
     def plan_spec(self, spec, owner: Optional[str] = None) -> dict:
         """The plan a submit by `owner` would make (None: this machine's user, whose runs
         are all the store has)."""
-        from orchestrator.service import planning
-
         # What a submit would refuse before recording, a plan refuses too.
-        fp, dirty = self.orch.prepared(spec)
-        decision, notes = planning.plan(spec, self.settings, fingerprint=fp, code_dirty=dirty,
-                                        owner=owner)
-        return {**planning.as_record(decision, notes), "fingerprint": fp}
+        return self.orch.plan(spec, owner).shown()
 
     def jobs(self, limit: int = 50) -> list[dict]:
         from orchestrator.records import JobRecord

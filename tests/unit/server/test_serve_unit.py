@@ -196,10 +196,10 @@ class FakeProvider:
 
 @pytest.fixture
 def fake(monkeypatch):
-    from orchestrator.service.orch import Orch
+    from orchestrator.service.core import Core
 
     provider = FakeProvider()
-    monkeypatch.setattr(Orch, "provider", lambda self, target: provider)
+    monkeypatch.setattr(Core, "provider", lambda self, target: provider)
     return provider
 
 

@@ -28,8 +28,8 @@ class Orch:
     """orch on this machine's store and backends: plan, submit, follow, cancel and price jobs."""
 
     def __init__(self, settings: Settings, on_ray_start: Optional[Callable[[], None]] = None,
-                 held: Optional[dict[str, dict]] = None, core: Optional[Core] = None):
-        self.core = core or Core(settings, on_ray_start=on_ray_start, held=held)
+                 held: Optional[dict[str, dict]] = None):
+        self.core = Core(settings, on_ray_start=on_ray_start, held=held)
 
     @property
     def settings(self) -> Settings:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import os
 import socket
@@ -36,15 +35,9 @@ import traceback
 from typing import Any, Optional
 
 from jobs import events, secret_env
+from jobs.controller import LIGHT_ENV, SETUP_HOOK_VAR
 from jobs.hosted import pid_file
 from jobs.request import BadRequest, RunRequest
-
-# Ray's worker setup hook: a process started with this variable imports the module and
-# calls the function before it takes work.
-_SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
-# The synchronization actor's env_vars over the controller's: its warm process runs
-# `preload_light` instead of `preload`.
-_LIGHT_ENV = {_SETUP_HOOK_VAR: "jobs.host.preload_light"}
 
 
 def preload() -> None:
@@ -74,29 +67,7 @@ def preload_light() -> None:
 
 def sync_actor_env(env: dict) -> dict:
     """The synchronization actor's env_vars: the controller's, with the light setup hook."""
-    return {**env, **_LIGHT_ENV}
-
-
-def _sync_actor_in_a_light_process() -> None:
-    """In a run's controller: its worker group starts the synchronization actor with the
-    light setup hook, so that it takes the warm process `WarmPool` keeps for it. A Ray Train
-    without that module attribute keeps its own way (its sync actor then takes a full one)."""
-    from ray.train.v2._internal.execution.worker_group import worker_group
-
-    base = getattr(worker_group, "SynchronizationActor", None)
-    if base is None or isinstance(base, _LightSyncActor):
-        return
-    worker_group.SynchronizationActor = _LightSyncActor(base)
-
-
-class _LightSyncActor:
-    """Ray Train's SynchronizationActor, its `.options()` with the light hook added."""
-
-    def __init__(self, base: Any):
-        self._base = base
-
-    def options(self, **kwargs: Any) -> Any:
-        return self._base.options(runtime_env={"env_vars": dict(_LIGHT_ENV)}, **kwargs)
+    return {**env, **LIGHT_ENV}
 
 
 def controller_env() -> dict:
@@ -113,23 +84,7 @@ def controller_env() -> dict:
 
     return {**TRAIN_ENV, "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2",
             RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR: DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
-            _SETUP_HOOK_VAR: "jobs.host.preload"}
-
-
-@functools.cache
-def controller_class() -> type:
-    """Ray Train's controller, its output sent to the job's log first."""
-    from ray.train.v2._internal.execution.controller import TrainController as Base
-
-    class TrainController(Base):  # the same name: `ray::TrainController` in the process list
-        def __init__(self, log_path: str, *args: Any, **kwargs: Any):
-            from jobs.runner import to_log
-
-            to_log(log_path)
-            _sync_actor_in_a_light_process()
-            super().__init__(*args, **kwargs)
-
-    return TrainController
+            SETUP_HOOK_VAR: "jobs.host.preload"}
 
 
 def runtime_env_strings(env: dict) -> tuple[str, str]:

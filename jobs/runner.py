@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from jobs import events, secret_env
+from jobs.controller import to_log
 from jobs.events import KEY_VAR
 from jobs.request import ENV_VAR, BadRequest, Budget, RunRequest, WorkerOptions
 from jobs.targets import check_target, failure_text, imported
@@ -77,17 +78,6 @@ def _threads_as_ray_sets_them() -> None:
     cpus = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1) or 1)
     os.environ["OMP_NUM_THREADS"] = str(max(1, cpus))
     torch.set_num_threads(max(1, cpus))
-
-
-def to_log(path: str) -> None:
-    """Send this process's stdout and stderr to the job's log (a process of the runner host
-    that runs one job's part: its controller or a worker)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -211,7 +201,7 @@ def _trainer_class(base: type, hosted: Optional[Hosted] = None) -> type:
             # log, and its handle kept so that a cancel can abort the run.
             import ray
 
-            from jobs.host import controller_class
+            from jobs.controller import controller_class
 
             node = {ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()}
             controller: Any = ray.remote(

@@ -18,7 +18,7 @@ from typing import Any
 SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
 # The synchronization actor's env_vars over the controller's: its warm process runs
 # host.preload_light instead of host.preload.
-LIGHT_ENV = {SETUP_HOOK_VAR: "jobs.host.preload_light"}
+LIGHT_ENV = {SETUP_HOOK_VAR: f"{__package__}.host.preload_light"}
 
 
 def to_log(path: str) -> None:

@@ -17,7 +17,7 @@ and relays the log), so Ray's Jobs API keeps its state, log, exit code and cance
 controller and workers are fresh processes from the warm pool, the job's alone: they write
 to the job's log, take its environment from their config and run in its working_dir.
 
-Run by orch (`providers/local_ray.py`) as `python -m jobs.host --socket S --workers N
+Run by orch (`providers/local_ray.py`) as `python -m _orch_runner.host --socket S --workers N
 --address ADDR`; it listens on the unix socket S (mode 0600) once it is ready.
 """
 
@@ -34,10 +34,10 @@ import time
 import traceback
 from typing import Any, Optional
 
-from jobs import events, secret_env
-from jobs.controller import LIGHT_ENV, SETUP_HOOK_VAR
-from jobs.hosted import pid_file
-from jobs.request import BadRequest, RunRequest
+from . import events, secret_env
+from .controller import LIGHT_ENV, SETUP_HOOK_VAR
+from .hosted import pid_file
+from .request import BadRequest, RunRequest
 
 
 def preload() -> None:
@@ -51,9 +51,8 @@ def preload() -> None:
         import torch._dynamo  # noqa: F401
         from ray.train.v2._internal.execution.controller import TrainController  # noqa: F401
 
-        import jobs.builtin.image_classification  # noqa: F401
-        import jobs.context  # noqa: F401
-        import jobs.runner  # noqa: F401
+        from . import context, runner  # noqa: F401
+        from .builtin import image_classification  # noqa: F401
 
 
 def preload_light() -> None:
@@ -80,11 +79,11 @@ def controller_env() -> dict:
         RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
     )
 
-    from jobs.runner import TRAIN_ENV
+    from .runner import TRAIN_ENV
 
     return {**TRAIN_ENV, "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2",
             RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR: DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
-            SETUP_HOOK_VAR: "jobs.host.preload"}
+            SETUP_HOOK_VAR: f"{__package__}.host.preload"}
 
 
 def runtime_env_strings(env: dict) -> tuple[str, str]:
@@ -167,7 +166,7 @@ class Host:
             key: Optional[str] = None) -> int:
         """Run one job in this thread: its events go to its log, its state events signed
         with its event key `key` (its runner's alone: never in `env`, which its workers get)."""
-        from jobs.runner import Hosted, run
+        from .runner import Hosted, run
 
         done = threading.Event()
         cancelled = threading.Event()
@@ -254,7 +253,7 @@ def listen(path: str) -> socket.socket:
 
 
 def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.host")
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}.host")
     parser.add_argument("--socket", required=True)
     parser.add_argument("--workers", type=int, default=2, help="warm worker processes to keep")
     parser.add_argument("--address", required=True)

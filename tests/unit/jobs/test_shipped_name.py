@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from providers.runner_package import NAME, SOURCE, link_in, module
 from tests.conftest import ROOT
 
@@ -83,3 +85,16 @@ def test_the_local_ray_puts_the_runner_first_on_its_processes_path(tmp_path, mon
     env = LocalRay(tmp_path)._env()
     assert env["PYTHONPATH"] == f"{tmp_path / 'local' / 'runner'}{os.pathsep}/elsewhere"
     assert (tmp_path / "local" / "runner" / NAME).resolve() == SOURCE
+
+
+def test_a_local_ray_an_earlier_orch_started_is_refused_with_how_to_restart_it(tmp_path, monkeypatch):
+    from orchestrator.base.errors import BackendError
+    from providers.local_ray import LocalRay
+
+    ray = LocalRay(tmp_path)
+    # Running, its state without the runner's folder: its processes cannot import the runner.
+    monkeypatch.setattr(LocalRay, "status", lambda self: {"dashboard_url": "http://127.0.0.1:1"})
+    with pytest.raises(BackendError) as refused:
+        ray.up()
+    assert "earlier version of orch" in refused.value.message
+    assert "`orch local down`" in refused.value.hint

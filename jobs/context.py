@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from jobs import events
-from jobs.request import Budget, WorkerOptions
+from . import events
+from .request import Budget, WorkerOptions
 
 _CURRENT: Optional[WorkerContext] = None
 
@@ -117,7 +117,7 @@ class WorkerContext:
         were). Every worker ends with rank 0's choice. Returns the precision to train in."""
         import torch
 
-        from jobs import precision as prec
+        from . import precision as prec
 
         cuda_bf16 = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
         model = model.to(self.device)
@@ -263,7 +263,7 @@ def install(options: WorkerOptions) -> WorkerContext:
     cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
     precision = resolve_precision(options.precision, device.type, cuda_bf16, cpu_supports_bf16())
     cpus = cpus_for_worker(options, tc.get_local_world_size())
-    from jobs.profile import StepTimer
+    from .profile import StepTimer
 
     _CURRENT = WorkerContext(
         job_id=options.job_id or os.environ.get("ORCH_JOB_ID", ""),

@@ -17,7 +17,7 @@ and relays the log), so Ray's Jobs API keeps its state, log, exit code and cance
 controller and workers are fresh processes from the warm pool, the job's alone: they write
 to the job's log, take its environment from their config and run in its working_dir.
 
-Run by orch (`providers/local_ray.py`) as `python -m jobs.host --socket S --workers N
+Run by orch (`providers/local_ray.py`) as `python -m _orch_runner.host --socket S --workers N
 --address ADDR`; it listens on the unix socket S (mode 0600) once it is ready.
 """
 
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import os
 import socket
@@ -35,16 +34,10 @@ import time
 import traceback
 from typing import Any, Optional
 
-from jobs import events, secret_env
-from jobs.hosted import pid_file
-from jobs.request import BadRequest, RunRequest
-
-# Ray's worker setup hook: a process started with this variable imports the module and
-# calls the function before it takes work.
-_SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
-# The synchronization actor's env_vars over the controller's: its warm process runs
-# `preload_light` instead of `preload`.
-_LIGHT_ENV = {_SETUP_HOOK_VAR: "jobs.host.preload_light"}
+from . import events, secret_env
+from .controller import LIGHT_ENV, SETUP_HOOK_VAR
+from .hosted import pid_file
+from .request import BadRequest, RunRequest
 
 
 def preload() -> None:
@@ -58,9 +51,8 @@ def preload() -> None:
         import torch._dynamo  # noqa: F401
         from ray.train.v2._internal.execution.controller import TrainController  # noqa: F401
 
-        import jobs.builtin.image_classification  # noqa: F401
-        import jobs.context  # noqa: F401
-        import jobs.runner  # noqa: F401
+        from . import context, runner  # noqa: F401
+        from .builtin import image_classification  # noqa: F401
 
 
 def preload_light() -> None:
@@ -74,29 +66,7 @@ def preload_light() -> None:
 
 def sync_actor_env(env: dict) -> dict:
     """The synchronization actor's env_vars: the controller's, with the light setup hook."""
-    return {**env, **_LIGHT_ENV}
-
-
-def _sync_actor_in_a_light_process() -> None:
-    """In a run's controller: its worker group starts the synchronization actor with the
-    light setup hook, so that it takes the warm process `WarmPool` keeps for it. A Ray Train
-    without that module attribute keeps its own way (its sync actor then takes a full one)."""
-    from ray.train.v2._internal.execution.worker_group import worker_group
-
-    base = getattr(worker_group, "SynchronizationActor", None)
-    if base is None or isinstance(base, _LightSyncActor):
-        return
-    worker_group.SynchronizationActor = _LightSyncActor(base)
-
-
-class _LightSyncActor:
-    """Ray Train's SynchronizationActor, its `.options()` with the light hook added."""
-
-    def __init__(self, base: Any):
-        self._base = base
-
-    def options(self, **kwargs: Any) -> Any:
-        return self._base.options(runtime_env={"env_vars": dict(_LIGHT_ENV)}, **kwargs)
+    return {**env, **LIGHT_ENV}
 
 
 def controller_env() -> dict:
@@ -109,27 +79,11 @@ def controller_env() -> dict:
         RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
     )
 
-    from jobs.runner import TRAIN_ENV
+    from .runner import TRAIN_ENV
 
     return {**TRAIN_ENV, "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2",
             RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR: DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
-            _SETUP_HOOK_VAR: "jobs.host.preload"}
-
-
-@functools.cache
-def controller_class() -> type:
-    """Ray Train's controller, its output sent to the job's log first."""
-    from ray.train.v2._internal.execution.controller import TrainController as Base
-
-    class TrainController(Base):  # the same name: `ray::TrainController` in the process list
-        def __init__(self, log_path: str, *args: Any, **kwargs: Any):
-            from jobs.runner import to_log
-
-            to_log(log_path)
-            _sync_actor_in_a_light_process()
-            super().__init__(*args, **kwargs)
-
-    return TrainController
+            SETUP_HOOK_VAR: f"{__package__}.host.preload"}
 
 
 def runtime_env_strings(env: dict) -> tuple[str, str]:
@@ -212,7 +166,7 @@ class Host:
             key: Optional[str] = None) -> int:
         """Run one job in this thread: its events go to its log, its state events signed
         with its event key `key` (its runner's alone: never in `env`, which its workers get)."""
-        from jobs.runner import Hosted, run
+        from .runner import Hosted, run
 
         done = threading.Event()
         cancelled = threading.Event()
@@ -299,7 +253,7 @@ def listen(path: str) -> socket.socket:
 
 
 def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.host")
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}.host")
     parser.add_argument("--socket", required=True)
     parser.add_argument("--workers", type=int, default=2, help="warm worker processes to keep")
     parser.add_argument("--address", required=True)

@@ -1,7 +1,7 @@
 """The runner's side of a job that the target's runner host (jobs/host.py) runs.
 
 On a target with a runner host, orch sets ORCH_RUNNER_HOST to the host's socket. The
-runner (`python -m jobs.runner`, still one Ray job per orch job, so the Jobs API keeps
+runner (`python -m _orch_runner.runner`, still one Ray job per orch job, so the Jobs API keeps
 each job's state, log, exit code and cancel) then imports neither Ray nor torch: it hands
 the request, the job's environment and its working_dir to the host (and, apart from the
 environment, the job's event key, with which the host signs this run's state events),
@@ -23,8 +23,8 @@ import tempfile
 import time
 from typing import Optional
 
-from jobs import events, secret_env
-from jobs.request import RunRequest
+from . import events, secret_env
+from .request import RunRequest
 
 HOST_VAR = "ORCH_RUNNER_HOST"  # the host's unix socket, set by orch where the target has one
 PUBLIC_VAR = "ORCH_ENV_PUBLIC"  # the names of the job's public environment values

@@ -1,5 +1,5 @@
 """One Ray cluster across a SkyPilot task's nodes, then a command on its head:
-`python -m jobs.multinode -- COMMAND...` (orch's runner, for a multi-node `train:` job).
+`python -m _orch_runner.multinode -- COMMAND...` (orch's runner, for a multi-node `train:` job).
 
 SkyPilot runs a multi-node task's `run` on every node with SKYPILOT_NODE_RANK,
 SKYPILOT_NODE_IPS (one address a line, the head's first) and SKYPILOT_NUM_NODES set.
@@ -14,7 +14,7 @@ The environment may also set ORCH_RAY_PORT (the head's port, 6379), ORCH_RAY_STA
 (more `ray start` arguments for this node: ports, resources, a temp dir, for nodes that
 share one machine) and ORCH_RAY_JOIN_TIMEOUT_S (600). RAY_AUTH_TOKEN, when given (orch
 sends one per job as a SkyPilot secret), is the cluster's token on every node.
-Standard library only (and jobs.events), but for `ray` on the head while it counts the nodes.
+Standard library only (and events.py), but for `ray` on the head while it counts the nodes.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from jobs import events
+from . import events
 
 DEFAULT_PORT = 6379  # SkyPilot's own Ray on the node uses 6380
 EXIT_BAD_INPUT = 2
@@ -219,7 +219,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        print("usage: python -m jobs.multinode -- COMMAND [ARG...]", file=sys.stderr)
+        print(f"usage: python -m {__package__}.multinode -- COMMAND [ARG...]", file=sys.stderr)
         return EXIT_BAD_INPUT
     # SkyPilot cancels a run with SIGTERM: leave through the `finally` that stops Ray.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

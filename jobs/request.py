@@ -138,7 +138,7 @@ class WorkerOptions:
     pin_memory: Union[bool, str] = AUTO
     cpus_per_worker: Optional[int] = None
     budget: Optional[Budget] = None
-    env: Any = None  # jobs.secret_env.Hidden: the job's secret values, printed by name only
+    env: Any = None  # secret_env.Hidden: the job's secret values, printed by name only
     # In the runner host (jobs/host.py), whose processes outlive a job: the job's log, which
     # the worker writes to, and its working_dir on this node, where it runs.
     log_path: Optional[str] = None

@@ -1,10 +1,11 @@
-"""The Ray Train driver orch starts on the target: `python -m jobs.runner`.
+"""The Ray Train driver orch starts on the target: `python -m _orch_runner.runner` (this
+package under its shipped name, jobs/__init__.py).
 
 It reads its run request (jobs.request.RunRequest) from the ORCH_RUN variable, joins the
 target's Ray (RAY_ADDRESS is set by the Ray Jobs API), runs a TorchTrainer and prints
 events (see jobs/events.py) that orch reads from the log. The same runner runs on this
 workstation, on an on-prem cluster and on a cloud VM. On a Ray target the job's secret
-values reach it through jobs.secret_env, never its runtime env; it hands them to its
+values reach it through secret_env.py, never its runtime env; it hands them to its
 workers in their config. Among them is the job's event key, with which it signs its
 `result` and `verdict` events; the key goes to no worker and to nothing it starts.
 """
@@ -20,17 +21,18 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from jobs import events, secret_env
-from jobs.events import KEY_VAR
-from jobs.request import ENV_VAR, BadRequest, Budget, RunRequest, WorkerOptions
-from jobs.targets import check_target, failure_text, imported
+from . import events, secret_env
+from .controller import to_log
+from .events import KEY_VAR
+from .request import ENV_VAR, BadRequest, Budget, RunRequest, WorkerOptions
+from .targets import check_target, failure_text, imported, offer_public_name
 
 _OPTIONS_KEY = "__orch__"
 
 
 def worker_entry(config: dict) -> Any:
     """What each Ray Train worker runs: set up orch's context, then the real loop."""
-    from jobs import context
+    from . import context
 
     config = dict(config)
     options: WorkerOptions = config.pop(_OPTIONS_KEY)
@@ -47,6 +49,7 @@ def worker_entry(config: dict) -> Any:
         options = dataclasses.replace(options, env=None)
     if os.getcwd() not in sys.path:  # the job's workdir, where a user's entrypoint lives
         sys.path.insert(0, os.getcwd())
+    offer_public_name()  # `from jobs.context import current`, unless the job has its own `jobs`
     ctx = context.install(options)
     import ray
 
@@ -77,17 +80,6 @@ def _threads_as_ray_sets_them() -> None:
     cpus = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1) or 1)
     os.environ["OMP_NUM_THREADS"] = str(max(1, cpus))
     torch.set_num_threads(max(1, cpus))
-
-
-def to_log(path: str) -> None:
-    """Send this process's stdout and stderr to the job's log (a process of the runner host
-    that runs one job's part: its controller or a worker)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -211,7 +203,7 @@ def _trainer_class(base: type, hosted: Optional[Hosted] = None) -> type:
             # log, and its handle kept so that a cancel can abort the run.
             import ray
 
-            from jobs.host import controller_class
+            from .controller import controller_class
 
             node = {ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()}
             controller: Any = ray.remote(
@@ -278,7 +270,7 @@ def _fit(req: RunRequest, options: WorkerOptions, hosted: Optional[Hosted], star
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from jobs.storage import display_path, storage_args
+    from .storage import display_path, storage_args
 
     use_gpu = _use_gpu(req.use_gpu, req.num_workers)
     config = dict(req.config)
@@ -320,7 +312,7 @@ def _fit(req: RunRequest, options: WorkerOptions, hosted: Optional[Hosted], star
 
 def _prune(checkpoint, keep: int) -> None:
     """Leave `keep` checkpoints in the run's folder; a failure to tidy is said, not fatal."""
-    from jobs.storage import prune_checkpoints
+    from .storage import prune_checkpoints
 
     if checkpoint is None:
         return
@@ -335,7 +327,7 @@ def _prune(checkpoint, keep: int) -> None:
 
 def _print_verdict(metrics: dict) -> None:
     """Where the time went, and what would help: at the end of every run, in its log."""
-    from jobs.verdict import diagnose
+    from .verdict import diagnose
 
     verdict = diagnose(metrics)
     if verdict is None:
@@ -362,7 +354,7 @@ def main() -> int:
             req = RunRequest.from_json(raw)
         except BadRequest as e:
             return _refused(e)
-        from jobs import hosted
+        from . import hosted
 
         code = hosted.delegate(req, hidden)  # to the target's runner host, where it has one
         return run(req, hidden) if code is None else code

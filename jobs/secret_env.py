@@ -3,7 +3,7 @@
 Ray writes a job's runtime_env (its env_vars) to its logs and shows it on the dashboard, so
 orch puts secrets in a file inside the job's working_dir package instead, and only the
 file's name in the runtime env (ORCH_ENV_FILE). The job's entrypoint is started through
-this module: `python -m jobs.secret_env -- COMMAND...` reads the file, removes it, and
+this module: `python -m _orch_runner.secret_env -- COMMAND...` reads the file, removes it, and
 execs COMMAND with the values in its environment (and their names, not values, in
 ORCH_ENV_NAMES, so orch's runner can hand them on to its Ray Train workers). A `train:`
 job's values hold its event key too (jobs/events.py), which the runner keeps to itself.
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, MutableMapping, Optional
 
-from jobs.events import KEY_VAR  # standard library only, as this module
+from .events import KEY_VAR  # standard library only, as this module
 
 FILE_VAR = "ORCH_ENV_FILE"  # the file's name, relative to the job's working_dir
 NAMES_VAR = "ORCH_ENV_NAMES"  # comma-separated names of the values the file held
@@ -128,7 +128,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        print("usage: python -m jobs.secret_env -- COMMAND [ARG...]", file=sys.stderr)
+        print(f"usage: python -m {__package__}.secret_env -- COMMAND [ARG...]", file=sys.stderr)
         return 2
     try:
         values = take()

@@ -7,15 +7,22 @@ Standard library only until a loop is imported.
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+import importlib.abc
+import importlib.util
+import sys
+from typing import Any, Callable, Optional
+
+# The name a job's own loop imports orch's helpers by (`from jobs.context import current`).
+PUBLIC = "jobs"
 
 
 def resolve_callable(target: str) -> Callable:
-    from jobs.builtin import BUILTIN_JOBS
+    from .builtin import BUILTIN_JOBS
 
     target = BUILTIN_JOBS.get(target, target)
     module_name, _, attr = target.partition(":")
-    module = importlib.import_module(module_name)
+    # A built-in job's module is relative to this package, under whichever name it runs.
+    module = importlib.import_module(module_name, __package__)
     fn = getattr(module, attr)
     if not callable(fn):
         raise TypeError(f"{target} is not callable")
@@ -54,7 +61,7 @@ def check_target(target: str) -> None:
     from importlib.machinery import PathFinder
     from importlib.util import find_spec
 
-    from jobs.builtin import BUILTIN_JOBS
+    from .builtin import BUILTIN_JOBS
 
     if target in BUILTIN_JOBS:
         resolve_callable(target)  # orch's own code
@@ -69,3 +76,53 @@ def check_target(target: str) -> None:
         if i == len(parts) or not spec.submodule_search_locations:
             return  # found; or a module's attribute, which only running it would tell
         spec = PathFinder.find_spec(".".join(parts[:i + 1]), list(spec.submodule_search_locations))
+
+
+def offer_public_name() -> None:
+    """On a worker, before the job's code is imported: where the runner runs under its
+    shipped name and the job has no `jobs` of its own on its path, `jobs.X` imports as this
+    package's X, the very modules the runner set up (`jobs.context.current()` is this run's
+    context). A job's own `jobs` package is left alone, and wins."""
+    package = __package__ or PUBLIC
+    if package == PUBLIC or PUBLIC in sys.modules:
+        return
+    from importlib.machinery import PathFinder
+
+    spec = PathFinder.find_spec(PUBLIC, sys.path)
+    if spec is not None and not _is_orch_runner(spec):
+        return  # the job's own
+    if not any(isinstance(f, _Alias) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Alias(PUBLIC, package))
+
+
+def _is_orch_runner(spec: Any) -> bool:
+    """Whether a `jobs` found on the path is an install of orch's runner (this package, or
+    orch installed on the node): its `__init__` names the shipped name."""
+    try:
+        with open(spec.origin or "", encoding="utf-8", errors="replace") as f:
+            return "\nSHIPPED_AS = " in f.read()
+    except OSError:
+        return False
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports `alias` and `alias.X` as the modules `real` and `real.X` (the same objects)."""
+
+    def __init__(self, alias: str, real: str):
+        self.alias, self.real = alias, real
+        self._specs: dict[str, Any] = {}
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Optional[Any]:
+        if fullname != self.alias and not fullname.startswith(self.alias + "."):
+            return None
+        module = importlib.import_module(self.real + fullname[len(self.alias):])
+        return importlib.util.spec_from_loader(fullname, self, is_package=hasattr(module, "__path__"))
+
+    def create_module(self, spec: Any) -> Any:
+        module = importlib.import_module(self.real + spec.name[len(self.alias):])
+        self._specs[spec.name] = module.__spec__
+        return module
+
+    def exec_module(self, module: Any) -> None:
+        # The import system set the alias's spec on the module: it keeps its own.
+        module.__spec__ = self._specs.pop(module.__spec__.name, module.__spec__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from jobs.precision import advice as precision_advice
+from .precision import advice as precision_advice
 
 INPUT_BOUND = 0.30   # share of step time spent waiting for data
 COPY_HEAVY = 0.15    # share spent copying host -> device

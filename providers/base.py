@@ -92,9 +92,11 @@ class Backend(abc.ABC):
 
     @classmethod
     def runner_command(cls) -> str:
-        """The shell line that starts orch's runner (`jobs.runner`) there: here the first
-        `python3` on the machine's PATH."""
-        return "python3 -m jobs.runner"
+        """The shell line that starts orch's runner there (jobs/runner.py, under its shipped
+        name: providers/runner_package.py): here the first `python3` on the machine's PATH."""
+        from providers.runner_package import module
+
+        return f"python3 -m {module('runner')}"
 
     @classmethod
     def train_command(cls, num_nodes: int) -> str:

@@ -13,13 +13,12 @@ import io
 import os
 import re
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-import jobs
 from orchestrator.base.errors import BackendError
 from orchestrator.decision.cloud_bill import update_ledger
 from providers.base import Backend, BackendState, HasLaunchInfo, Launch
+from providers.runner_package import NAME, SOURCE, module
 
 if TYPE_CHECKING:
     from orchestrator.settings import Settings
@@ -143,8 +142,7 @@ def build_task(launch: Launch):
 
     if not launch.offers:
         raise BackendError(f"{launch.job_id}: no cloud offer to launch on")
-    runner = str(Path(jobs.__file__).parent)
-    mounts = {f"{RUNNER_DIR}/jobs": runner, **launch.file_mounts}
+    mounts = {f"{RUNNER_DIR}/{NAME}": str(SOURCE), **launch.file_mounts}
     from orchestrator.base.redact import looks_secret
 
     # Credential-like envs travel as SkyPilot secrets, which SkyPilot keeps out of its records.
@@ -266,10 +264,10 @@ class CloudProvider(Backend, HasLaunchInfo):
 
     @classmethod
     def train_command(cls, num_nodes: int) -> str:
-        """On num_nodes > 1 VMs, jobs.multinode joins them in one Ray cluster, and its
-        head runs the runner over all of them."""
+        """On num_nodes > 1 VMs, the runner's multinode joins them in one Ray cluster, and
+        its head runs the runner over all of them."""
         runner = cls.runner_command()
-        return runner if num_nodes == 1 else f"python3 -m jobs.multinode -- {runner}"
+        return runner if num_nodes == 1 else f"python3 -m {module('multinode')} -- {runner}"
 
     @classmethod
     def adapt_launch(cls, launch: Launch, spec: JobSpec, decision: dict) -> Launch:

@@ -40,8 +40,11 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
 
     @classmethod
     def runner_command(cls) -> str:
-        """The runner under this very interpreter, which has orch and its Ray."""
-        return f"{shlex.quote(sys.executable)} -m jobs.runner"
+        """The runner under this very interpreter, which has orch and its Ray (whose
+        processes import it under its shipped name: LocalRay puts it on their path)."""
+        from providers.runner_package import module
+
+        return f"{shlex.quote(sys.executable)} -m {module('runner')}"
 
     @classmethod
     def shell_prelude(cls) -> str:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 from jobs.hosted import host_alive as _host_alive
 from jobs.hosted import pid_file
 from orchestrator.base.errors import BackendError
+from providers.runner_package import link_in, module
 
 # Ray puts unix sockets at <temp>/session_<date>_<pid>/sockets/plasma_store (~70 chars
 # below <temp>), and a socket path must stay under 108 bytes.
@@ -119,6 +120,11 @@ class LocalRay:
         with self._lock():
             state = self.status()
             if state:
+                if "runner" not in state:
+                    raise BackendError(
+                        "the local Ray was started by an earlier version of orch, whose Ray "
+                        "does not have the runner on its path under the name jobs now start",
+                        "`orch local down`, then `orch local up` (or the next job) starts a new one")
                 if self.runner_host and not host_alive(state.get("host_socket")):
                     # The runner host died (or this instance was started without one): a
                     # new one, so the next jobs start warm again.
@@ -168,6 +174,7 @@ class LocalRay:
             "dashboard_url": f"http://127.0.0.1:{ports['dashboard']}",
             "ports": ports, "temp_dir": str(temp_dir), "cpus": cpus,
             "started_at": time.time(), "python": sys.executable,
+            "runner": env["PYTHONPATH"].split(os.pathsep)[0],
         }
         if proc.returncode != 0:
             self._stop_processes(state)
@@ -190,6 +197,11 @@ class LocalRay:
         """The environment of `ray start` and of the runner host."""
         env = dict(os.environ, **ray_env(self.token_file))
         env.pop("RAY_ADDRESS", None)
+        # orch's runner under its shipped name, first on the path of every process of this
+        # Ray (a job's driver, its workers, the runner host's warm processes): ahead of
+        # nothing of the job's own, since a job's working_dir comes first on its path.
+        runner = str(self.runner_path())
+        env["PYTHONPATH"] = os.pathsep.join([runner] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         # `ray start` swaps a loopback --node-ip-address for the machine's routable address
         # (services.resolve_ip_for_localhost) unless multi-node is off, as on macOS: then
         # this Ray, and every process it starts, stays on 127.0.0.1 and no node can join.
@@ -199,6 +211,10 @@ class LocalRay:
         # runtime envs (its warm pool), so those workers only sat idle, 80 MiB each.
         env["RAY_prestart_worker_first_driver"] = "0"
         return env
+
+    def runner_path(self) -> Path:
+        """The folder that holds orch's runner under its shipped name for this instance."""
+        return link_in(self.dir / "runner")
 
     def _write(self, state: dict) -> None:
         tmp = self.state_file.with_suffix(".tmp")
@@ -210,12 +226,15 @@ class LocalRay:
         (it imports torch and Ray Train first), and jobs that come before wait for it."""
         sock = str(Path(state["temp_dir"]) / "orch-host.sock")
         with open(self.dir / "host.log", "w") as out:
-            # Its --address ends with this Ray's GCS port: `down` stops it with the rest.
-            proc = subprocess.Popen([sys.executable, "-m", "jobs.host", "--socket", sock,
+            # Its --address ends with this Ray's GCS port: `down` stops it with the rest. It
+            # starts in the runner's folder: never where `orch local up` ran (another checkout
+            # of orch there, or a job's modules, would be first on its path and its workers').
+            proc = subprocess.Popen([sys.executable, "-m", module("host"), "--socket", sock,
                                      "--workers", str(min(state["cpus"], _WARM_WORKERS)),
                                      "--address", state["address"]],
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, start_new_session=True)
+                                    env=env, cwd=env["PYTHONPATH"].split(os.pathsep)[0],
+                                    start_new_session=True)
         # Written here as well as by the host, so that an `up` right after this one finds it.
         Path(pid_file(sock)).write_text(str(proc.pid))
         return sock

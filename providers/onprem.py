@@ -1,21 +1,25 @@
 """The on-prem Ray cluster: the Ray Jobs provider pointed at ORCH_RAY_ADDRESS.
 
 Same code as local-only mode; the differences are where the cluster is, whose token it
-takes, and that orch's runner travels with the job (py_modules) instead of being assumed
-installed at the same version on every node.
+takes, and that orch's runner travels with the job (py_modules, under its shipped name)
+instead of being assumed installed at the same version on every node.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import shlex
+import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Union
 
-import jobs
 from orchestrator.base.errors import BackendError
 from providers.ray_cluster import ClusterSnapshot, get_json, snapshot
 from providers.ray_jobs import RayJobsProvider
+from providers.runner_package import NAME, link_in, module
 
 if TYPE_CHECKING:
     from orchestrator.settings import Settings
@@ -57,7 +61,7 @@ class OnPremProvider(RayJobsProvider):
         """The runner under the cluster Ray's own Python, not the node's first python3."""
         from providers.ray_python import runner_command
 
-        return runner_command("jobs.runner")
+        return runner_command(module("runner"))
 
     def prepare(self) -> None:
         # A plain HTTP probe with a timeout first: the Jobs client can hang on a dead host.
@@ -65,18 +69,33 @@ class OnPremProvider(RayJobsProvider):
         super().prepare()
 
     def extra_runtime_env(self) -> dict:
-        """orch's runner goes with the job, so every node runs the submitter's version of it."""
-        return {"py_modules": [str(Path(jobs.__file__).parent)]}
+        """orch's runner goes with the job, so every node runs the submitter's version of it,
+        under its shipped name (a folder of this process's holds it so named)."""
+        return {"py_modules": [str(_shipped_runner() / NAME)]}
 
     def with_secrets(self, entrypoint: str) -> str:
         """The secret step under the cluster Ray's own Python, found as for the runner."""
         from providers.ray_python import find_python
 
-        script = f'{find_python()}\nexec "$orch_py" -m jobs.secret_env -- {entrypoint}'
+        script = f'{find_python()}\nexec "$orch_py" -m {module("secret_env")} -- {entrypoint}'
         return f"bash -c {shlex.quote(script)}"
 
     def snapshot(self) -> ClusterSnapshot:
         return snapshot(self.address, self.headers)
+
+
+@functools.cache
+def _runner_parent() -> Path:
+    """A private folder of this process's (0700, removed at its exit)."""
+    path = Path(tempfile.mkdtemp(prefix="orch-runner-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def _shipped_runner() -> Path:
+    """A folder holding the runner under its shipped name, for Ray to pack: py_modules names
+    a package after its folder. Made again should something have removed it."""
+    return link_in(_runner_parent())
 
 
 def read_cluster(address: str,

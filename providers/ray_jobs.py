@@ -86,9 +86,12 @@ class RayJobsProvider(Backend, HasCapacity):
         return {}
 
     def with_secrets(self, entrypoint: str) -> str:
-        """`entrypoint` started through jobs.secret_env, which takes the values out of their
-        file; here under this process's Python (a local Ray runs the same interpreter)."""
-        return f"{shlex.quote(sys.executable)} -m jobs.secret_env -- {entrypoint}"
+        """`entrypoint` started through the runner's secret_env, which takes the values out
+        of their file; here under this process's Python (a local Ray runs the same
+        interpreter, with the runner on its path)."""
+        from providers.runner_package import module
+
+        return f"{shlex.quote(sys.executable)} -m {module('secret_env')} -- {entrypoint}"
 
     @contextlib.contextmanager
     def _secret_file(self, launch: Launch, hidden: dict) -> Iterator[tuple[Optional[str], Optional[str]]]:

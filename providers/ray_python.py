@@ -58,6 +58,6 @@ def find_python() -> str:
     return _FIND.replace("__CHECK__", shlex.quote(_CHECK)).replace("__EXIT__", str(NO_PYTHON_EXIT))
 
 
-def runner_command(module: str = "jobs.runner") -> str:
+def runner_command(module: str = "_orch_runner.runner") -> str:
     """Shell lines that run `python -m module` under the cluster Ray's own Python."""
     return f'{find_python()}\n"$orch_py" -m {shlex.quote(module)}'

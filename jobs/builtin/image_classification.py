@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jobs import events
-from jobs.context import current
+from .. import events
+from ..context import current
 
 
 class DigitsNet(nn.Module):

@@ -97,7 +97,7 @@ def test_quickstart_trains_with_two_workers_in_the_precision_it_measured_on_warm
     logs = run_orch(ray_home, "logs", rec["id"])
     assert logs.returncode == 0 and "Wrapping provided model in DistributedDataParallel" in logs.stdout
     # It ran on the runner host's warm processes: its synchronization actor's too, without
-    # torch (jobs.host.preload_light); each worker's process started before the job was.
+    # torch (host.preload_light); each worker's process started before the job was.
     assert len(syncs) == 1, syncs
     (sync_started, sync_has_torch), = syncs.values()
     created = epoch(rec["created_at"])  # whole seconds
@@ -223,6 +223,27 @@ def test_user_entrypoint_and_a_failing_one(ray_home, tmp_path):
     assert rec["status"] == "FAILED" and rec["message"] == (
         "train.entrypoint 'needs_missing:train_func' does not import: ModuleNotFoundError: "
         "No module named 'not_installed_on_the_target_zz'"), rec["message"]
+
+
+def test_a_workdir_with_a_jobs_package_of_its_own_runs_its_own(ray_home, tmp_path):
+    """`jobs` is a common name: orch's runner is `_orch_runner` on the target, so the job's
+    `jobs.train` is imported from its workdir, not looked for in orch's package."""
+    work = tmp_path / "own"
+    (work / "jobs").mkdir(parents=True)
+    (work / "jobs" / "__init__.py").write_text("OWN = 7\n")
+    (work / "jobs" / "train.py").write_text(
+        "import os\n\nimport ray.train\n\nimport jobs\n\n\ndef train_loop(config):\n"
+        "    here = os.path.realpath(os.getcwd())\n"
+        "    ray.train.report({'own': jobs.OWN,\n"
+        "                      'from_workdir': int(os.path.realpath(__file__).startswith(here))})\n")
+    job = tmp_path / "own.yaml"
+    job.write_text(f"name: own-jobs\nworkdir: {work}\ntrain:\n  entrypoint: jobs.train:train_loop\n"
+                   "scaling: {num_workers: 1}\n")
+    proc = run_orch(ray_home, "submit", str(job), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout)
+    assert rec["status"] == "SUCCEEDED", (rec["message"], proc.stderr[-3000:])
+    assert rec["metrics"]["own"] == 7 and rec["metrics"]["from_workdir"] == 1, rec["metrics"]
 
 
 def test_local_status_reports_the_instance(ray_home):

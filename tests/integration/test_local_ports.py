@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
-import time
 import urllib.error
 import urllib.request
 
@@ -55,6 +54,13 @@ def _loopback(ip: str) -> bool:
     return (mapped or addr).is_loopback
 
 
+def _with_supervisor(state: dict):
+    """(pids, sockets) of the instance once a job's supervisor listens among them; else None."""
+    pids = _ray_pids(state)
+    sockets = _bound_sockets(pids)
+    return (pids, sockets) if any(s[3].startswith("ray::JobSupervisor") for s in sockets) else None
+
+
 def test_every_port_of_the_local_ray_is_on_loopback(ray_home, tmp_path):
     state = json.loads((ray_home / "local" / "ray.json").read_text())
     # A job running: its supervisor and workers have servers of their own.
@@ -66,9 +72,9 @@ def test_every_port_of_the_local_ray_is_on_loopback(ray_home, tmp_path):
     try:
         wait_until("the job to run", lambda: run_json(ray_home, "status", job_id)["status"]
                    == "RUNNING", timeout=120)
-        time.sleep(2)  # its processes' servers start as it does
-        pids = _ray_pids(state)
-        sockets = _bound_sockets(pids)
+        # Its processes' servers start as it does: until its supervisor's listens.
+        pids, sockets = wait_until("the job's supervisor to listen", lambda: _with_supervisor(state),
+                                   timeout=30)
     finally:
         run_orch(ray_home, "cancel", job_id)
     assert len(pids) > 3 and sockets, (pids, sockets)

@@ -51,7 +51,7 @@ def _agent_ports() -> str:
 
 def _node_env(task, root: Path, rank: int, port: int) -> dict:
     """What SkyPilot gives a node's `run`: the task's envs and secrets and its node
-    variables; PYTHONPATH stands in for the runner package it ships to ~/.orch-runner."""
+    variables (the runner package it ships to ~/.orch-runner is linked there: _link_mounts)."""
     venv_bin = str(Path(sys.executable).parent)  # `python3` there: the VM's has Ray
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "ORCH_"))}
     extra = _agent_ports()
@@ -60,11 +60,21 @@ def _node_env(task, root: Path, rank: int, port: int) -> dict:
                   f"--ray-client-server-port={_free_port()}")
     secrets = {k: getattr(v, "get_secret_value", lambda v=v: v)() for k, v in task.secrets.items()}
     return {**base, **task.envs, **secrets, "HOME": str(root / "home"),
-            "PATH": f"{venv_bin}:{base.get('PATH', '')}", "PYTHONPATH": str(ROOT),
+            "PATH": f"{venv_bin}:{base.get('PATH', '')}",
             "SKYPILOT_NODE_RANK": str(rank), "SKYPILOT_NUM_NODES": "2",
             "SKYPILOT_NODE_IPS": "127.0.0.1\n127.0.0.1\n", "SKYPILOT_NUM_GPUS_PER_NODE": "0",
             "ORCH_RAY_PORT": str(port), "ORCH_RAY_START_ARGS": extra,
             "ORCH_RAY_JOIN_TIMEOUT_S": "120"}
+
+
+def _link_mounts(task, home: Path) -> None:
+    """The task's file mounts under ~/.orch-runner (orch's runner, under its shipped name) in
+    `home`, as SkyPilot copies them onto each VM: linked, the nodes sharing one machine."""
+    for dest, src in task.file_mounts.items():
+        if dest.startswith("~/.orch-runner/"):
+            path = home / dest[2:]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.symlink_to(src, target_is_directory=True)
 
 
 def _ours(root: Path, port: int) -> list:
@@ -100,10 +110,11 @@ def test_the_sky_task_of_a_two_node_job_trains_on_two_ray_nodes(tmp_path, monkey
     orch.core.providers["cloud"] = CloudProvider(sdk=fake)
     rec = orch.submit(load_spec_text(JOB, "ddp.yaml")).rec
     (task, _), = fake.launched
-    assert task.num_nodes == 2 and "jobs.multinode" in task.run
+    assert task.num_nodes == 2 and "_orch_runner.multinode" in task.run
 
     root, port = short_tmp("omn"), _free_port()
     (root / "home").mkdir()
+    _link_mounts(task, root / "home")
     outs = [root / f"rank{r}.log" for r in (0, 1)]
     procs: list[subprocess.Popen] = []
     started = time.monotonic()

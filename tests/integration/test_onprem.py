@@ -9,8 +9,9 @@ import time
 import pytest
 
 from jobs import events
+from providers.onprem import read_cluster
 from tests.conftest import ROOT, plan_in_process, run_orch, status_in_process
-from tests.integration.conftest import train_processes
+from tests.integration.conftest import train_processes, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -125,6 +126,12 @@ def test_without_an_inventory_the_cluster_itself_runs_steady_work_on_both_nodes(
     assert cost.stdout.count("full cost is unknown") == 1, cost.stdout
 
 
+def _full(cluster) -> bool:
+    """Whether the cluster reports every CPU in use."""
+    snap = read_cluster(cluster.address, cluster.token_file)
+    return not isinstance(snap, Exception) and bool(snap.total.get("CPU")) and not snap.free("CPU")
+
+
 def test_busy_cluster_bursts_to_cloud_or_queues_then_a_cancel_leaves_no_workers(
         cluster, home, tmp_path, monkeypatch):
     # One long job on both nodes serves both halves: the plans made while it holds the
@@ -136,7 +143,9 @@ def test_busy_cluster_bursts_to_cloud_or_queues_then_a_cancel_leaves_no_workers(
     hog_id = orch(cluster, home, "submit", str(hog), "--detach").stdout.strip()
     try:
         wait_reports(cluster, home, hog_id)
-        time.sleep(3)  # the cluster's usage report lags a few seconds
+        # The cluster's usage report lags a few seconds behind the run: until it shows the
+        # hog's three workers on every CPU, as the plans below read it.
+        wait_until("the cluster to report the hog's workers", lambda: _full(cluster), timeout=60)
         clouds = dict(ORCH_CLOUDS="lambda,runpod,aws",
                       ORCH_CATALOG_DIR=str(ROOT / "examples" / "catalog"),
                       ORCH_MAX_WAIT_MINUTES="30")

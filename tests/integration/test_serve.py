@@ -185,6 +185,26 @@ def _cron_jobs(home: Path, sched_id: str) -> dict[str, list[JobRow]]:
         store.close()
 
 
+def _passes(server: Server, client_home: Path, tmp_path: Path) -> None:
+    """Return once the server's scheduler has made a whole pass (its cron step first) that
+    began after this call: a job queued now through the API is launched by a pass, and seen
+    to have ended by a later one."""
+    probe = tmp_path / "probe.yaml"
+    probe.write_text("name: probe\nrun: 'true'\n")
+    proc = as_client(server, client_home, "alice", "submit", str(probe), "--detach")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job_id = proc.stdout.strip()
+
+    def ended() -> bool:
+        store = store_at(server.log.parent)
+        try:
+            return store.get(job_id).status not in ("PENDING", "RUNNING")
+        finally:
+            store.close()
+
+    _wait("a scheduler pass", ended, timeout=60)
+
+
 def test_a_cron_job_due_every_minute_runs_once_per_slot_across_restarts(home, client_home, tmp_path):
     job = tmp_path / "tick.yaml"
     job.write_text("name: tick\nrun: echo tick\nschedule: {cron: '* * * * *'}\n")
@@ -205,7 +225,7 @@ def test_a_cron_job_due_every_minute_runs_once_per_slot_across_restarts(home, cl
               timeout=boundary - (time.time() + offset) + 60)
         server.stop()
         server = Server(home, offset)  # a restart within the same minute of its clock
-        time.sleep(3)  # three scheduler passes
+        _passes(server, client_home, tmp_path)
         assert len(_cron_jobs(home, sched["id"])[slot]) == 1
         first = _wait("the first run to succeed", lambda: [
             r for r in _cron_jobs(home, sched["id"])[slot] if r.status == "SUCCEEDED"])
@@ -215,7 +235,7 @@ def test_a_cron_job_due_every_minute_runs_once_per_slot_across_restarts(home, cl
         server = Server(home, offset + 300)
         late = _wait("the catch-up run", lambda: [s for s in _cron_jobs(home, sched["id"])
                                                   if s >= iso(boundary + 300)], timeout=60)
-        time.sleep(2)
+        _passes(server, client_home, tmp_path)
         by_slot = _cron_jobs(home, sched["id"])
         assert all(len(jobs) == 1 for jobs in by_slot.values()), by_slot
         assert not [s for s in by_slot if iso(boundary + 60) < s < late[0]]  # none in between

@@ -110,9 +110,11 @@ def test_a_second_job_waits_for_room_while_the_first_runs_then_runs(home):
         assert (cancelled["status"], cancelled["message"]) == ("CANCELLED", "cancelled before launch")
         assert [q["id"] for q in _api(server, "GET", "/v1/summary")["queue"]] == [second]
 
-        while job(first)["status"] not in ("SUCCEEDED", "FAILED"):  # the second still waits
-            assert job(second)["backend_id"] is None
-            time.sleep(0.3)
+        def first_ended() -> bool:
+            assert job(second)["backend_id"] is None  # the second still waits
+            return job(first)["status"] in ("SUCCEEDED", "FAILED")
+
+        wait_until("the first job to end", first_ended, timeout=150)
         done = [wait_until(f"{i} to end", lambda i=i: (
             (r := job(i))["status"] in ("SUCCEEDED", "FAILED", "CANCELLED") and r), timeout=150)
             for i in (first, second)]

@@ -169,8 +169,11 @@ def test_plans_hanging_on_a_git_host_leave_the_api_answering(world):
     for t in threads:
         t.start()
     try:
-        wait_until("git reaching the host", lambda: world.hang.count >= 1, timeout=30, poll_s=0.05)
-        time.sleep(1.0)  # every request has arrived by now
+        per_user = 2  # serve_git_per_user's default
+        # Every request has arrived: those past each user's limit refused at once, the
+        # others' git at the host.
+        wait_until("every request to arrive", lambda: len(results) >= 60 - per_user * len(PLANNERS)
+                   and world.hang.count >= per_user * len(PLANNERS), timeout=30, poll_s=0.05)
         start = time.monotonic()
         urllib.request.urlopen(world.server.url + "/healthz", timeout=1).close()
         assert time.monotonic() - start < 1.0
@@ -178,7 +181,6 @@ def test_plans_hanging_on_a_git_host_leave_the_api_answering(world):
         code, _ = call(world.server, "root", "GET", "/v1/jobs", timeout=2)
         assert code == 200 and time.monotonic() - start < 2.0
 
-        per_user = 2  # serve_git_per_user's default
         busy = wait_until("the refusals past each user's limit",
                           lambda: [b for c, b in list(results) if c == 429]
                           if len(results) >= 60 - per_user * len(PLANNERS) else None, timeout=30)

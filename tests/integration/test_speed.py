@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import pytest
 
 from jobs import events
 from orchestrator.decision.models import PastRun
 from tests.conftest import environment, orch_env, run_orch, status_in_process
-from tests.integration.conftest import local_ray_dir, train_processes
+from tests.integration.conftest import local_ray_dir, train_processes, wait_until
 from tests.integration.test_local_jobs import wait_for
 
 pytestmark = pytest.mark.integration
@@ -62,12 +61,8 @@ def test_a_killed_worker_is_restarted_and_training_resumes(ray_home, tmp_path):
                    "  config: {epochs: 7, dataset_multiplier: 3}\n"
                    "scaling: {num_workers: 2}\ncheckpoint: {max_failures: 1}\n")
     job_id = run_orch(ray_home, "submit", str(job), "--detach").stdout.strip()
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        rec = status_in_process(ray_home, job_id)
-        if (rec["metrics"].get("reports") or 0) >= 2:
-            break
-        time.sleep(1)
+    wait_until("two reports", lambda: (status_in_process(ray_home, job_id)["metrics"].get("reports")
+                                       or 0) >= 2, timeout=180, poll_s=1)
     victims = [p for p in train_processes(local_ray_dir(ray_home)) if " ".join(p.cmdline()).startswith("ray::RayTrainWorker")]
     assert victims, "no training worker to kill"
     victims[0].kill()  # one worker process dies mid-run, as on an out-of-memory kill

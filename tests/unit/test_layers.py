@@ -96,6 +96,13 @@ def imports() -> dict[str, set[str]]:
                     # `from orchestrator import store` imports orchestrator.store
                     names = [f"{node.module}.{a.name}" if node.module in ("orchestrator", "providers", "jobs")
                              else node.module for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level:
+                    # relative (the runner's, which runs under another name on a target):
+                    # `from . import events` in jobs/runner.py imports jobs.events
+                    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+                    base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1])
+                    names = ([f"{base}.{node.module}"] if node.module else
+                             [f"{base}.{a.name}" for a in node.names])
                 else:
                     continue
                 seen.update(n for n in names if n.split(".")[0] in ("orchestrator", "providers", "jobs"))

@@ -65,7 +65,7 @@ def test_the_emitted_sky_task_runs_on_two_nodes_through_jobs_multinode(env):  # 
     task = yaml.safe_load(r.stdout)
     again = sky.Task.from_yaml_config(copy.deepcopy(task))  # SkyPilot takes it
     assert task["num_nodes"] == 2 and again.num_nodes == 2
-    assert "python3 -m jobs.multinode -- python3 -m jobs.runner" in task["run"]
+    assert "python3 -m _orch_runner.multinode -- python3 -m _orch_runner.runner" in task["run"]
     assert task["secrets"] == {"RAY_AUTH_TOKEN": None}  # the cluster's token: its name only
     assert json.loads(task["envs"]["ORCH_RUN"])["num_workers"] == 2
 

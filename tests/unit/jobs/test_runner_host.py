@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from jobs import events, host, hosted
+from jobs import controller, events, host, hosted
 from jobs.request import RunRequest
 from tests.conftest import ROOT
 
@@ -228,7 +228,7 @@ def test_the_synchronization_actor_asks_for_the_light_warm_process():
             asked.append(kwargs)
             return "handle"
 
-    wrapped = host._LightSyncActor(Base())
+    wrapped = controller.LightSyncActor(Base())
     assert wrapped.options(label_selector={"node": "n1"}) == "handle"
     assert asked == [{"label_selector": {"node": "n1"}, "runtime_env": {
         "env_vars": {"__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR": "jobs.host.preload_light"}}}]

@@ -80,7 +80,7 @@ def test_task_round_trips_through_skypilot_yaml(orch, accel):
     assert len(ordered) >= 2  # fallbacks in cost order
     allowed = {c.name for c in spec.resources.accelerator_choices()}
     assert all(next(iter(r["accelerators"])) in allowed for r in ordered)
-    assert cfg["envs"]["ORCH_JOB_ID"] == "orch-t" and "jobs.runner" in cfg["run"]
+    assert cfg["envs"]["ORCH_JOB_ID"] == "orch-t" and "_orch_runner.runner" in cfg["run"]
 
 
 def test_pending_starting_running_succeeded(orch):
@@ -214,7 +214,7 @@ def test_a_multi_node_train_job_rents_n_vms_and_joins_them_in_one_ray_cluster(or
     assert (choice["target"], choice["count"], choice["nodes"]) == ("cloud", 1, 2)
     task = fake.launched[0][0]
     assert task.num_nodes == 2
-    assert "python3 -m jobs.multinode -- python3 -m jobs.runner" in task.run
+    assert "python3 -m _orch_runner.multinode -- python3 -m _orch_runner.runner" in task.run
     # Each cluster its own token, as a SkyPilot secret: never in the envs or the record.
     token = task.secrets["RAY_AUTH_TOKEN"].get_secret_value()
     assert len(token) == 64 and "RAY_AUTH_TOKEN" not in task.envs
@@ -234,7 +234,7 @@ def test_a_multi_node_run_job_runs_its_own_command_on_every_node(orch):
     launch = orch.for_cloud(orch.launch_for("orch-t", spec, "cloud", decision), spec, decision)
     task = build_task(launch)
     assert task.num_nodes == 2 and "mpirun ./a.out" in task.run
-    assert "jobs.multinode" not in task.run and not task.secrets  # SkyPilot's own way
+    assert "_orch_runner.multinode" not in task.run and not task.secrets  # SkyPilot's own way
 
 
 def test_a_multi_node_train_job_with_fewer_workers_than_nodes_is_refused(orch):
@@ -365,7 +365,7 @@ def test_the_launched_task_carries_the_job_files_own_task_keys(orch):
     assert task.volumes == {"/mnt/ckpt": "team-volume"}
     assert all(r.cluster_config_overrides == {"docker": {"run_options": ["--shm-size=16g"]}}
                for r in task.resources)
-    assert "jobs.runner" in task.run and task.envs["ORCH_JOB_ID"]  # the rest as before
+    assert "_orch_runner.runner" in task.run and task.envs["ORCH_JOB_ID"]  # the rest as before
 
 
 class CountingLogs(FakeSky):

@@ -42,16 +42,16 @@ def test_what_a_launch_looks_like_is_known_per_backend_class(tmp_path):
                         onprem_checkpoint_storage="/shared/ckpt")
     assert [CLASSES[t].default_storage(settings) for t in ("local", "onprem", "cloud")] == [
         str(tmp_path / "checkpoints"), "/shared/ckpt", "s3://b/ckpt"]
-    assert CloudProvider.runner_command() == "python3 -m jobs.runner"
-    assert '"$orch_py" -m jobs.runner' in OnPremProvider.runner_command()
+    assert CloudProvider.runner_command() == "python3 -m _orch_runner.runner"
+    assert '"$orch_py" -m _orch_runner.runner' in OnPremProvider.runner_command()
     assert LocalProvider.shell_prelude().startswith("export PATH=")
     assert OnPremProvider.shell_prelude() == ""
     # A multi-node train job: the runner alone where a Ray cluster spans the nodes; on
     # num_nodes VMs, jobs.multinode makes that cluster first.
     for cls in (LocalProvider, OnPremProvider):
         assert cls.train_command(2) == cls.runner_command()
-    assert CloudProvider.train_command(1) == "python3 -m jobs.runner"
-    assert CloudProvider.train_command(2) == "python3 -m jobs.multinode -- python3 -m jobs.runner"
+    assert CloudProvider.train_command(1) == "python3 -m _orch_runner.runner"
+    assert CloudProvider.train_command(2) == "python3 -m _orch_runner.multinode -- python3 -m _orch_runner.runner"
     assert (CloudProvider.launch_grace_s, CloudProvider.rented) == (600.0, True)
     assert (OnPremProvider.launch_grace_s, LocalProvider.rented) == (0.0, False)
 

@@ -162,7 +162,7 @@ def test_submit_without_a_workdir_ships_the_file_in_a_temporary_working_dir():
     assert renv["env_vars"]["EPOCHS"] == "3" and "HF_TOKEN" not in renv["env_vars"]
     assert set(call["files"]) == {name} and call["files"][name][0] == 0o600
     assert secret_env.loads(call["files"][name][1]) == {"HF_TOKEN": TOKEN, "DB_PASSWORD": PASS}
-    assert call["entrypoint"] == f"{sys.executable} -m jobs.secret_env -- bash -c 'echo hi'"
+    assert call["entrypoint"] == f"{sys.executable} -m _orch_runner.secret_env -- bash -c 'echo hi'"
     assert not Path(renv["working_dir"]).exists()  # removed once submitted
 
 
@@ -208,7 +208,7 @@ def test_on_prem_runs_the_step_under_the_cluster_rays_python(tmp_path):
     call = p._client.calls[0]
     assert call["runtime_env"]["py_modules"] and secret_env.FILE_VAR in call["runtime_env"]["env_vars"]
     assert call["entrypoint"].startswith("bash -c ") and "_raylet" in call["entrypoint"]
-    assert "exec \"$orch_py\" -m jobs.secret_env -- bash -c" in call["entrypoint"].replace("'\"'\"'", "'")
+    assert "exec \"$orch_py\" -m _orch_runner.secret_env -- bash -c" in call["entrypoint"].replace("'\"'\"'", "'")
     assert TOKEN not in json.dumps({k: v for k, v in call.items() if k != "files"}, default=str)
 
 

@@ -1,0 +1,68 @@
+"""A hosted run's Ray Train controller (jobs/host.py runs it, jobs/runner.py starts it): its
+output in the job's log, and its synchronization actor in a light warm process.
+
+Its own module, below both the runner and the host: the runner starts this controller for
+a run the host hands it, and the host starts the runner's runs; neither imports the other
+back for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any
+
+# Ray's worker setup hook: a process started with this variable imports the module and
+# calls the function before it takes work.
+SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
+# The synchronization actor's env_vars over the controller's: its warm process runs
+# host.preload_light instead of host.preload.
+LIGHT_ENV = {SETUP_HOOK_VAR: f"{__package__}.host.preload_light"}
+
+
+def to_log(path: str) -> None:
+    """Send this process's stdout and stderr to the job's log (a process of the runner host
+    that runs one job's part: its controller or a worker)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _sync_actor_in_a_light_process() -> None:
+    """In a run's controller: its worker group starts the synchronization actor with the
+    light setup hook, so that it takes the warm process `WarmPool` keeps for it. A Ray Train
+    without that module attribute keeps its own way (its sync actor then takes a full one)."""
+    from ray.train.v2._internal.execution.worker_group import worker_group
+
+    base = getattr(worker_group, "SynchronizationActor", None)
+    if base is None or isinstance(base, LightSyncActor):
+        return
+    worker_group.SynchronizationActor = LightSyncActor(base)
+
+
+class LightSyncActor:
+    """Ray Train's SynchronizationActor, its `.options()` with the light hook added."""
+
+    def __init__(self, base: Any):
+        self._base = base
+
+    def options(self, **kwargs: Any) -> Any:
+        return self._base.options(runtime_env={"env_vars": dict(LIGHT_ENV)}, **kwargs)
+
+
+@functools.cache
+def controller_class() -> type:
+    """Ray Train's controller, its output sent to the job's log first."""
+    from ray.train.v2._internal.execution.controller import TrainController as Base
+
+    class TrainController(Base):  # the same name: `ray::TrainController` in the process list
+        def __init__(self, log_path: str, *args: Any, **kwargs: Any):
+            to_log(log_path)
+            _sync_actor_in_a_light_process()
+            super().__init__(*args, **kwargs)
+
+    return TrainController

@@ -30,6 +30,7 @@ STATE_EVENTS = frozenset({"result", "verdict"})  # counted only when signed, for
 # Where this thread's events and messages go: its job's log in the runner host
 # (jobs/host.py), which runs several jobs in one process; stdout everywhere else.
 _OUT = threading.local()
+_WRITE = threading.Lock()  # one line at a time: a worker's telemetry thread emits too
 
 
 def stream(err: bool = False) -> IO[str]:
@@ -121,8 +122,9 @@ def emit(event: str, /, **fields: Any) -> None:
     signed with this thread's key (`signing`), where it has one."""
     text = event_line(event, _key(), **fields)
     out = stream()
-    out.write(text + "\n")
-    out.flush()
+    with _WRITE:
+        out.write(text + "\n")
+        out.flush()
 
 
 def parse_line(line: str) -> dict | None:

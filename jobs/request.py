@@ -54,6 +54,7 @@ class RunRequest:
     num_to_keep: int = 2
     max_failures: int = 0
     budget: Optional[Budget] = None
+    telemetry_interval_s: float = 5.0  # how often each worker reads its device (jobs/telemetry.py)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -117,6 +118,9 @@ class RunRequest:
             raise bad("placement", "pack or spread")
         if not isinstance(self.config, dict):
             raise bad("config", "an object")
+        if isinstance(self.telemetry_interval_s, bool) or not isinstance(self.telemetry_interval_s, (int, float)) \
+                or not 0.1 <= self.telemetry_interval_s <= 3600:
+            raise bad("telemetry_interval_s", "seconds between 0.1 and 3600")
         for name in ("run_name", "storage_path", "s3_endpoint_url"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise bad(name, "a string or null")
@@ -143,12 +147,14 @@ class WorkerOptions:
     # the worker writes to, and its working_dir on this node, where it runs.
     log_path: Optional[str] = None
     cwd: Optional[str] = None
+    telemetry_interval_s: float = 5.0
 
     @classmethod
     def of(cls, req: RunRequest, budget: Optional[Budget], env: Any = None) -> WorkerOptions:
         return cls(job_id=req.job_id, target=req.target, precision=req.precision,
                    loader_workers=req.loader_workers, pin_memory=req.pin_memory,
-                   cpus_per_worker=req.cpus_per_worker, budget=budget, env=env)
+                   cpus_per_worker=req.cpus_per_worker, budget=budget, env=env,
+                   telemetry_interval_s=req.telemetry_interval_s)
 
 
 def _is_int(v: Any) -> TypeGuard[int]:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from . import events, secret_env
+from . import events, secret_env, telemetry
 from .controller import to_log
 from .events import KEY_VAR
 from .request import ENV_VAR, BadRequest, Budget, RunRequest, WorkerOptions
@@ -56,7 +56,21 @@ def worker_entry(config: dict) -> Any:
     events.emit("worker", rank=ctx.rank, node_id=ray.get_runtime_context().get_node_id(),
                 process_age_s=round(_process_age_s(), 2))
     fn = imported(options.target)
-    return fn(config)
+    # The device over the run: a point of its series every 30 s while it runs, the summary
+    # and the whole (bounded) series at its end, whether the loop returns or raises.
+    sampler = telemetry.Sampler(telemetry.reader_for(ctx.device), options.telemetry_interval_s,
+                                on_point=functools.partial(_device_point, ctx.rank))
+    sampler.start()
+    try:
+        return fn(config)
+    finally:
+        events.emit("telemetry", rank=ctx.rank, **sampler.stop())
+
+
+def _device_point(rank: int, point: dict) -> None:
+    """A point of a worker's device series as an event (`t`, an event's clock, becomes
+    `since_s`, seconds since the worker started sampling)."""
+    events.emit("device", rank=rank, since_s=point["t"], **{k: v for k, v in point.items() if k != "t"})
 
 
 def _process_age_s() -> float:

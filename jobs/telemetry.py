@@ -84,10 +84,13 @@ class Series:
         self.points: list[dict] = []  # t (the bucket's start), util, mem_gb, power_w, n
         self._open: Optional[dict] = None
 
-    def add(self, s: Sample) -> None:
+    def add(self, s: Sample) -> Optional[dict]:
+        """Adds a sample; returns the point it closed (rounded as `dump` rounds), if any."""
         start = math.floor(s.t / self.every_s) * self.every_s
+        closed = None
         if self._open is None or self._open["t"] != start:
             if self._open is not None:
+                closed = _rounded(self._open)
                 self._close()
             self._open = {"t": start, "util": 0.0, "mem_gb": 0.0, "power_w": None, "n": 0}
         p = self._open
@@ -97,6 +100,7 @@ class Series:
             p["power_w"] = (pw * p["n"] + s.power_w) / (p["n"] + 1)
         p["mem_gb"] = max(p["mem_gb"], s.mem_gb)
         p["n"] += 1
+        return closed
 
     def _close(self) -> None:
         assert self._open is not None
@@ -115,10 +119,12 @@ class Series:
 
     def dump(self) -> list[dict]:
         """The points so far, the open one included, rounded for a record."""
-        pts = self.points + ([self._open] if self._open else [])
-        return [{"t": round(p["t"], 1), "util": round(p["util"], 1), "mem_gb": round(p["mem_gb"], 3),
-                 **({"power_w": round(p["power_w"], 1)} if p["power_w"] is not None else {})}
-                for p in pts]
+        return [_rounded(p) for p in self.points + ([self._open] if self._open else [])]
+
+
+def _rounded(p: dict) -> dict:
+    return {"t": round(p["t"], 1), "util": round(p["util"], 1), "mem_gb": round(p["mem_gb"], 3),
+            **({"power_w": round(p["power_w"], 1)} if p["power_w"] is not None else {})}
 
 
 def _merge(a: dict, b: dict) -> dict:
@@ -190,6 +196,28 @@ def summarize(samples: Sequence[Sample], source: str, device: str,
     for s in samples:
         totals.add(s)
     return totals.summary(source, device, mem_total_gb)
+
+
+def combine(workers: dict) -> dict:
+    """One summary of a run's workers (rank -> that worker's summary): the mean of their
+    mean utilization, the lowest p10, the most memory, and the energy of all of them (when
+    every worker measured one)."""
+    sums = [s for s in workers.values() if s.get("samples")]
+    if not sums:
+        return {}
+    out: dict[str, Any] = {"source": sums[0].get("source"), "device": sums[0].get("device"),
+                           "workers": len(sums),
+                           "mean_util": round(sum(s["mean_util"] for s in sums) / len(sums), 1),
+                           "p10_util": min(s["p10_util"] for s in sums),
+                           "peak_mem_gb": max(s["peak_mem_gb"] for s in sums),
+                           "seconds": max(s.get("seconds") or 0.0 for s in sums)}
+    if sums[0].get("mem_total_gb"):
+        out["mem_total_gb"] = sums[0]["mem_total_gb"]
+    if all(s.get("energy_wh") is not None for s in sums):
+        out["energy_wh"] = round(sum(s["energy_wh"] for s in sums), 4)
+        bases = {s.get("energy_basis") for s in sums}
+        out["energy_basis"] = bases.pop() if len(bases) == 1 else "counter and mean power x time"
+    return out
 
 
 class CpuReader:
@@ -272,11 +300,15 @@ def reader_for(device: Any) -> Any:
 class Sampler:
     """Reads a device every `interval_s` seconds in a daemon thread; keeps every sample
     for the policy's window and the summary, and a bounded `Series` for the record.
-    `on_idle(reason)` is called once when the policy finds the run idle."""
+    `on_point(point)` is called with each point of the series as it closes (a running job's
+    latest figures); `on_idle(reason)` once, when the policy finds the run idle."""
 
     def __init__(self, reader: Any, interval_s: float = 5.0, policy: Optional[IdlePolicy] = None,
-                 on_idle: Optional[Callable[[str], None]] = None, clock: Callable[[], float] = time.monotonic):
+                 on_idle: Optional[Callable[[str], None]] = None,
+                 on_point: Optional[Callable[[dict], None]] = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.reader, self.interval_s, self.policy, self.on_idle = reader, interval_s, policy, on_idle
+        self.on_point = on_point
         self.series = Series()
         self.samples: list[Sample] = []
         self.idle: Optional[str] = None
@@ -307,17 +339,26 @@ class Sampler:
         s = Sample(self._clock() - self._t0, util, mem, power, energy)
         with self._lock:
             self.samples.append(s)
-            self.series.add(s)
+            closed = self.series.add(s)
             self.totals.add(s)
             if self.samples[0].t < s.t - self._keep_s:
                 self.samples = [x for x in self.samples if x.t >= s.t - self._keep_s]
+        if closed is not None and self.on_point is not None:
+            self._quietly(self.on_point, closed)
         if self.policy is not None and self.idle is None:
             reason = idle_reason(self.policy, [self.samples], s.t)
             if reason is not None:
                 self.idle = reason
                 if self.on_idle is not None:
-                    self.on_idle(reason)
+                    self._quietly(self.on_idle, reason)
         return s
+
+    @staticmethod
+    def _quietly(fn: Callable[[Any], None], arg: Any) -> None:
+        try:
+            fn(arg)
+        except Exception:  # a callback that fails (a closed stream) never stops the sampling
+            pass
 
     def stop(self) -> dict:
         """Stops the thread (after one last reading) and returns the summary and series."""

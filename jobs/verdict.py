@@ -16,6 +16,17 @@ COPY_HEAVY = 0.15    # share spent copying host -> device
 POOR_SCALING = 0.70  # throughput per worker against one worker's
 
 
+def busy_line(summary: dict) -> Optional[str]:
+    """How busy the devices were over the run, as measured (jobs/telemetry.py), or None."""
+    if summary.get("mean_util") is None:
+        return None
+    what = "GPU" if summary.get("source") == "nvml" else "CPU"
+    if int(summary.get("workers") or 1) > 1:
+        what += "s"
+    return (f"{what} busy {float(summary['mean_util']):.0f}% of the run "
+            f"(p10 {float(summary.get('p10_util') or 0):.0f}%)")
+
+
 def diagnose(m: dict, single_worker_sps: Optional[float] = None) -> Optional[dict]:
     """A verdict {kind, reasons, advice} from a run's metrics, or None without a breakdown."""
     if "data_fraction" not in m:
@@ -26,6 +37,9 @@ def diagnose(m: dict, single_worker_sps: Optional[float] = None) -> Optional[dic
     device = str(m.get("device") or "cpu")
     reasons = [f"{data:.0%} of each step waits for data, {copy:.0%} copies it to {device}, "
                f"the rest computes"]
+    busy = busy_line((m.get("telemetry") or {}).get("summary") or {})
+    if busy:
+        reasons.insert(0, busy)
     advice: list[str] = []
     efficiency = None
     if single_worker_sps and workers > 1 and m.get("samples_per_sec"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from jobs import events
+from jobs.telemetry import combine
 from jobs.verdict import diagnose
 
 # What orch derives a job's outcome from: a metric of that name (a report's, which the job's
@@ -57,12 +58,27 @@ def from_log(text: str, previous: Optional[dict] = None, *, key: Optional[str] =
             metrics["stopped"] = _fields(ev)
         elif kind == "verdict":
             metrics["verdict"] = _fields(ev)
+        elif kind == "device":  # a worker's latest point, while the run goes on
+            point = {k: v for k, v in _fields(ev).items() if k != "rank"}
+            metrics.setdefault("device_now", {})[str(ev.get("rank", 0))] = point
+        elif kind == "telemetry":  # a worker's device over the whole run, at its end
+            workers = metrics.setdefault("telemetry", {}).setdefault("workers", {})
+            workers[str(ev.get("rank", 0))] = {k: v for k, v in _fields(ev).items() if k != "rank"}
         elif kind == "result":
             metrics.update(_metrics(ev))
             metrics["wall_s"] = ev.get("wall_s")
             if ev.get("checkpoint"):
                 metrics["checkpoint"] = ev["checkpoint"]
             metrics["_result"] = _fields(ev)
+    tel = metrics.get("telemetry")
+    if tel and tel.get("workers"):
+        tel["summary"] = combine({r: w.get("summary") or {} for r, w in tel["workers"].items()})
+        idle = sorted({w["idle"] for w in tel["workers"].values() if w.get("idle")})
+        if idle:
+            tel["idle"] = idle[0]
+        metrics.pop("device_now", None)  # the run is over: its summary says more
+        if metrics.get("verdict") and "data_fraction" in metrics:  # the verdict, with how busy
+            metrics["verdict"] = diagnose(metrics) or metrics["verdict"]
     return metrics
 
 

@@ -82,6 +82,17 @@ def test_quickstart_trains_with_two_workers_in_the_precision_it_measured_on_warm
     assert m["verdict"]["kind"] == "compute-bound", m["verdict"]
     assert m["data_fraction"] < 0.3 and m["time_compute_s"] > m["time_data_s"]
     assert "compute-bound" in proc.stderr
+    # Each worker read its device (here its process's CPU) over the run, and the record
+    # keeps the series and a summary of both; the verdict says how busy they were.
+    tel = m["telemetry"]
+    assert sorted(tel["workers"]) == ["0", "1"], tel
+    for w in tel["workers"].values():
+        assert w["summary"]["source"] == "psutil" and w["summary"]["samples"] >= 2, w
+        assert w["series"] and 0 <= w["series"][0]["util"] <= 100 and w["series"][0]["mem_gb"] > 0
+    s = tel["summary"]
+    assert s["workers"] == 2 and 0 < s["mean_util"] <= 100 and s["peak_mem_gb"] > 0.1, s
+    assert m["verdict"]["reasons"][0].startswith("CPUs busy "), m["verdict"]
+    assert "device_now" not in m  # the run is over: the summary says more
     assert [h["status"] for h in rec["history"]] == ["PENDING", "RUNNING", "SUCCEEDED"]
     # Where the job's time went, submit to end, kept with it and shown by `orch status ID`.
     assert list(m["phases"]) == list(PHASES), m["phases"]

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from jobs import events
 from jobs.telemetry import (
     CpuReader,
     IdlePolicy,
@@ -14,6 +15,7 @@ from jobs.telemetry import (
     Sample,
     Sampler,
     Series,
+    combine,
     idle_reason,
     reader_for,
     summarize,
@@ -119,3 +121,41 @@ def test_the_sampler_calls_the_policy_once_and_summarizes_the_whole_run():
     assert len(sampler.samples) <= 60 / 5 + 5  # the window and two intervals, not the whole run
     assert out["summary"]["samples"] == 41 and out["summary"]["seconds"] == 195
     assert out["summary"]["mean_util"] == 2.0 and out["series"][0]["util"] == 2.0
+
+
+def test_a_runs_workers_combine_and_orch_keeps_them_from_the_log():
+    from orchestrator.service.run_metrics import from_log
+
+    def line(event, **fields):
+        return events.event_line(event, None, **fields)
+
+    w0 = {"source": "nvml", "device": "NVIDIA H100", "samples": 40, "seconds": 195.0, "mean_util": 60.0,
+          "p10_util": 20.0, "peak_mem_gb": 30.0, "mem_total_gb": 80.0, "energy_wh": 10.0,
+          "energy_basis": "counter"}
+    w1 = dict(w0, mean_util=40.0, p10_util=10.0, peak_mem_gb=31.0, energy_wh=12.0)
+    assert combine({"0": w0, "1": w1}) == {
+        "source": "nvml", "device": "NVIDIA H100", "workers": 2, "mean_util": 50.0, "p10_util": 10.0,
+        "peak_mem_gb": 31.0, "seconds": 195.0, "mem_total_gb": 80.0, "energy_wh": 22.0,
+        "energy_basis": "counter"}
+    assert "energy_wh" not in combine({"0": w0, "1": {k: v for k, v in w1.items() if k != "energy_wh"}})
+    assert combine({}) == {} and combine({"0": {"samples": 0}}) == {}
+
+    running = "\n".join([line("device", rank=0, since_s=0.0, util=55.0, mem_gb=30.0),
+                         line("device", rank=1, since_s=0.0, util=35.0, mem_gb=31.0),
+                         line("device", rank=0, since_s=30.0, util=65.0, mem_gb=30.0)])
+    m = from_log(running)
+    assert m["device_now"] == {"0": {"since_s": 30.0, "util": 65.0, "mem_gb": 30.0},
+                               "1": {"since_s": 0.0, "util": 35.0, "mem_gb": 31.0}}
+    ended = "\n".join([running,
+                       line("report", index=1, metrics={"data_fraction": 0.4, "copy_fraction": 0.05,
+                                                         "loader_workers": 4, "device": "cuda:0"}),
+                       line("verdict", kind="input-bound", reasons=["40% of each step waits"], advice=[]),
+                       line("telemetry", rank=0, summary=w0, series=[{"t": 0.0, "util": 60.0, "mem_gb": 30.0}]),
+                       line("telemetry", rank=1, summary=w1, series=[], idle="the device stayed below")])
+    m = from_log(ended)
+    assert "device_now" not in m and m["telemetry"]["summary"]["mean_util"] == 50.0
+    assert m["telemetry"]["workers"]["0"]["series"] == [{"t": 0.0, "util": 60.0, "mem_gb": 30.0}]
+    assert m["telemetry"]["idle"] == "the device stayed below"
+    assert m["verdict"]["kind"] == "input-bound"
+    assert m["verdict"]["reasons"][0] == "GPUs busy 50% of the run (p10 10%)"
+    assert any("pin_memory" in a for a in m["verdict"]["advice"])

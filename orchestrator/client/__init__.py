@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from orchestrator.base.errors import BackendError, NotFound
-from orchestrator.client.protocol import Client, Note, note
+from orchestrator.client.protocol import Client, Note, Planned, Submitted, note
 from orchestrator.client.remote import MiB, Remote
 from orchestrator.service.cost_report import cost_report, parse_since
 from orchestrator.store import TERMINAL, public_schedule, store_exists
@@ -25,7 +25,9 @@ from orchestrator.store import TERMINAL, public_schedule, store_exists
 QUICK_S = 10.0
 
 if TYPE_CHECKING:
-    from orchestrator.records import JobRow
+    from orchestrator.records import CancelledJob, JobDetail, JobRecord, JobRow
+    from orchestrator.records.cost import CostReport
+    from orchestrator.records.placement import Plan
     from orchestrator.spec import Overrides
 
 __all__ = ["Client", "Local", "MiB", "Note", "Remote", "connect", "cost_report", "parse_since"]
@@ -62,46 +64,47 @@ class Local:
             store.close()
 
     def submit(self, file: Path, key: Optional[str] = None, priority: int = 0,
-               given: Optional[Overrides] = None) -> dict:
-        from orchestrator.records import SubmittedJob
+               given: Optional[Overrides] = None) -> Submitted:
+        from orchestrator.records import SubmittedJob, SubmittedPipeline
         from orchestrator.spec.pipeline import Pipeline, load_job
 
         spec = load_job(file, given)
         if isinstance(spec, Pipeline):
             done = self.orch.submit_pipeline(spec, idempotency_key=key)
-            return {"pipeline": spec.name,
-                    "stages": [SubmittedJob.from_row(s.rec, existing=s.existing).to_json()
-                               for s in done]}
+            return SubmittedPipeline(pipeline=spec.name, stages=[
+                SubmittedJob.from_row(s.rec, existing=s.existing) for s in done])
         if spec.schedule.cron:  # schedules are kept and run by `orch serve` only
             note(self.on_note, f"schedule.cron {spec.schedule.cron!r} is run by `orch serve`: "
                   "alone, this job runs once, now. Submit it with ORCH_SERVER set to register "
                   "its schedule with a server")
         rec, existing = self.orch.submit(spec, idempotency_key=key)
-        return SubmittedJob.from_row(rec, existing=existing).to_json()
+        return SubmittedJob.from_row(rec, existing=existing)
 
-    def plan(self, file: Path, given: Optional[Overrides] = None) -> dict:
+    def plan(self, file: Path, given: Optional[Overrides] = None) -> Planned:
+        from orchestrator.records.placement import PipelinePlan
         from orchestrator.spec.pipeline import Pipeline, load_job
 
         job = load_job(file, given)
         if isinstance(job, Pipeline):  # each stage placed on its own, as its submit would
-            return {"pipeline": job.name, "stages": [self.plan_spec(s) for s in job.stages]}
+            return PipelinePlan(pipeline=job.name, stages=[self.plan_spec(s) for s in job.stages])
         return self.plan_spec(job)
 
-    def plan_spec(self, spec, owner: Optional[str] = None) -> dict:
+    def plan_spec(self, spec, owner: Optional[str] = None) -> Plan:
         """The plan a submit by `owner` would make (None: this machine's user, whose runs
         are all the store has)."""
+        from orchestrator.records.placement import Plan
         from orchestrator.service import planning
 
         # What a submit would refuse before recording, a plan refuses too.
         fp, dirty = self.orch.prepared(spec)
         decision, notes = planning.plan(spec, self.settings, fingerprint=fp, code_dirty=dirty,
                                         owner=owner)
-        return {**planning.as_record(decision, notes), "fingerprint": fp}
+        return Plan(**planning.as_record(decision, notes).model_dump(), fingerprint=fp)
 
-    def jobs(self, limit: int = 50) -> list[dict]:
+    def jobs(self, limit: int = 50) -> list[JobRecord]:
         from orchestrator.records import JobRecord
 
-        return [JobRecord.from_row(self._shown(r)).to_json() for r in self.orch.list(limit)]
+        return [JobRecord.from_row(self._shown(r)) for r in self.orch.list(limit)]
 
     def _shown(self, rec: JobRow) -> JobRow:
         """The record with its message redacted again on the way out: a row written before
@@ -110,7 +113,7 @@ class Local:
             return rec
         return rec.model_copy(update={"message": self.orch.redactor(rec)(rec.message)})
 
-    def job(self, job_id: str) -> dict:
+    def job(self, job_id: str) -> JobDetail:
         from orchestrator.records import JobDetail
 
         rec, warning = self.orch.get(job_id), None
@@ -121,7 +124,7 @@ class Local:
         shown = self.orch.redactor(rec)
         history = [{**h, "message": shown(h["message"]) if h["message"] else h["message"]}
                    for h in self.orch.store.history(rec.id)]
-        return JobDetail.from_history(self._shown(rec), history, warning).to_json()
+        return JobDetail.from_history(self._shown(rec), history, warning)
 
     def logs(self, job_id: str) -> str:
         return self.orch.logs(self.orch.refresh(self.orch.get(job_id)))
@@ -153,15 +156,15 @@ class Local:
             soon = self.orch.ending(text) or time.monotonic() - began < quick_s
             time.sleep(min(poll_s, 0.25) if soon else poll_s)
 
-    def cancel(self, job_id: str) -> dict:
+    def cancel(self, job_id: str) -> CancelledJob:
         from orchestrator.records import CancelledJob
 
         rec = self.orch.get(job_id)
         if rec.status in TERMINAL:
-            return CancelledJob.from_row(rec, already_ended=True).to_json()
-        return CancelledJob.from_row(self.orch.cancel(rec.id)).to_json()
+            return CancelledJob.from_row(rec, already_ended=True)
+        return CancelledJob.from_row(self.orch.cancel(rec.id))
 
-    def cost(self, by: str = "target", since: Optional[str] = None) -> dict:
+    def cost(self, by: str = "target", since: Optional[str] = None) -> CostReport:
         return cost_report(self.settings, by, since, self.orch)
 
     # Schedules on this machine's store: the ones an `orch serve` using it runs. The store's

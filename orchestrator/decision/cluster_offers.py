@@ -139,10 +139,9 @@ def inventory_mismatch(inventory: Sequence, nodes: Iterable, address: str) -> Op
 def ran_unpriced(rec: JobRow) -> bool:
     """Whether a job record ran on-prem on hardware whose full cost was unknown (its plan
     priced power only): what `orch cost` says once."""
-    decision = rec.decision or {}
-    choice = decision.get("choice") or {}
-    if (rec.target or choice.get("target")) != "onprem":
+    decision, choice = rec.decision, rec.choice
+    if (rec.target or (choice.target if choice else None)) != "onprem":
         return False
-    if choice.get("full_cost_known") is False:
+    if choice is not None and not choice.full_cost_known:
         return True
-    return any(str(n).startswith(UNPRICED_PREFIX) for n in decision.get("notes") or ())
+    return any(str(n).startswith(UNPRICED_PREFIX) for n in (decision.notes if decision else ()))

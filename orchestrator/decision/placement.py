@@ -15,7 +15,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 from orchestrator.decision import explain as ex
 from orchestrator.decision.cluster_offers import unread_offers
-from orchestrator.decision.demand import job_demand
+from orchestrator.decision.demand import demand_on
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.matching import Needs, OfferIndex, candidates, misfit
 from orchestrator.decision.models import (
@@ -62,7 +62,7 @@ def _wait(o: Offer, used: float, capacity: Optional[Capacity], spec) -> float:
     if capacity.load is not None:
         # What the job would hold on this offer: what its record, its Ray metadata and
         # `orch serve`'s queue will say it holds, should it be chosen.
-        need = job_demand(spec, {"gpu": o.gpu, "count": used})
+        need = demand_on(spec, o.gpu, used)
         capacity = dataclasses.replace(capacity.load.start(need, capacity.source),
                                        reservations=capacity.reservations)
     if capacity.can_start_now is not None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.pricing import HOURS_PER_YEAR, fmt_money, owned_hourly
+from orchestrator.records.cost import CostEntry
 
 DIFFERS = 1.5  # real against assumed cost beyond this factor, either way, earns a sentence
 
@@ -55,12 +56,12 @@ def _pct(f: float) -> str:
     return f"{f * 100:.3g}%" if f >= 0.001 else f"{f * 100:.2g}%"
 
 
-def _span(e: Mapping, end: float) -> Optional[tuple[float, float]]:
+def _span(e: CostEntry, end: float) -> Optional[tuple[float, float]]:
     """(start, end) a job held its hardware; a running one, up to `end`."""
-    began = e.get("started_at")
+    began = e.started_at
     if began is None:
         return None
-    return began, e.get("finished_at") or end
+    return began, e.finished_at or end
 
 
 def _overlap(span: tuple[float, float], start: float, end: float) -> float:
@@ -77,12 +78,12 @@ def _union_hours(spans: Iterable[tuple[float, float]], start: float, end: float)
     return total / 3600.0
 
 
-def _ran(jobs: Iterable[tuple[Mapping, tuple[float, float]]], start: float, end: float) -> int:
+def _ran(jobs: Iterable[tuple[CostEntry, tuple[float, float]]], start: float, end: float) -> int:
     return sum(_overlap(s, start, end) > 0 for _, s in jobs)
 
 
-def _gpus(e: Mapping) -> float:
-    return max(float(e.get("gpu_count") or 0), 1.0)
+def _gpus(e: CostEntry) -> float:
+    return max(float(e.gpu_count or 0), 1.0)
 
 
 def _pool(*, pool: str, target: str, gpu: Optional[str], gpus: int, unit: str, setting: str,
@@ -138,7 +139,7 @@ def _pool(*, pool: str, target: str, gpu: Optional[str], gpus: int, unit: str, s
                                real_per_gpu_hour_usd=real, verdict=verdict)
 
 
-def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: float, end: float,
+def owned_use(entries: Sequence[CostEntry], onprem: Sequence, local, *, start: float, end: float,
               basis: str, electricity_price: float, local_gpus: int = 0,
               currency: str = "USD", rate: float = 1.0) -> OwnedUse:
     """Measured use and real cost per used GPU-hour of each owned pool, from `ledger.entry`
@@ -152,7 +153,7 @@ def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: flo
     history = bool(entries)
     notes: list[str] = []
     spans = [(e, s) for e in entries if (s := _span(e, end)) is not None]
-    onprem_jobs = [(e, s) for e, s in spans if e.get("target") == "onprem" and e.get("gpu")]
+    onprem_jobs = [(e, s) for e, s in spans if e.target == "onprem" and e.gpu]
     lines = [inv for inv in onprem if not inv.cpu_pool]
     by_model: dict[str, int] = {}
     for inv in lines:
@@ -160,7 +161,7 @@ def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: flo
     pools: list[PoolUse] = []
     for inv in lines:
         model = canonical_gpu(inv.gpu)
-        mine = [(e, s) for e, s in onprem_jobs if canonical_gpu(e["gpu"]) == model]
+        mine = [(e, s) for e, s in onprem_jobs if canonical_gpu(e.gpu) == model]
         # Lines of one model share its jobs by GPU count: a job does not say which line ran it.
         share = inv.count / by_model[model]
 
@@ -178,14 +179,14 @@ def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: flo
     if shared:
         notes.append(f"several [[onprem]] lines hold {', '.join(shared)}: their measured use is "
                      f"split between them by GPU count")
-    stray = sorted({canonical_gpu(e["gpu"]) for e, _ in onprem_jobs} - set(by_model))
+    stray = sorted({canonical_gpu(e.gpu) for e, _ in onprem_jobs} - set(by_model))
     if stray:
         notes.append(f"on-prem jobs on {', '.join(stray)}, which no [[onprem]] line lists, are "
                      f"not counted: add the line to measure them")
 
-    ran_here = [(e, s) for e, s in spans if e.get("target") == "local"]
-    if any(e.get("target") == "local" for e in entries):
-        on_gpu = [(e, s) for e, s in ran_here if e.get("gpu")]
+    ran_here = [(e, s) for e, s in spans if e.target == "local"]
+    if any(e.target == "local" for e in entries):
+        on_gpu = [(e, s) for e, s in ran_here if e.gpu]
         n = math.ceil(max([local_gpus, *(_gpus(e) for e, _ in on_gpu)]))
         if n:
             def busy_of(wstart: float) -> tuple[int, float]:
@@ -204,7 +205,7 @@ def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: flo
                 # No GPUs: the machine is busy while any job runs; overlapping jobs count once.
                 return (_ran(ran_here, wstart, end),
                         _union_hours((s for _, s in ran_here), wstart, end))
-        models = {canonical_gpu(e["gpu"]) for e, _ in on_gpu}
+        models = {canonical_gpu(e.gpu) for e, _ in on_gpu}
         pools.append(_pool(
             pool="local", target="local", gpu=models.pop() if len(models) == 1 else None,
             gpus=max(n, 1), unit="GPU" if n else "machine",

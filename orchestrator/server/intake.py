@@ -4,12 +4,12 @@ put in as its workdir, then queued for the scheduler or registered as a schedule
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.base.errors import InputError
-from orchestrator.records import SubmittedJob
+from orchestrator.records import Registered, SubmittedJob
 from orchestrator.server import auth
 from orchestrator.server.scheduler import queue_info
 from orchestrator.service.upload import DIGEST_PATTERN
@@ -43,12 +43,6 @@ class PlanIn(BaseModel):
     secrets: dict[str, str] = Field(default_factory=dict)
 
 
-class Registered(BaseModel):
-    """A job file with `schedule.cron`, submitted: the schedule it registered."""
-    model_config = ConfigDict(extra="forbid")
-    schedule: dict[str, Any]
-
-
 def job_file(settings, body, who: Optional[auth.Caller] = None):
     """(text, spec) of a submitted job file, checked as a client's; with an upload, its
     workdir is the upload (the caller's own, or any for an admin)."""
@@ -79,8 +73,8 @@ def queue_job(scheduler, body: JobIn, who: auth.Caller, text: str, spec):
                                  "secrets come from the server's environment")
             from orchestrator.server.schedules import register
 
-            return {"schedule": register(local, spec, text, body.file, who.name,
-                                         body.priority, now=scheduler.clock())}
+            return Registered(schedule=register(local, spec, text, body.file, who.name,
+                                                body.priority, now=scheduler.clock()))
         from orchestrator.server.schedules import check_server_secrets
 
         check_server_secrets(spec, local.settings, who.name)

@@ -125,14 +125,14 @@ def summary(local, settings, limit: int = 50) -> dict:
     store = local.orch.store
     jobs = []
     for pub in local.jobs(limit):  # each checked with its backend, as `orch status` does
-        rec = store.get(pub["id"])
+        rec = store.get(pub.id)
         saved = rec.info.cost
         entry = saved if saved and rec.status in TERMINAL else ledger.entry(rec, now)
-        verdict = (pub["metrics"] or {}).get("verdict") or {}
-        jobs.append({"id": pub["id"], "name": pub["name"], "status": pub["status"],
-                     "target": pub["target"], "kind": pub["kind"], "owner": pub["owner"],
-                     "created_at": pub["created_at"], "message": pub["message"],
-                     "cost": entry["cost_usd"] * rate, "verdict": verdict.get("kind"),
+        verdict = (pub.metrics or {}).get("verdict") or {}
+        jobs.append({"id": pub.id, "name": pub.name, "status": pub.status,
+                     "target": pub.target, "kind": pub.kind, "owner": pub.owner,
+                     "created_at": pub.created_at, "message": pub.message,
+                     "cost": entry.cost_usd * rate, "verdict": verdict.get("kind"),
                      "advice": verdict.get("advice") or []})
     queue: list[dict] = []
     line: dict[str, int] = {}

@@ -7,6 +7,7 @@ import time
 from typing import Optional
 
 from orchestrator.records import JobRow, with_info
+from orchestrator.records.placement import PlacedOffer
 from orchestrator.service.core import OrchCore
 from orchestrator.spec import JobSpec
 from orchestrator.store import store_exists
@@ -43,17 +44,16 @@ class Budgets(OrchCore):
         return ledger.month_spend((ledger.entry(r, now) for r in recs if r.id != exclude), now,
                                   self.settings.budget_basis)
 
-    def run_budget(self, spec: JobSpec, decision: Optional[dict], job_id: str) -> Optional[dict]:
+    def run_budget(self, spec: JobSpec, choice: Optional[PlacedOffer], job_id: str) -> Optional[dict]:
         """What the runner needs to stop itself at its budget, after a checkpoint: its
         price per hour on the budget's basis (owned hardware's power alone for cash)."""
         from orchestrator.decision import job_ledger as ledger
 
-        choice = (decision or {}).get("choice") or {}
         limit = self.budget_limit(spec.budget.model_dump(), job_id)
-        price = ledger.hourly(choice, self.settings.budget_basis)
+        price = ledger.hourly(choice, self.settings.budget_basis) if choice else None
         if limit is None or price is None:
             return None
-        target = choice.get("target")  # None for a choice no plan placed
+        target = choice.target if choice else None  # None for a choice no plan placed
         rented = bool(target and self._backend_class(target).rented)
         startup = self.settings.cloud_startup_minutes / 60.0 * price if rented else 0.0
         budget = {"limit_usd": round(limit[0], 6), "what": limit[1], "spent_usd": round(startup, 6),
@@ -78,7 +78,7 @@ class Budgets(OrchCore):
         spent = ledger.spend(ledger.entry(rec), basis)
         grace = 0.0
         if rec.spec.get("train"):
-            price = ledger.hourly(rec.choice, basis) or 0.0
+            price = (ledger.hourly(rec.choice, basis) if rec.choice else None) or 0.0
             grace = max(0.10 * limit[0], price * 5 / 60)
         if spent < limit[0] + grace:
             return rec

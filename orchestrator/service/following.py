@@ -124,7 +124,7 @@ class Following(Budgets):
         from orchestrator.decision import job_ledger as ledger
 
         # The ledger line, kept with the job: what it cost and what it passed over.
-        return self.store.update(rec.id, info=with_info(rec, cost=ledger.entry(rec)))
+        return self.store.update(rec.id, info=with_info(rec, cost=ledger.entry(rec).to_json()))
 
     def _trust(self, rec: JobRow) -> dict:
         """Which of its log's events may set a job's outcome (run_metrics.from_log): the

@@ -15,6 +15,7 @@ from orchestrator.decision.classify import classify
 from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
 from orchestrator.decision.placement import decide
 from orchestrator.decision.pricing import HoursEstimator, onprem_offer
+from orchestrator.records.placement import Placement
 
 
 def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None,
@@ -138,12 +139,12 @@ def _credentials_checked(decision: Decision) -> Decision:
                                alternatives=tuple(mark(a) for a in decision.alternatives))
 
 
-def as_record(decision: Decision, notes: Sequence[str]) -> dict:
+def as_record(decision: Decision, notes: Sequence[str]) -> Placement:
     """The decision as `orch plan --json` shows it and a job's record keeps it."""
     record = decision.to_dict()
     record["reasons"] = [*notes, *record["reasons"]]
     record["warnings"] = list(notes)
-    return record
+    return Placement.model_validate(record)
 
 
 def wants_cluster(spec, settings) -> bool:

@@ -11,6 +11,7 @@ from typing import NamedTuple, Optional
 from orchestrator.base import failpoints, redact
 from orchestrator.base.errors import BackendError, InputError
 from orchestrator.records import JobRow, with_info
+from orchestrator.records.placement import Placement
 from orchestrator.service import fingerprint as fingerprint_module
 from orchestrator.service import git_workdir
 from orchestrator.service.launch_spec import LaunchBuilder
@@ -33,7 +34,7 @@ class Checked(NamedTuple):
     """A job that passed every check before recording: its secrets, code and placement."""
     secrets: dict  # the `secrets:` values, for its launch only: never stored
     fingerprint: str
-    decision: dict  # the plan it is placed by (`orch plan --json`'s shape)
+    decision: Placement  # the plan it is placed by (`orch plan --json`'s shape)
 
 
 class Submitted(NamedTuple):
@@ -43,7 +44,7 @@ class Submitted(NamedTuple):
 
 
 class Submitting(LaunchBuilder):
-    def place(self, spec: JobSpec, fp: str, dirty: bool, owner: Optional[str] = None) -> dict:
+    def place(self, spec: JobSpec, fp: str, dirty: bool, owner: Optional[str] = None) -> Placement:
         """Where the job runs and why: the decision `orch plan` shows (planning.plan); its
         hours learn `owner`'s bias (how their runs compare with their estimates)."""
         from orchestrator.service import planning
@@ -55,7 +56,7 @@ class Submitting(LaunchBuilder):
                              f"{decision.refusal}",
                              "`orch plan FILE` lists every alternative and why it was excluded")
         record = planning.as_record(decision, notes)
-        record["alternatives"] = record["alternatives"][:10]  # the record keeps the best few
+        record.alternatives = record.alternatives[:10]  # the record keeps the best few
         return record
 
     def submit(self, spec: JobSpec, idempotency_key: Optional[str] = None) -> Submitted:
@@ -123,7 +124,7 @@ class Submitting(LaunchBuilder):
                         secret_lengths=redact.lengths(hidden.values()))
         rec = self.store.create_job(
             name=spec.name or "job", spec=redact.redact_spec(spec.model_dump(mode="json")),
-            kind=decision["kind"], target=decision["target"], fingerprint=fp, decision=decision,
+            kind=decision.kind, target=decision.target, fingerprint=fp, decision=decision,
             source_file=str(Path(spec.source_file).resolve()) if spec.source_file else None,
             idempotency_key=idempotency_key or f"auto-{job_id}", job_id=job_id, info=info,
             owner=owner, priority=priority)
@@ -133,7 +134,7 @@ class Submitting(LaunchBuilder):
     def launch(self, rec: JobRow, spec: JobSpec, secrets: Optional[dict] = None) -> JobRow:
         """Launch a recorded job as it was planned; `secrets` None: read them now."""
         secrets = spec.secret_strings() if secrets is None else secrets
-        decision = rec.decision or {}
+        decision = rec.decision
         target = rec.placed_on
         provider = self.provider(target)
         self._secrets[rec.id] = redact.secret_env(spec.envs, secrets)
@@ -151,7 +152,7 @@ class Submitting(LaunchBuilder):
             raise
         extra = provider.launch_info(backend_id) if isinstance(provider, HasLaunchInfo) else {}
         if launch.offers:  # what the cloud ledger prices each launch with
-            extra = {**extra, "offers": list(launch.offers)}
+            extra = {**extra, "offers": [o.model_dump(mode="json") for o in launch.offers]}
         # One write: the backend's id and what is needed to follow the job arrive together.
         info = with_info(rec, drop=("queued",), entrypoint=launch.entrypoint,
                          storage_path=launch.metadata.get("storage_path"),

@@ -101,7 +101,7 @@ def test_the_recorded_decision_is_the_plan(case, tmp_path, monkeypatch):
                 spec=load_spec_text(ALL_FOUR, "nightly.yaml").model_dump(mode="json"),
                 next_at=time.time() + case.schedule_due_h * 3600)
         spec = load_spec_text(case.job, "job.yaml")
-        planned = _outcome(lambda: local.plan_spec(spec))
+        planned = _outcome(lambda: local.plan_spec(spec).to_json())
         recorded = _outcome(lambda: local.orch.record(spec).rec)
         if planned[0] == "ok" and planned[1]["target"] is None:  # a plan shows its refusal;
             assert recorded[0] == "refused" and case.want == "refused", recorded  # submit stops on it
@@ -117,9 +117,10 @@ def test_the_recorded_decision_is_the_plan(case, tmp_path, monkeypatch):
         plan, rec = planned[1], recorded[1]
         assert plan["target"] == case.want, "\n".join(plan["reasons"])
         assert (rec.kind, rec.target) == (plan["kind"], plan["target"])
+        kept = rec.decision.to_json()
         for key in SAME:
-            assert rec.decision.get(key) == plan.get(key), key
-        assert rec.decision["alternatives"] == plan["alternatives"][:10]
+            assert kept.get(key) == plan.get(key), key
+        assert kept["alternatives"] == plan["alternatives"][:10]
     finally:
         local.close()
 

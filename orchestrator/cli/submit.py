@@ -43,10 +43,10 @@ def submit(
         # Only a server keeps schedules, so the client is a Remote and names it.
         server = f", run by the server at {escape(str(client.url))}" if isinstance(client, Remote) else ""
         if json_out:
-            print_json(s)
+            print_json(s.to_json())
         else:
-            out.print(f"[bold]{s['id']}[/] {escape(s['name'])}: cron {escape(s['cron'])}, next run "
-                      f"{s['next_at']} (UTC){server}")
+            out.print(f"[bold]{s.id}[/] {escape(s.name)}: cron {escape(s.cron)}, next run "
+                      f"{s.next_at} (UTC){server}")
         return
     if isinstance(sub, SubmittedPipeline):  # one job a stage, each after the one before
         _pipeline(client, sub, console, detach, json_out)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 from orchestrator.base.errors import BackendError, NotFound
 from orchestrator.client.protocol import Client, Note, Planned, Submitted, note
 from orchestrator.client.remote import MiB, Remote
+from orchestrator.records import Schedule
 from orchestrator.service.cost_report import cost_report, parse_since
 from orchestrator.store import TERMINAL, public_schedule, store_exists
 
@@ -170,11 +171,12 @@ class Local:
     # Schedules on this machine's store: the ones an `orch serve` using it runs. The store's
     # user may change any of them, as with `orch token`.
 
-    def schedules(self) -> list[dict]:
+    def schedules(self) -> list[Schedule]:
         if not store_exists(self.settings):  # never create the store just to say it is empty
             return []
         store = self.orch.store
-        return [public_schedule(s, store.schedule_events(s["id"])) for s in store.schedules()]
+        return [Schedule.model_validate(public_schedule(s, store.schedule_events(s["id"])))
+                for s in store.schedules()]
 
     def _store_with_schedules(self, sched_id: str):
         if not store_exists(self.settings):
@@ -182,17 +184,18 @@ class Local:
                            f"{self.settings.home} yet", "`orch schedule list` shows the schedules")
         return self.orch.store
 
-    def schedule(self, sched_id: str) -> dict:
+    def schedule(self, sched_id: str) -> Schedule:
         store = self._store_with_schedules(sched_id)
         s = store.schedule(sched_id)
-        return public_schedule(s, store.schedule_events(s["id"]))
+        return Schedule.model_validate(public_schedule(s, store.schedule_events(s["id"])))
 
-    def pause_schedule(self, sched_id: str, paused: bool = True) -> dict:
+    def pause_schedule(self, sched_id: str, paused: bool = True) -> Schedule:
         from orchestrator.server.schedules import set_paused
 
-        return set_paused(self._store_with_schedules(sched_id), sched_id, paused)
+        return Schedule.model_validate(set_paused(self._store_with_schedules(sched_id), sched_id,
+                                                  paused))
 
-    def remove_schedule(self, sched_id: str) -> dict:
+    def remove_schedule(self, sched_id: str) -> Schedule:
         from orchestrator.server.schedules import remove
 
-        return remove(self._store_with_schedules(sched_id), sched_id)
+        return Schedule.model_validate(remove(self._store_with_schedules(sched_id), sched_id))

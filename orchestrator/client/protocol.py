@@ -12,6 +12,7 @@ if TYPE_CHECKING:
         JobDetail,
         JobRecord,
         Registered,
+        Schedule,
         SubmittedJob,
         SubmittedPipeline,
     )
@@ -56,16 +57,16 @@ class Client(Protocol):
     def cost(self, by: str = "target", since: Optional[str] = None) -> CostReport:
         """The `orch cost --json` report."""
 
-    def schedules(self) -> list[dict]:
+    def schedules(self) -> list[Schedule]:
         """Every cron schedule, each with its recent log."""
 
-    def schedule(self, sched_id: str) -> dict:
+    def schedule(self, sched_id: str) -> Schedule:
         """One schedule (an id or a unique prefix) with its recent log."""
 
-    def pause_schedule(self, sched_id: str, paused: bool = True) -> dict:
-        """Pause (or resume) a schedule; "unchanged": True when it already was."""
+    def pause_schedule(self, sched_id: str, paused: bool = True) -> Schedule:
+        """Pause (or resume) a schedule; `unchanged` when it already was."""
 
-    def remove_schedule(self, sched_id: str) -> dict:
+    def remove_schedule(self, sched_id: str) -> Schedule:
         """Delete a schedule and its log; the jobs it ran are kept. What it was."""
 
 

@@ -14,6 +14,7 @@ from orchestrator.records import (
     JobDetail,
     JobRecord,
     Registered,
+    Schedule,
     SubmittedJob,
     SubmittedPipeline,
 )
@@ -217,18 +218,18 @@ class Remote:
         query = {"by": by, **({"since": since} if since is not None else {})}
         return CostReport.read(self._json("GET", "/v1/cost?" + urlencode(query)))
 
-    def schedules(self) -> list[dict]:
-        return self._json("GET", "/v1/schedules")
+    def schedules(self) -> list[Schedule]:
+        return [Schedule.model_validate(s) for s in self._json("GET", "/v1/schedules")]
 
-    def schedule(self, sched_id: str) -> dict:
-        return self._json("GET", f"/v1/schedules/{self._id(sched_id)}")
+    def schedule(self, sched_id: str) -> Schedule:
+        return Schedule.model_validate(self._json("GET", f"/v1/schedules/{self._id(sched_id)}"))
 
-    def pause_schedule(self, sched_id: str, paused: bool = True) -> dict:
-        return self._json("POST", f"/v1/schedules/{self._id(sched_id)}/"
-                          f"{'pause' if paused else 'resume'}")
+    def pause_schedule(self, sched_id: str, paused: bool = True) -> Schedule:
+        return Schedule.model_validate(self._json("POST", f"/v1/schedules/{self._id(sched_id)}/"
+                                                  f"{'pause' if paused else 'resume'}"))
 
-    def remove_schedule(self, sched_id: str) -> dict:
-        return self._json("DELETE", f"/v1/schedules/{self._id(sched_id)}")
+    def remove_schedule(self, sched_id: str) -> Schedule:
+        return Schedule.model_validate(self._json("DELETE", f"/v1/schedules/{self._id(sched_id)}"))
 
 
 def _given(given: Optional[Overrides]) -> dict:

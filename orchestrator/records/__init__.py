@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Optional, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from orchestrator.records.cost import CostEntry
 from orchestrator.records.placement import PlacedOffer, Placement
@@ -236,7 +236,47 @@ class SubmittedPipeline(BaseModel):
     stages: list[SubmittedJob]
 
 
+
+
+class ScheduleEvent(BaseModel):
+    """One line of a schedule's log."""
+    at: Optional[str] = None
+    slot: Optional[str] = None
+    job_id: Optional[str] = None
+    message: Optional[str] = None
+
+
+class Schedule(BaseModel):
+    """A cron schedule as `orch schedule ... --json` and `GET /v1/schedules` show it (no job
+    file text): `log` only where its log was asked for, `unchanged` only on a pause or
+    resume that found it in that state already. Times are ISO 8601 UTC."""
+    id: str
+    name: str
+    owner: Optional[str] = None
+    cron: str
+    priority: int = 0
+    source_file: Optional[str] = None
+    created_at: Optional[str] = None
+    next_at: Optional[str] = None
+    last_slot: Optional[str] = None
+    paused: bool = False
+    log: Optional[list[ScheduleEvent]] = None
+    unchanged: bool = False
+
+    @model_serializer(mode="wrap")
+    def _json(self, dump: Any) -> dict[str, Any]:
+        out = dump(self)
+        if self.log is None:
+            out.pop("log", None)
+        if not self.unchanged:
+            out.pop("unchanged", None)
+        return out
+
+    def to_json(self) -> dict:
+        return self.model_dump(mode="json")
+
+
 class Registered(BaseModel):
     """A job file with `schedule.cron`, submitted to `orch serve`: the schedule it registered."""
     model_config = ConfigDict(extra="forbid")
-    schedule: dict[str, Any]
+    schedule: Schedule

@@ -73,8 +73,9 @@ def queue_job(scheduler, body: JobIn, who: auth.Caller, text: str, spec):
                                  "secrets come from the server's environment")
             from orchestrator.server.schedules import register
 
-            return Registered(schedule=register(local, spec, text, body.file, who.name,
-                                                body.priority, now=scheduler.clock()))
+            schedule = register(local, spec, text, body.file, who.name, body.priority,
+                                now=scheduler.clock())
+            return Registered.model_validate({"schedule": schedule})
         from orchestrator.server.schedules import check_server_secrets
 
         check_server_secrets(spec, local.settings, who.name)

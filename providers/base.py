@@ -78,9 +78,6 @@ class Backend(abc.ABC):
     # How long after a job's record the backend may still have no trace of a launch that
     # did happen: a Ray submit is there when it returns, a cloud launch request is not.
     launch_grace_s: ClassVar[float] = 0.0
-    # Each job rents its machine (a cloud VM), billed from its start-up; otherwise the
-    # hardware is owned and a job holds it from its submission on.
-    rented: ClassVar[bool] = False
     # Whether the target clones a job's `workdir: {url, ref}` itself (SkyPilot on a cloud
     # VM); otherwise orch checks the commit out on this machine and sends that folder.
     clones_git_workdir: ClassVar[bool] = False

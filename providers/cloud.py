@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Optional
 
 import jobs
 from orchestrator.base.errors import BackendError
+from orchestrator.base.targets import CLOUD
 from orchestrator.decision.cloud_bill import update_ledger
 from providers.base import Backend, BackendState, HasLaunchInfo, Launch
 
@@ -241,9 +242,8 @@ class CloudProvider(Backend, HasLaunchInfo):
     """Managed jobs on rented VMs; the runner starts under the VM's `python3`, into which
     the task's setup installs what it needs."""
 
-    name = "cloud"
+    name = CLOUD
     launch_grace_s = 600.0  # a launch request can take minutes to reach SkyPilot's queue
-    rented = True
     clones_git_workdir = True
 
     def __init__(self, sdk=None, startup_minutes: float = 6.0, clock=time.time):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional, Union
 
 import jobs
 from orchestrator.base.errors import BackendError
+from orchestrator.base.targets import ONPREM
 from providers.ray_cluster import ClusterSnapshot, get_json, snapshot
 from providers.ray_jobs import RayJobsProvider
 
@@ -43,7 +44,7 @@ class OnPremProvider(RayJobsProvider):
 
     def __init__(self, address: str, token_file: Optional[Path] = None):
         token = token_for(token_file)
-        super().__init__("onprem", address, {"Authorization": f"Bearer {token}"} if token else {},
+        super().__init__(ONPREM, address, {"Authorization": f"Bearer {token}"} if token else {},
                          hint=HINT)
 
     @classmethod

@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.base.targets import CLOUD, rented
 from orchestrator.cli.given import ENV, ENV_FILE, SECRET, given
 from orchestrator.cli.render import out, print_json
 
@@ -82,8 +83,8 @@ def _emit(kind: str, spec, settings, plan: Placement) -> None:
     if kind != "sky":
         raise InputError(f"--emit {kind}: the only format is 'sky'")
     d = plan.model_copy()
-    clouds = [a for a in d.alternatives if a.target == "cloud" and a.excluded is None]
-    if d.target != "cloud":
+    clouds = [a for a in d.alternatives if not a.owned and a.excluded is None]
+    if not rented(d.target):
         if not clouds:
             raise InputError(f"no cloud offer is eligible for this job, so there is no SkyPilot "
                              f"task to emit ({d.refusal or 'target: ' + str(d.target)})",
@@ -92,7 +93,7 @@ def _emit(kind: str, spec, settings, plan: Placement) -> None:
     orch = Orch(settings)
     pin(spec)  # the commit a submit would launch
     # Secret values are not needed to print the task: it names them for `sky launch --secret`.
-    launch = orch.launch_for("orch-plan", spec, "cloud", d, secrets={k: "" for k in spec.secrets})
+    launch = orch.launch_for("orch-plan", spec, CLOUD, d, secrets={k: "" for k in spec.secrets})
     config = task_yaml(orch.for_cloud(launch, spec, d))
     config = {k: v for k, v in config.items() if not k.startswith("_")}
     out.print(yaml.safe_dump(config, sort_keys=False), markup=False, highlight=False, end="")
@@ -121,7 +122,7 @@ def render(d: Placement, name: str, limit: int | None = 40) -> None:
         rows.append(choice)
     chosen = next((i for i, a in enumerate(rows) if a == choice), None)
     for i, a in enumerate(rows):
-        owned = a.target != "cloud"
+        owned = not rented(a.target)
         dev = "CPU" if a.gpu is None else f"{a.gpu} x{a.count:g}" + (
             f" (of {a.offer_count:g})" if owned and a.offer_count is not None
             and a.offer_count != a.count else "") + (
@@ -145,7 +146,7 @@ def render(d: Placement, name: str, limit: int | None = 40) -> None:
         out.print(f"[red]no placement:[/] {escape(d.refusal or '')}")
         return
     est = d.estimate
-    what = ("of power" if d.target != "cloud" else "to rent")
+    what = ("to rent" if rented(d.target) else "of power")
     decided = est.marginal if "marginal" in est.model_fields_set else est.cost
     out.print(f"[bold green]choice:[/] {d.target}, est. {est.hours:.3g} h, "
               f"{money(decided)} {what} decided (marginal cost); "

@@ -7,17 +7,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
+from orchestrator import records
 from orchestrator.base.errors import BackendError, InputError, NotFound, OrchError
 from orchestrator.client.protocol import Note, Planned, Submitted, note
-from orchestrator.records import (
-    CancelledJob,
-    JobDetail,
-    JobRecord,
-    Registered,
-    Schedule,
-    SubmittedJob,
-    SubmittedPipeline,
-)
 from orchestrator.records.cost import CostReport
 from orchestrator.records.placement import PipelinePlan, Plan
 
@@ -107,10 +99,10 @@ class Remote:
             "spec": Path(file).read_text(encoding="utf-8"), "file": str(Path(file).resolve()),
             "idempotency_key": key, "priority": priority, **_given(given)})
         if "schedule" in answer:
-            return Registered.model_validate(answer)
+            return records.Registered.model_validate(answer)
         if "stages" in answer:
-            return SubmittedPipeline.model_validate(answer)
-        return SubmittedJob.model_validate(answer)
+            return records.SubmittedPipeline.model_validate(answer)
+        return records.SubmittedJob.model_validate(answer)
 
     def plan(self, file: Path, given: Optional[Overrides] = None) -> Planned:
         # The workdir is sent for a plan too: the fingerprint that history is matched on
@@ -183,11 +175,11 @@ class Remote:
         with self._request("POST", "/v1/uploads", upload=packed) as resp:
             json.loads(resp.read())
 
-    def jobs(self, limit: int = 50) -> list[JobRecord]:
-        return [JobRecord.model_validate(j) for j in self._json("GET", f"/v1/jobs?limit={int(limit)}")]
+    def jobs(self, limit: int = 50) -> list[records.JobRecord]:
+        return [records.JobRecord.model_validate(j) for j in self._json("GET", f"/v1/jobs?limit={int(limit)}")]
 
-    def job(self, job_id: str) -> JobDetail:
-        return JobDetail.model_validate(self._json("GET", f"/v1/jobs/{self._id(job_id)}"))
+    def job(self, job_id: str) -> records.JobDetail:
+        return records.JobDetail.model_validate(self._json("GET", f"/v1/jobs/{self._id(job_id)}"))
 
     def logs(self, job_id: str) -> str:
         with self._request("GET", f"/v1/jobs/{self._id(job_id)}/logs") as resp:
@@ -209,8 +201,8 @@ class Remote:
                                 f"the job keeps running there; `orch logs {job_id} --follow` "
                                 "re-attaches") from None
 
-    def cancel(self, job_id: str) -> CancelledJob:
-        return CancelledJob.model_validate(self._json("POST", f"/v1/jobs/{self._id(job_id)}/cancel"))
+    def cancel(self, job_id: str) -> records.CancelledJob:
+        return records.CancelledJob.model_validate(self._json("POST", f"/v1/jobs/{self._id(job_id)}/cancel"))
 
     def cost(self, by: str = "target", since: Optional[str] = None) -> CostReport:
         from urllib.parse import urlencode
@@ -218,18 +210,18 @@ class Remote:
         query = {"by": by, **({"since": since} if since is not None else {})}
         return CostReport.read(self._json("GET", "/v1/cost?" + urlencode(query)))
 
-    def schedules(self) -> list[Schedule]:
-        return [Schedule.model_validate(s) for s in self._json("GET", "/v1/schedules")]
+    def schedules(self) -> list[records.Schedule]:
+        return [records.Schedule.model_validate(s) for s in self._json("GET", "/v1/schedules")]
 
-    def schedule(self, sched_id: str) -> Schedule:
-        return Schedule.model_validate(self._json("GET", f"/v1/schedules/{self._id(sched_id)}"))
+    def schedule(self, sched_id: str) -> records.Schedule:
+        return records.Schedule.model_validate(self._json("GET", f"/v1/schedules/{self._id(sched_id)}"))
 
-    def pause_schedule(self, sched_id: str, paused: bool = True) -> Schedule:
-        return Schedule.model_validate(self._json("POST", f"/v1/schedules/{self._id(sched_id)}/"
+    def pause_schedule(self, sched_id: str, paused: bool = True) -> records.Schedule:
+        return records.Schedule.model_validate(self._json("POST", f"/v1/schedules/{self._id(sched_id)}/"
                                                   f"{'pause' if paused else 'resume'}"))
 
-    def remove_schedule(self, sched_id: str) -> Schedule:
-        return Schedule.model_validate(self._json("DELETE", f"/v1/schedules/{self._id(sched_id)}"))
+    def remove_schedule(self, sched_id: str) -> records.Schedule:
+        return records.Schedule.model_validate(self._json("DELETE", f"/v1/schedules/{self._id(sched_id)}"))
 
 
 def _given(given: Optional[Overrides]) -> dict:

@@ -6,6 +6,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
+from orchestrator.base.targets import ONPREM, rented
 from orchestrator.decision.gpus import canonical_gpu, relative_speed
 from orchestrator.decision.job_ledger import entry as ledger_entry
 from orchestrator.decision.models import Offer
@@ -139,7 +140,7 @@ def _kind(rec: JobRow) -> str:
 def _cheapest_rent(offers: Iterable[Offer], gpu: str, count: int) -> tuple[Optional[float], str]:
     """USD/h to rent `count` x `gpu` on demand: an offer of that very size, else the lowest
     per-GPU price of the model times `count`; (None, "") when no catalog has the model."""
-    same = [o for o in offers if o.target == "cloud" and not o.spot and o.gpu is not None
+    same = [o for o in offers if not o.owned and not o.spot and o.gpu is not None
             and canonical_gpu(o.gpu) == canonical_gpu(gpu) and o.count > 0]
     exact = [o for o in same if o.count == count]
     if exact:
@@ -166,7 +167,7 @@ def _cheapest_work(offers: Iterable[Offer], speeds: Mapping[str, float]) -> Opti
     best = None
     for o in offers:
         speed = relative_speed(o.gpu, speeds) if o.gpu and o.count else None
-        if o.target != "cloud" or o.spot or not speed:
+        if o.owned or o.spot or not speed:
             continue
         per = o.price_per_hour / (speed * o.count)
         if best is None or per < best[0]:
@@ -299,11 +300,11 @@ def advise(records: Sequence[JobRow], settings, offers: Sequence[Offer], now: fl
         row["ref_gpu_hours"] += ref or 0.0
         row["cost_usd"] += cost
         row["steady_cost_usd"] += cost if kind == "steady" else 0.0
-        if target == "cloud" and ref:
+        if rented(entry.target) and ref:
             cloud["any"].add(hours, gpu_hours, ref, cost)
             if kind == "steady":
                 cloud["steady"].add(hours, gpu_hours, ref, cost)
-        if target == "onprem" and entry.gpu:
+        if target == ONPREM and entry.gpu:
             onprem_busy += gpu_hours
     for row in by_target.values():
         row["cost_per_month_usd"] = row["cost_usd"] / months

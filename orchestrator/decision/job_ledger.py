@@ -16,6 +16,7 @@ import io
 import time
 from typing import Iterable, Optional
 
+from orchestrator.base.targets import rented
 from orchestrator.records import JobRow
 from orchestrator.records.cost import CostAlternative, CostEntry, CostGroup
 from orchestrator.records.placement import PlacedOffer, Placement
@@ -70,7 +71,7 @@ def entry(rec: JobRow, now: Optional[float] = None) -> CostEntry:
     count = chose.count or 0
     amortized = power = None
     recoveries = 0
-    if target == "cloud":
+    if rented(target):
         ledger = rec.info.ledger or {}  # the cloud bill (decision.cloud_bill)
         cost = float(ledger.get("cost_usd") or 0.0)
         recoveries = int(ledger.get("recoveries") or 0)
@@ -84,7 +85,7 @@ def entry(rec: JobRow, now: Optional[float] = None) -> CostEntry:
         if chose.amortized_per_hour_usd is not None:
             amortized = chose.amortized_per_hour_usd * hours
             power = (chose.power_per_hour_usd or 0.0) * hours
-    cash = cost if target == "cloud" or power is None else power
+    cash = cost if rented(target) or power is None else power
     out = CostEntry(
         id=rec.id, name=rec.name, status=rec.status, kind=rec.kind, target=target,
         where=choice.where() if choice else target, gpu=chose.gpu,
@@ -101,9 +102,9 @@ def entry(rec: JobRow, now: Optional[float] = None) -> CostEntry:
         # estimate: the same work, priced where it did not run.
         alt_usd = alt.est_cost / rate
         chosen_h = chose.est_hours
-        if chosen_h and start is not None and target != "cloud":
+        if chosen_h and start is not None and not rented(target):
             alt_usd *= hours / chosen_h
-        elif chosen_h and target == "cloud" and hours:
+        elif chosen_h and rented(target) and hours:
             alt_usd *= hours / (chosen_h + _startup_h(chose))
         out.alternative = CostAlternative(where=alt.where(), device=alt.device(),
                                           cost_usd=round(alt_usd, 6), excluded=alt.excluded)
@@ -114,7 +115,7 @@ def cash(e: CostEntry) -> float:
     """An entry's cash, also for an entry saved before entries had `cash_usd`."""
     if e.cash_usd is not None:
         return e.cash_usd
-    if e.target != "cloud" and e.power_usd is not None:
+    if not rented(e.target) and e.power_usd is not None:
         return e.power_usd
     return e.cost_usd
 
@@ -134,7 +135,7 @@ def hourly(choice: PlacedOffer, basis: str = "cash") -> Optional[float]:
     """USD per hour a plan's choice counts against a budget on `basis` (None unpriced): an
     owned choice's power alone for cash, when the plan recorded it; else its full price."""
     _check(basis)
-    if basis == "cash" and choice.target != "cloud" and choice.power_per_hour_usd is not None:
+    if basis == "cash" and not rented(choice.target) and choice.power_per_hour_usd is not None:
         return choice.power_per_hour_usd
     return choice.price_per_hour_usd
 

@@ -5,16 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional
 
+from orchestrator.base.targets import Target, owned
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.records.placement import PlacedOffer, Placement
 
 if TYPE_CHECKING:
     from orchestrator.records import JobRow
 
-Target = Literal["local", "onprem", "cloud"]
 Kind = Literal["exploratory", "steady"]
-# Order of preference when two options cost exactly the same: owned hardware first.
-TARGET_ORDER = {"onprem": 0, "local": 1, "cloud": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +47,13 @@ class Offer:
 
     @property
     def owned(self) -> bool:
-        return self.target != "cloud"
+        """Owned hardware (its purchase and power) rather than rented (its rent)."""
+        return owned(self.target)
 
 
 def share_price(offer: Offer, used: float) -> float:
     """What a job pays per hour: the whole cloud offer, or its share of owned GPUs."""
-    if offer.target == "cloud" or offer.gpu is None or not offer.count:
+    if not offer.owned or offer.gpu is None or not offer.count:
         return offer.price_per_hour
     return offer.price_per_hour * min(used / offer.count, 1.0)
 

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
+from orchestrator.base.targets import LOCAL, ONPREM
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.pricing import HOURS_PER_YEAR, fmt_money, owned_hourly
 from orchestrator.records.cost import CostEntry
@@ -116,17 +117,17 @@ def _pool(*, pool: str, target: str, gpu: Optional[str], gpus: int, unit: str, s
     ownership = purchase * window_h / life_h
     power = watts_all / gpus / 1000.0 * busy * elec
     real = (ownership + power) / busy if busy > 0 else None
-    these = "this workstation" if target == "local" else "these GPUs"
+    these = "this workstation" if target == LOCAL else "these GPUs"
     if real is None:
         verdict = (f"no job ran on {these} in the {window_h / 24:.1f} days: their "
                    f"{money(ownership)} of ownership bought no work; steady work on {these}"
-                   + (", or fewer GPUs," if target == "onprem" else "") + " would put it to use")
+                   + (", or fewer GPUs," if target == ONPREM else "") + " would put it to use")
     else:
         head = (f"measured {_pct(used)} busy against the {_pct(util)} assumed: each used {hour} "
                 f"really costs {money(real)}, not {money(assumed)}")
         if real > assumed * DIFFERS:
             verdict = (f"{head}; more steady work on {these}"
-                       + (", or fewer GPUs," if target == "onprem" else "") + " would lower it")
+                       + (", or fewer GPUs," if target == ONPREM else "") + " would lower it")
         elif real * DIFFERS < assumed:
             verdict = (f"{head}; plans price {these} too high: set utilization = "
                        f"{min(used, 1.0):.2f} in {setting} to price them as they are used")
@@ -153,7 +154,7 @@ def owned_use(entries: Sequence[CostEntry], onprem: Sequence, local, *, start: f
     history = bool(entries)
     notes: list[str] = []
     spans = [(e, s) for e in entries if (s := _span(e, end)) is not None]
-    onprem_jobs = [(e, s) for e, s in spans if e.target == "onprem" and e.gpu]
+    onprem_jobs = [(e, s) for e, s in spans if e.target == ONPREM and e.gpu]
     lines = [inv for inv in onprem if not inv.cpu_pool]
     by_model: dict[str, int] = {}
     for inv in lines:
@@ -170,7 +171,7 @@ def owned_use(entries: Sequence[CostEntry], onprem: Sequence, local, *, start: f
                     share * sum(_overlap(s, wstart, end) * _gpus(e) for e, s in mine))
 
         pools.append(_pool(
-            pool=f"onprem {model} x{inv.count}", target="onprem", gpu=model, gpus=inv.count,
+            pool=f"onprem {model} x{inv.count}", target=ONPREM, gpu=model, gpus=inv.count,
             unit="GPU", setting=f'[[onprem]] gpu = "{inv.gpu}"', purchase=inv.purchase_price,
             lifetime=inv.lifetime_years, util=inv.utilization, watts_all=inv.watts * inv.count,
             elec=electricity_price, start=start, end=end, basis=basis, history=history,
@@ -184,8 +185,8 @@ def owned_use(entries: Sequence[CostEntry], onprem: Sequence, local, *, start: f
         notes.append(f"on-prem jobs on {', '.join(stray)}, which no [[onprem]] line lists, are "
                      f"not counted: add the line to measure them")
 
-    ran_here = [(e, s) for e, s in spans if e.target == "local"]
-    if any(e.target == "local" for e in entries):
+    ran_here = [(e, s) for e, s in spans if e.target == LOCAL]
+    if any(e.target == LOCAL for e in entries):
         on_gpu = [(e, s) for e, s in ran_here if e.gpu]
         n = math.ceil(max([local_gpus, *(_gpus(e) for e, _ in on_gpu)]))
         if n:
@@ -207,7 +208,7 @@ def owned_use(entries: Sequence[CostEntry], onprem: Sequence, local, *, start: f
                         _union_hours((s for _, s in ran_here), wstart, end))
         models = {canonical_gpu(e.gpu) for e, _ in on_gpu}
         pools.append(_pool(
-            pool="local", target="local", gpu=models.pop() if len(models) == 1 else None,
+            pool=LOCAL, target=LOCAL, gpu=models.pop() if len(models) == 1 else None,
             gpus=max(n, 1), unit="GPU" if n else "machine",
             setting="[local]", purchase=local.purchase_price, lifetime=local.lifetime_years,
             util=local.utilization, watts_all=local.watts, elec=electricity_price, start=start,

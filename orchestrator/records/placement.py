@@ -13,6 +13,8 @@ from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.base.targets import owned, rented
+
 # A figure as placement wrote it: 2 GPUs stays `2` in JSON, 0.5 stays `0.5`.
 Num = Union[int, float]
 
@@ -54,7 +56,12 @@ class PlacedOffer(_Kept):
 
     def where(self) -> str:
         """cloud/region for a rented offer, else its target."""
-        return f"{self.cloud}/{self.region}" if self.target == "cloud" else str(self.target)
+        return f"{self.cloud}/{self.region}" if rented(self.target) else str(self.target)
+
+    @property
+    def owned(self) -> bool:
+        """Owned hardware rather than rented (base.targets)."""
+        return owned(self.target)
 
     def device(self) -> str:
         return "CPU" if not self.gpu else f"{self.gpu}x{self.count}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+from orchestrator.base.targets import rented
 from orchestrator.records import JobRow, with_info
 from orchestrator.records.placement import PlacedOffer
 from orchestrator.service.core import OrchCore
@@ -54,11 +55,10 @@ class Budgets(OrchCore):
         if limit is None or price is None:
             return None
         target = choice.target if choice else None  # None for a choice no plan placed
-        rented = bool(target and self._backend_class(target).rented)
-        startup = self.settings.cloud_startup_minutes / 60.0 * price if rented else 0.0
+        startup = self.settings.cloud_startup_minutes / 60.0 * price if rented(target) else 0.0
         budget = {"limit_usd": round(limit[0], 6), "what": limit[1], "spent_usd": round(startup, 6),
                   "price_per_hour_usd": price}
-        if not rented:
+        if not rented(target):
             # Owned hardware is held from submission on, as the ledger counts it; a cloud
             # VM bills from its start-up, which `spent_usd` covers, so its clock starts there.
             budget["t0"] = time.time()

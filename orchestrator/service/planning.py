@@ -11,6 +11,7 @@ import dataclasses
 import time
 from typing import Collection, Optional, Sequence
 
+from orchestrator.base.targets import CLOUD, ONPREM, rented
 from orchestrator.decision.classify import classify
 from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
 from orchestrator.decision.placement import decide
@@ -28,7 +29,7 @@ def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None,
     from orchestrator.offers.local import local_offers
 
     offers: list[Offer] = []
-    if settings.effective_mode != "local" and settings.clouds and "cloud" in spec.placement.allow:
+    if settings.effective_mode != "local" and settings.clouds and CLOUD in spec.placement.allow:
         from orchestrator.offers.catalog import cloud_offers
 
         rented = cloud_offers(settings.clouds, settings.catalog_dir)
@@ -95,7 +96,7 @@ def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,
         history = history_for(fingerprint, settings)
     decision, notes = _plan(spec, settings, fingerprint, code_dirty, history, owner)
     carried = spec.carried()
-    if carried and decision.choice is not None and decision.target != "cloud":
+    if carried and decision.choice is not None and not rented(decision.target):
         notes.append(f"{', '.join(carried)}: for a cloud VM; on "
                      f"{decision.target} the job runs without {'them' if len(carried) > 1 else 'it'}")
     return decision, notes
@@ -105,7 +106,7 @@ def _plan(spec, settings, fingerprint: str, code_dirty: bool, history: Sequence[
           owner: Optional[str]) -> tuple[Decision, list[str]]:
     decision = plan_job(spec, settings, fingerprint=fingerprint, history=history,
                         code_dirty=code_dirty, owner=owner)
-    if decision.target != "cloud" or decision.choice is None:
+    if not rented(decision.target) or decision.choice is None:
         return decision, []
     from providers.cloud import enabled_clouds
 
@@ -124,14 +125,14 @@ def _plan(spec, settings, fingerprint: str, code_dirty: bool, history: Sequence[
     if again.choice is None:
         refusal = f"the cheapest place for this job is {cloud}, but {which} ({off}); {again.refusal}"
         return dataclasses.replace(again, refusal=refusal, reasons=(refusal,)), []
-    where = again.choice.offer.cloud if again.target == "cloud" else again.target
+    where = again.choice.offer.cloud if rented(again.target) else again.target
     return again, [f"{which} ({off}); `sky check` enables a cloud. Instead: {where}"]
 
 
 def _credentials_checked(decision: Decision) -> Decision:
     """The decision with each cloud offer marked as having credentials here: all did."""
     def mark(a):
-        if a is None or a.offer.target != "cloud":
+        if a is None or a.offer.owned:
             return a
         return dataclasses.replace(a, offer=dataclasses.replace(a.offer, credentials=True))
 
@@ -149,7 +150,7 @@ def as_record(decision: Decision, notes: Sequence[str]) -> Placement:
 
 def wants_cluster(spec, settings) -> bool:
     return bool(settings.ray_address and settings.effective_mode != "local"
-                and "onprem" in spec.placement.allow)
+                and ONPREM in spec.placement.allow)
 
 
 def _read_cluster(settings):

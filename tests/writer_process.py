@@ -34,7 +34,7 @@ def main(home: str, writer: int, jobs: int) -> None:
         planning.plan_job(spec, settings, fingerprint=fp, history=planning.history_for(fp, settings))
         fake = FakeSky([{"status": "RUNNING", "start_at": 1.0, **WHERE},
                         {"status": "SUCCEEDED", "start_at": 1.0, "end_at": 61.0, **WHERE}])
-        orch._providers["cloud"] = CloudProvider(sdk=fake, startup_minutes=6)
+        orch.core.providers["cloud"] = CloudProvider(sdk=fake, startup_minutes=6)
         rec = orch.submit(spec, idempotency_key=f"w{writer}-{j}").rec
         for _ in range(2):
             rec = orch.refresh(orch.get(rec.id))

@@ -40,6 +40,12 @@ class NotFound(OrchError):
     exit_code = 2
 
 
+class Forbidden(OrchError):
+    """Another user's job or schedule (HTTP 403)."""
+
+    exit_code = 2
+
+
 class BackendError(OrchError):
     """The place a job runs (local Ray, a cluster, a cloud) failed or cannot be reached."""
 

@@ -3,8 +3,8 @@
 Both implement one small interface (`protocol.Client`) and return the `--json` shapes
 (`records.JobRecord`s, the plan and cost reports), so every command renders the same
 output either way. `connect()` picks `Remote` when ORCH_SERVER is set. No SDK is imported
-here. `Local` lives in this module itself: its schedule commands call the server's
-schedule rules, a crossing of layers allowed to this module by name (tests/unit/test_layers.py).
+here. `Local` calls the service (`service.orch.Orch`, `service.views`, the schedule rules
+of `service.schedule_rules`), as `orch serve` does.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
-from orchestrator.base.errors import BackendError, NotFound
+from orchestrator.base.errors import NotFound
 from orchestrator.client.protocol import Client, Note, Planned, Submitted, note
 from orchestrator.client.remote import MiB, Remote
 from orchestrator.records import Schedule
 from orchestrator.service.cost_report import cost_report, parse_since
-from orchestrator.store import TERMINAL, public_schedule, store_exists
+from orchestrator.store import TERMINAL, store_exists
 
 # A follower looks at a job 4 times a second for this long after it starts following it,
 # then once a second: a near-empty job ends within it (3-4 s on 2 cores), and a look costs
@@ -60,9 +60,7 @@ class Local:
         self.on_note = on_note
 
     def close(self) -> None:
-        store = self.orch.__dict__.get("store")  # opened only if it was used
-        if store is not None:
-            store.close()
+        self.orch.close()  # its store, if it was used
 
     def submit(self, file: Path, key: Optional[str] = None, priority: int = 0,
                given: Optional[Overrides] = None) -> Submitted:
@@ -93,53 +91,27 @@ class Local:
     def plan_spec(self, spec, owner: Optional[str] = None) -> Plan:
         """The plan a submit by `owner` would make (None: this machine's user, whose runs
         are all the store has)."""
-        from orchestrator.records.placement import Plan
-        from orchestrator.service import planning
-
         # What a submit would refuse before recording, a plan refuses too.
-        fp, dirty = self.orch.prepared(spec)
-        decision, notes = planning.plan(spec, self.settings, fingerprint=fp, code_dirty=dirty,
-                                        owner=owner)
-        return Plan(**planning.as_record(decision, notes).model_dump(), fingerprint=fp)
+        return self.orch.plan(spec, owner).shown()
 
     def jobs(self, limit: int = 50) -> list[JobRecord]:
-        from orchestrator.records import JobRecord
+        from orchestrator.service import views
 
-        return [JobRecord.from_row(self._shown(r)) for r in self.orch.list(limit)]
-
-    def _shown(self, rec: JobRow) -> JobRow:
-        """The record with its message redacted again on the way out: a row written before
-        redaction caught every form of a value still shows none."""
-        if not rec.message:
-            return rec
-        return rec.model_copy(update={"message": self.orch.redactor(rec)(rec.message)})
+        return views.job_records(self.orch.core, limit)
 
     def job(self, job_id: str) -> JobDetail:
-        from orchestrator.records import JobDetail
+        from orchestrator.service import views
 
-        rec, warning = self.orch.get(job_id), None
-        try:
-            rec = self.orch.refresh(rec)
-        except BackendError as e:  # show what is known, and why it may be stale
-            warning = f"last known state: {e.message}" + (f"\n  -> {e.hint}" if e.hint else "")
-        shown = self.orch.redactor(rec)
-        history = [{**h, "message": shown(h["message"]) if h["message"] else h["message"]}
-                   for h in self.orch.store.history(rec.id)]
-        return JobDetail.from_history(self._shown(rec), history, warning)
+        return views.job_detail(self.orch.core, job_id)
 
     def logs(self, job_id: str) -> str:
         return self.orch.logs(self.orch.refresh(self.orch.get(job_id)))
 
     def poll(self, job_id: str) -> tuple[JobRow, str]:
         """The job's record, checked with its backend, and its whole log so far."""
-        rec, text = self.orch.refresh_with_log(self.orch.get(job_id))
-        if text is not None:  # read by the refresh itself, the same moment
-            return rec, text
-        try:
-            text = self.orch.logs(rec)
-        except Exception:  # a log read that fails mid-run is retried on the next poll
-            text = ""
-        return rec, text
+        from orchestrator.service import views
+
+        return views.poll(self.orch.core, job_id)
 
     def stream(self, job_id: str, poll_s: float = 1.0, quick_s: float = QUICK_S) -> Iterator[str]:
         rec, printed = self.orch.get(job_id), 0
@@ -158,25 +130,22 @@ class Local:
             time.sleep(min(poll_s, 0.25) if soon else poll_s)
 
     def cancel(self, job_id: str) -> CancelledJob:
-        from orchestrator.records import CancelledJob
+        from orchestrator.service import views
 
-        rec = self.orch.get(job_id)
-        if rec.status in TERMINAL:
-            return CancelledJob.from_row(rec, already_ended=True)
-        return CancelledJob.from_row(self.orch.cancel(rec.id))
+        return views.cancel_job(self.orch.core, job_id)
 
     def cost(self, by: str = "target", since: Optional[str] = None) -> CostReport:
         return cost_report(self.settings, by, since, self.orch)
 
     # Schedules on this machine's store: the ones an `orch serve` using it runs. The store's
-    # user may change any of them, as with `orch token`.
+    # user may change any of them, as with `orch token` (service/schedule_rules.py).
 
     def schedules(self) -> list[Schedule]:
+        from orchestrator.service import schedule_rules
+
         if not store_exists(self.settings):  # never create the store just to say it is empty
             return []
-        store = self.orch.store
-        return [Schedule.model_validate(public_schedule(s, store.schedule_events(s["id"])))
-                for s in store.schedules()]
+        return [Schedule.model_validate(s) for s in schedule_rules.listed(self.orch.store)]
 
     def _store_with_schedules(self, sched_id: str):
         if not store_exists(self.settings):
@@ -185,17 +154,19 @@ class Local:
         return self.orch.store
 
     def schedule(self, sched_id: str) -> Schedule:
-        store = self._store_with_schedules(sched_id)
-        s = store.schedule(sched_id)
-        return Schedule.model_validate(public_schedule(s, store.schedule_events(s["id"])))
+        from orchestrator.service import schedule_rules
+
+        return Schedule.model_validate(schedule_rules.shown(self._store_with_schedules(sched_id),
+                                                            sched_id))
 
     def pause_schedule(self, sched_id: str, paused: bool = True) -> Schedule:
-        from orchestrator.server.schedules import set_paused
+        from orchestrator.service import schedule_rules
 
-        return Schedule.model_validate(set_paused(self._store_with_schedules(sched_id), sched_id,
-                                                  paused))
+        return Schedule.model_validate(schedule_rules.set_paused(
+            self._store_with_schedules(sched_id), sched_id, paused))
 
     def remove_schedule(self, sched_id: str) -> Schedule:
-        from orchestrator.server.schedules import remove
+        from orchestrator.service import schedule_rules
 
-        return Schedule.model_validate(remove(self._store_with_schedules(sched_id), sched_id))
+        return Schedule.model_validate(schedule_rules.remove(self._store_with_schedules(sched_id),
+                                                             sched_id))

@@ -1,4 +1,5 @@
 """API tokens: made, hashed and checked here, as pure functions the server and tests share.
+Who a token names is a `records.caller.Caller`; what they may change, `may_change` there.
 
 A token is 32 random bytes, URL-safe, shown once; the store keeps only its sha256, so a
 copy of the store grants nothing.
@@ -9,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from dataclasses import dataclass
 from typing import Optional
 
 from orchestrator.base.errors import OrchError
@@ -22,20 +22,6 @@ class Unauthorized(OrchError):
     """No token, or one the store does not know (HTTP 401)."""
 
     exit_code = 2
-
-
-class Forbidden(OrchError):
-    """Another user's job or schedule (HTTP 403)."""
-
-    exit_code = 2
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who made a request: the token's name, and whether it is an admin's."""
-
-    name: str
-    admin: bool = False
 
 
 def new_token() -> tuple[str, str]:
@@ -65,9 +51,3 @@ def bearer(header: Optional[str]) -> Optional[str]:
     if scheme.lower() != "bearer" or not value or " " in value:
         return None
     return value
-
-
-def may_cancel(caller: Caller, owner: Optional[str]) -> bool:
-    """A user cancels the jobs they submitted; an admin any job. A job submitted embedded
-    (no owner) belongs to whoever runs the server: admins only."""
-    return caller.admin or (owner is not None and owner == caller.name)

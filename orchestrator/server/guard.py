@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, MutableMapping, Optional
 
 from orchestrator.base.errors import OrchError
+from orchestrator.records.caller import Caller
 from orchestrator.server import auth
 
 Scope = MutableMapping[str, Any]
@@ -27,7 +28,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-STATE_KEY = "orch_caller"  # request.state.orch_caller: the auth.Caller found here
+STATE_KEY = "orch_caller"  # request.state.orch_caller: the Caller found here
 _NO_BODY = ("GET", "HEAD", "OPTIONS")
 
 
@@ -52,7 +53,7 @@ def json_limit(max_bytes: int) -> Limit:
     return Limit(max_bytes, refuse)
 
 
-def install(app: Any, settings: Any, identify: Callable[[Optional[str]], auth.Caller],
+def install(app: Any, settings: Any, identify: Callable[[Optional[str]], Caller],
             json_max: int) -> None:
     """Put a BodyGuard in front of the FastAPI `app`: an upload's body up to upload_max_mb
     (with the upload's own refusal), any other up to `json_max` bytes."""
@@ -80,7 +81,7 @@ class BodyGuard:
     thread); `limit(path)` the body limit of a /v1 path; `timeout_s` the longest wait for
     the next piece of a body."""
 
-    def __init__(self, app: ASGIApp, identify: Callable[[Optional[str]], auth.Caller],
+    def __init__(self, app: ASGIApp, identify: Callable[[Optional[str]], Caller],
                  limit: Callable[[str], Limit], timeout_s: float):
         self.app, self.identify, self.limit, self.timeout_s = app, identify, limit, timeout_s
 

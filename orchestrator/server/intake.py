@@ -1,17 +1,21 @@
 """A client's job file arriving at `orch serve`: the request's shape, the file read and
 checked as a client's (no server path, no server variable: `client_policy`), its upload
-put in as its workdir, then queued for the scheduler or registered as a schedule."""
+put in as its workdir, then queued for the scheduler or registered as a schedule (the
+service's schedule rules, after the secrets the server's environment gives its owner)."""
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.base.errors import InputError
 from orchestrator.records import Registered, SubmittedJob
-from orchestrator.server import auth
+from orchestrator.records.caller import Caller
 from orchestrator.server.scheduler import queue_info
+from orchestrator.service import schedule_rules
+from orchestrator.service.orch import Orch
 from orchestrator.service.upload import DIGEST_PATTERN
 
 MAX_SPEC = 1 << 20  # the job file limit orch applies everywhere
@@ -43,7 +47,7 @@ class PlanIn(BaseModel):
     secrets: dict[str, str] = Field(default_factory=dict)
 
 
-def job_file(settings, body, who: Optional[auth.Caller] = None):
+def job_file(settings, body, who: Optional[Caller] = None):
     """(text, spec) of a submitted job file, checked as a client's; with an upload, its
     workdir is the upload (the caller's own, or any for an admin)."""
     from orchestrator.server import client_policy
@@ -61,31 +65,49 @@ def job_file(settings, body, who: Optional[auth.Caller] = None):
     return text, load_spec_text(text, body.file or "<job>", given)
 
 
-def queue_job(scheduler, body: JobIn, who: auth.Caller, text: str, spec):
+def check_server_secrets(spec, settings, owner: Optional[str]) -> None:
+    """A job run by the server takes its null-valued secrets from the server's environment:
+    only the names serve_env_secrets lists for its owner, and only when they are set there."""
+    from orchestrator.server import client_policy
+
+    client_policy.check_env_secrets(spec, owner, settings)
+    missing = [k for k, v in spec.secrets.items() if v is None and k not in os.environ]
+    if missing:  # listed for this user, so saying it is unset tells them nothing new
+        raise spec.error(f"secrets.{missing[0]}", "listed in serve_env_secrets, but the "
+                         "server's environment does not set it", f"the server's admin sets "
+                         f"{', '.join(missing)} in the environment of `orch serve` (under "
+                         "systemd: /etc/orch/serve.env) and restarts it")
+
+
+def register(orch: Orch, spec, text: str, file: Optional[str], owner: Optional[str],
+             priority: int = 0, now: Optional[float] = None) -> dict:
+    """Register a client's cron job: the secrets the server's environment gives it checked
+    for its owner, then the service's rules (service/schedule_rules.register)."""
+    check_server_secrets(spec, orch.settings, owner)
+    return schedule_rules.register(orch.core, spec, text, file, owner, priority, now)
+
+
+def queue_job(scheduler, body: JobIn, who: Caller, text: str, spec):
     """Record the job as queued for the scheduler (its secrets held in memory until it is
     launched), or register its schedule; the API's answer."""
-    with scheduler.session() as local:
+    with scheduler.session() as orch:
         if spec.schedule.cron:
             if body.env or body.secrets:  # a schedule keeps the file's text, not these
                 raise InputError("--env and --secret values are not kept with a schedule: "
                                  "its later runs would not have them",
                                  "write the envs into the job file; a scheduled job's "
                                  "secrets come from the server's environment")
-            from orchestrator.server.schedules import register
-
-            schedule = register(local, spec, text, body.file, who.name, body.priority,
+            schedule = register(orch, spec, text, body.file, who.name, body.priority,
                                 now=scheduler.clock())
             return Registered.model_validate({"schedule": schedule})
-        from orchestrator.server.schedules import check_server_secrets
-
-        check_server_secrets(spec, local.settings, who.name)
+        check_server_secrets(spec, orch.settings, who.name)
         key = f"api:{who.name}:{body.idempotency_key}" if body.idempotency_key else None
         extra = {"upload": body.upload} if body.upload else {}
-        rec, _, existing = local.orch.record(spec, key, owner=who.name, priority=body.priority,
-                                             info=queue_info(spec, **extra))
+        rec, _, existing = orch.record(spec, key, owner=who.name, priority=body.priority,
+                                       info=queue_info(spec, **extra))
         if not existing:
             scheduler.hold(rec.id, spec)
-            rec = local.orch.store.set_status(
+            rec = orch.store.set_status(
                 rec.id, "PENDING", f"queued by orch serve (priority {body.priority}, "
                 f"submitted by {who.name})")
     scheduler.wake()

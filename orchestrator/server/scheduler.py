@@ -2,7 +2,8 @@
 kept in step with its backend. All of its state is in the store, so a restart loses nothing.
 
 One thread runs `tick()` every `serve_period_s` seconds, and at once when the API queues a
-job. Each tick opens its own `Orch` (SQLite connections belong to one thread) and:
+job. Each tick opens its own `Orch`, the service (SQLite connections belong to one
+thread), and:
 1. records a job for every due cron slot (see `cron` for which slot is due), under the
    idempotency key `cron:<schedule id>:<slot>`, so no slot ever runs twice;
 2. reconciles every job that is not finished with its backend (`Orch.refresh`, which
@@ -24,10 +25,12 @@ from typing import Callable, Iterator, Optional
 
 from orchestrator.base.errors import BackendError, OrchError
 from orchestrator.base.targets import ONPREM
+from orchestrator.decision import cron_slots as cron
 from orchestrator.records import JobRow
-from orchestrator.server import cron
 from orchestrator.server.client_policy import check_launch
+from orchestrator.service.orch import Orch
 from orchestrator.service.respec import spec_from_record
+from orchestrator.spec import JobSpec
 from orchestrator.store import TERMINAL, iso
 
 log = logging.getLogger("orch.serve")
@@ -62,7 +65,7 @@ class Scheduler:
         self.period_s = period_s or settings.serve_period_s
         self.me = launcher_id()
         # Job specs as submitted, secret values included, until launched: this process only.
-        self.pending: dict[str, object] = {}
+        self.pending: dict[str, JobSpec] = {}
         # Launched jobs' secret values, until each ends: every session redacts its text by
         # value, in any context (after a restart only the record's digests remain).
         self.held: dict[str, dict] = {}
@@ -73,18 +76,14 @@ class Scheduler:
         self._uploads_checked: Optional[float] = None  # time.monotonic() of the last step 4
 
     @contextmanager
-    def session(self) -> Iterator:
-        """An embedded client for this thread, closed after use."""
-        from orchestrator.client import Local
-        from orchestrator.service.orch import Orch
-
+    def session(self) -> Iterator[Orch]:
+        """The service for this thread (its own store connection), closed after use."""
         orch = Orch(self.settings, held=self.held, on_ray_start=lambda: log.info(
             "starting the local Ray instance (it outlives the server; `orch local down` stops it)"))
-        local = Local(self.settings, orch=orch)
         try:
-            yield local
+            yield orch
         finally:
-            local.close()
+            orch.close()
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -120,17 +119,17 @@ class Scheduler:
             self._wake.wait(self.period_s)
 
     def tick(self) -> None:
-        with self.session() as local:
-            self.run_cron(local, self.clock())
-            self.reconcile(local)
-            self.launch_queue(local)
-            self.collect_uploads(local)
+        with self.session() as orch:
+            self.run_cron(orch, self.clock())
+            self.reconcile(orch)
+            self.launch_queue(orch)
+            self.collect_uploads(orch)
 
     # -- 1. cron --------------------------------------------------------------------------
 
-    def run_cron(self, local, now: float) -> list[str]:
+    def run_cron(self, orch: Orch, now: float) -> list[str]:
         """Record a job for each schedule's due slot; the ids recorded."""
-        store, recorded = local.orch.store, []
+        store, recorded = orch.store, []
         for s in store.schedules():
             if s["paused"]:
                 continue
@@ -143,7 +142,7 @@ class Scheduler:
                                f"{iso(d.first_skipped)} to {iso(d.last_skipped)}: missed while "
                                "the server was down or busy (only the latest missed slot runs)"))
             if d.slot is not None:
-                job_id, message = self._submit_slot(local, s, d.slot)
+                job_id, message = self._submit_slot(orch, s, d.slot)
                 events.append((d.slot, job_id, message))
                 if job_id:
                     recorded.append(job_id)
@@ -154,39 +153,39 @@ class Scheduler:
             self.wake()
         return recorded
 
-    def _submit_slot(self, local, s: dict, slot: float) -> tuple[Optional[str], str]:
+    def _submit_slot(self, orch: Orch, s: dict, slot: float) -> tuple[Optional[str], str]:
         from orchestrator.spec import load_spec_text
 
         key = f"cron:{s['id']}:{iso(slot)}"
         try:
             spec = load_spec_text(s["source_text"], s["source_file"] or "<job>")
-            rec, _, existing = local.orch.record(spec, key, owner=s["owner"], priority=s["priority"],
+            rec, _, existing = orch.record(spec, key, owner=s["owner"], priority=s["priority"],
                                                  info=queue_info(spec, schedule=s["id"], slot=iso(slot)))
         except OrchError as e:  # the slot is used up: a job that cannot run now never will
             return None, f"slot {iso(slot)} not run: {e.message}"
         if existing:
             return rec.id, f"slot {iso(slot)}: {rec.id} was recorded for it before; not run again"
-        local.orch.store.set_status(rec.id, "PENDING", f"queued by schedule {s['id']} "
+        orch.store.set_status(rec.id, "PENDING", f"queued by schedule {s['id']} "
                                     f"({s['name']}) for its slot {iso(slot)}")
         return rec.id, f"slot {iso(slot)}: queued {rec.id}"
 
     # -- 2. reconcile ---------------------------------------------------------------------
 
-    def reconcile(self, local) -> None:
-        for rec in local.orch.store.list(limit=1_000_000, statuses=("PENDING", "RUNNING")):
+    def reconcile(self, orch: Orch) -> None:
+        for rec in orch.store.list(limit=1_000_000, statuses=("PENDING", "RUNNING")):
             try:
-                local.orch.refresh(rec)
+                orch.refresh(rec)
             except OrchError as e:  # its history says so; tried again next period
                 log.warning("%s: cannot check it with its backend: %s", rec.id, e.message)
 
     # -- 3. the queue ---------------------------------------------------------------------
 
-    def launch_queue(self, local) -> list[str]:
+    def launch_queue(self, orch: Orch) -> list[str]:
         """Launch the queued jobs their target has room for, in order, one at a time; tell
         the others what they wait for; fail those that could never fit. The ids launched."""
         from orchestrator.decision.queue import plan_queue
 
-        store = local.orch.store
+        store = orch.store
         launched: list[str] = []
         mine, elsewhere = [], []
         for rec in store.queued():
@@ -197,7 +196,7 @@ class Scheduler:
                 mine.append(rec)
         if not mine:
             return launched
-        rooms = self.rooms(local, {r.target for r in mine}, elsewhere)
+        rooms = self.rooms(orch, {r.target for r in mine}, elsewhere)
         by_id = {r.id: r for r in mine}
         for v in plan_queue([queued_job(r) for r in mine], rooms).verdicts:
             if self._stop.is_set():
@@ -214,22 +213,22 @@ class Scheduler:
                 self.forget(rec.id)
                 store.set_status(rec.id, "FAILED", v.message)
                 log.warning("%s: %s", rec.id, v.message)
-            elif self._launch(local, store.get(rec.id)):
+            elif self._launch(orch, store.get(rec.id)):
                 launched.append(rec.id)
         return launched
 
-    def rooms(self, local, targets: set, elsewhere: list[JobRow]) -> dict:
+    def rooms(self, orch: Orch, targets: set, elsewhere: list[JobRow]) -> dict:
         """The room of each target that has one (a provider with `capacity`); None for the
         rest. Held there: what the backend reports used, or what orch's unfinished jobs on
         it ask for (launched, or being launched by another server), whichever is more."""
         from orchestrator.decision.queue import Demand, Room
 
-        active = [r for r in local.orch.store.list(limit=1_000_000, statuses=("PENDING", "RUNNING"))
+        active = [r for r in orch.store.list(limit=1_000_000, statuses=("PENDING", "RUNNING"))
                   if r.backend_id] + elsewhere
         rooms: dict = {}
         for target in sorted(t for t in targets if t):
             try:
-                snap = local.orch.capacity(target)
+                snap = orch.capacity(target)
             except BackendError as e:
                 rooms[target] = Room(Demand(), problem=f"cannot read its capacity: {e.message}")
                 continue
@@ -258,14 +257,14 @@ class Scheduler:
         cpus = sum(inv.cpus or 0 for inv in self.settings.onprem)
         return live.most(Demand(cpus, gpus))
 
-    def _launch(self, local, rec: JobRow) -> bool:
-        store, job_id = local.orch.store, rec.id
+    def _launch(self, orch: Orch, rec: JobRow) -> bool:
+        store, job_id = orch.store, rec.id
         try:
             with self._lock:
                 spec = self.pending.get(job_id)
             spec = spec or spec_from_record(rec)
             check_launch(spec, rec.owner, self.settings)  # the names still listed for its owner
-            rec = local.orch.launch(rec, spec)
+            rec = orch.launch(rec, spec)
         except Exception as e:  # BackendError: launch() marked it FAILED already
             message = e.message if isinstance(e, OrchError) else f"{type(e).__name__}: {e}"
             if store.get(job_id).status not in TERMINAL:
@@ -276,8 +275,9 @@ class Scheduler:
         finally:
             self.forget(job_id)
         if store.get(job_id).cancel_requested:  # cancelled while it was being launched
+            assert rec.backend_id is not None  # launch() stored it
             try:
-                local.orch.provider(rec.placed_on).cancel(rec.backend_id)
+                orch.provider(rec.placed_on).cancel(rec.backend_id)
             except OrchError as e:
                 log.warning("%s: cancelled during its launch, and stopping it failed: %s",
                             job_id, e.message)
@@ -287,7 +287,7 @@ class Scheduler:
 
     # -- 4. uploads nobody needs --------------------------------------------------------
 
-    def collect_uploads(self, local, force: bool = False) -> list[str]:
+    def collect_uploads(self, orch: Orch, force: bool = False) -> list[str]:
         """Remove unneeded uploads, once per UPLOAD_GC_EVERY_S (the first tick included);
         the names removed. Real time, not the scheduler's clock: folder times are real."""
         from orchestrator.service.upload_gc import collect
@@ -298,7 +298,7 @@ class Scheduler:
             return []
         self._uploads_checked = mono  # a failing step is not retried every tick
         try:
-            return collect(self.settings.home, local.orch.store, self.settings.upload_keep_hours,
+            return collect(self.settings.home, orch.store, self.settings.upload_keep_hours,
                            time.time())
         except OSError as e:  # the uploads folder unreadable: the rest of the server works
             log.warning("cannot check the uploads for removal: %s", e)

@@ -1,5 +1,7 @@
-"""The base of `Orch`: its settings, its store, the providers it launches on, and the
-one way it calls them (bounded in time, retried)."""
+"""The service's core: its settings, its store, its clock, the providers it launches on,
+and the one way it calls them (bounded in time, retried). Every module of the service
+(budgets, launch_spec, submitting, following, pipelines, placing) is plain functions of a
+`Core`; `orch.Orch` puts them behind one object."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from orchestrator.base.errors import BackendError
 from orchestrator.records import JobRow
 from orchestrator.settings import Settings
-from orchestrator.store import Store, open_store
+from orchestrator.store import Store, open_store, store_exists
 
 if TYPE_CHECKING:
     from providers.base import Backend
@@ -18,22 +20,42 @@ if TYPE_CHECKING:
     from providers.ray_cluster import ClusterSnapshot
 
 
-class OrchCore:
+def _now() -> float:
+    return time.time()  # looked up at each call: a test's patched clock is seen
+
+
+class Core:
     def __init__(self, settings: Settings, on_ray_start: Optional[Callable[[], None]] = None,
-                 held: Optional[dict[str, dict]] = None):
+                 held: Optional[dict[str, dict]] = None, clock: Callable[[], float] = _now):
         self.settings = settings
         self.on_ray_start = on_ray_start
-        self._providers: dict[str, Backend] = {}
+        self.clock = clock
+        self.providers: dict[str, Backend] = {}
         # job id -> secret values, in this process only, from launch until the job's end
         # (redaction by value): `held` is a longer-lived process's own (`orch serve`'s).
-        self._secrets: dict[str, dict] = {} if held is None else held
+        self.secrets: dict[str, dict] = {} if held is None else held
         # job id -> (spec, secrets) of a pipeline's stage this process submitted, for its launch
-        self._held: dict[str, tuple] = {}
+        self.stages: dict[str, tuple] = {}
 
     @functools.cached_property
     def store(self) -> Store:
         # Opened on first use, so a rejected job file never creates or touches the store.
         return open_store(self.settings)
+
+    def opened_store(self) -> Optional[Store]:
+        """The store if this core has opened it, else None (and none is opened)."""
+        return self.__dict__.get("store")
+
+    def store_if_exists(self) -> Optional[Store]:
+        """The store, or None before it exists: a plan or a check must never create it."""
+        if self.opened_store() is None and not store_exists(self.settings):
+            return None
+        return self.store
+
+    def close(self) -> None:
+        store = self.__dict__.pop("store", None)
+        if store is not None:
+            store.close()
 
     def get(self, job_id: str) -> JobRow:
         return self.store.get(job_id)
@@ -49,11 +71,11 @@ class OrchCore:
     def provider(self, target: str) -> Backend:
         """The backend of `target`, built once per Orch (providers.registry); InputError
         for a target this orch cannot run on."""
-        if target not in self._providers:
+        if target not in self.providers:
             from providers.registry import backend_for
 
-            self._providers[target] = backend_for(target, self.settings, self.on_ray_start)
-        return self._providers[target]
+            self.providers[target] = backend_for(target, self.settings, self.on_ray_start)
+        return self.providers[target]
 
     def capacity(self, target: str) -> Optional[ClusterSnapshot]:
         """What `target` holds and runs now, when it has a fixed size (HasCapacity: a Ray
@@ -65,14 +87,14 @@ class OrchCore:
         return provider.capacity() if isinstance(provider, HasCapacity) else None
 
     @staticmethod
-    def _backend_class(target: str) -> type[Backend]:
+    def backend_class(target: str) -> type[Backend]:
         """The class of `target`'s backend: what a launch looks like there, known without
         reaching it (so tests and `orch plan` need no cluster)."""
         from providers.registry import backend_class
 
         return backend_class(target)
 
-    def _retry(self, provider, op: str, *args):
+    def retry(self, provider, op: str, *args):
         """Call provider.op with bounded retries and doubling waits; the last error is
         raised naming the backend, the attempts and what to do. Every call is safe to
         repeat: submit is idempotent by job id, the rest read or stop."""

@@ -14,10 +14,12 @@ from orchestrator.base import redact
 from orchestrator.base.errors import BackendError, OrchError
 from orchestrator.decision import reconcile
 from orchestrator.records import JobRow, with_info
-from orchestrator.service.budgets import Budgets
+from orchestrator.service import pipelines, run_metrics
+from orchestrator.service.budgets import enforce_budget
+from orchestrator.service.core import Core
 from orchestrator.service.git_workdir import checkout_folder
 from orchestrator.service.processes import alive
-from orchestrator.service.run_metrics import add_scaling, from_log, phases
+from orchestrator.service.run_metrics import add_scaling, from_log
 from orchestrator.store import TERMINAL
 from providers.base import KeepsLogs
 
@@ -25,203 +27,212 @@ from providers.base import KeepsLogs
 SUBMIT_START_S = 60.0
 
 
-class Following(Budgets):
-    def refresh(self, rec: JobRow) -> JobRow:
-        """Bring a job's record in step with its backend; finished jobs are left alone."""
-        return self.refresh_with_log(rec)[0]
+def refresh(core: Core, rec: JobRow) -> JobRow:
+    """Bring a job's record in step with its backend; finished jobs are left alone."""
+    return refresh_with_log(core, rec)[0]
 
-    def refresh_with_log(self, rec: JobRow) -> tuple[JobRow, Optional[str]]:
-        """`refresh`, and the redacted log it read on the way (None where it read none):
-        a follower needs no second read of the whole log each time it looks."""
-        if rec.status in TERMINAL:
-            return rec, None
-        if not rec.backend_id:
-            if rec.info.queued:
-                return rec, None  # waiting in `orch serve`'s queue: nothing was launched yet
-            if rec.info.after:
-                return self.advance_stage(rec), None  # a pipeline's stage (service/pipelines.py)
-            rec = self._recover_launch(rec)
-            if not rec.backend_id:
-                return rec, None
-        provider = self.provider(rec.placed_on)
-        step = reconcile.launched(gone=provider.gone(), backend_status=None)
-        if step.action == "finish":
-            return self._finish(rec, step.status or "FAILED", step.message), None
-        try:
-            state = self._retry(provider, "state", rec.backend_id, backend_info(rec))
-        except BackendError as e:
-            # The job's history says when its backend stopped answering; its state stays the
-            # last one known, since the job may well still be running there.
-            self.store.set_status(rec.id, rec.status, f"last known {rec.status}: {e.message}")
-            raise
-        if state.message:  # a backend's message may quote the job's output (Ray's does)
-            state = dataclasses.replace(state, message=self._redact(rec, state.message))
-        if state.info and any(getattr(rec.info, k, None) != v for k, v in state.info.items()):
-            rec = self.store.update(rec.id, info=with_info(rec, **state.info))
-        step = reconcile.launched(gone=None, backend_status=state.status, backend_message=state.message,
-                                  cancel_requested=bool(rec.cancel_requested),
-                                  budget_stop=rec.info.budget_stop)
-        if step.action == "finish":
-            return self._finish(rec, step.status or "FAILED", step.message), None
-        if step.action == "running":
-            text = self._redact(rec, self._retry(provider, "logs", rec.backend_id))
-            rec = self.store.set_status(rec.id, "RUNNING", step.message,
-                                        metrics=from_log(text, rec.metrics, **self._trust(rec)))
-            return self._enforce_budget(rec, provider), text
+
+def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
+    """`refresh`, and the redacted log it read on the way (None where it read none):
+    a follower needs no second read of the whole log each time it looks."""
+    if rec.status in TERMINAL:
         return rec, None
-
-    def advance_stage(self, rec: JobRow) -> JobRow:
-        """A pipeline's stage that waits for the one before it: Pipelines launches it."""
-        raise NotImplementedError
-
-    def _recover_launch(self, rec: JobRow, grace_s: float = 60.0) -> JobRow:
-        """A job recorded but with no backend id: its `orch submit` died or is still
-        launching (decision.reconcile.unlaunched says what to do; this carries it out)."""
-        sub = rec.info.submitter
-        facts: dict[str, Any] = dict(age_s=time.time() - rec.created_at, submitter_gone=sub is not None and not alive(sub),
-                     grace_s=grace_s)
-        step = reconcile.unlaunched(**facts, backend_gone=False, backend_knows=None, launch_grace_s=0.0)
-        if step.action == "keep":
-            return rec  # a live submit may still be starting Ray or uploading the workdir
-        provider = self.provider(rec.placed_on)
-        gone = bool(provider.gone())
-        knows = None if gone else "has no job" not in (self._retry(provider, "state", rec.id, None).message or "")
-        step = reconcile.unlaunched(**facts, backend_gone=gone, backend_knows=knows,
-                                    launch_grace_s=provider.launch_grace_s)
-        if step.action == "keep":
-            return rec
-        if step.action == "fail":
-            return self.store.set_status(rec.id, "FAILED", step.message)
-        self.store.set_status(rec.id, rec.status, step.message)
-        return self.store.update(rec.id, backend_id=rec.id, address=provider.address)
-
-    def _finish(self, rec: JobRow, status: str, message: Optional[str]) -> JobRow:
-        text = self.logs(rec)
-        # The git workdir checked out for it (service/git_workdir.py): its backend took a
-        # copy when it was launched, so it goes now rather than piling up in ORCH_HOME.
-        shutil.rmtree(checkout_folder(self.settings.home, rec.id), ignore_errors=True)
-        log_path = self.settings.home / "logs" / f"{rec.id}.log"
-        if text:
-            write_private(log_path, text)
-        metrics = from_log(text, rec.metrics, **self._trust(rec))
-        result = metrics.pop("_result", None)  # the runner's own, for a job with an event key
-        metrics["phases"] = self._phases(rec, text)
-        if status == "SUCCEEDED" and result and result.get("ok") is False:
-            status = "FAILED"
-        if status == "FAILED" and result and result.get("error"):
-            message = result["error"]
-        stopped = metrics.get("stopped")
-        if status == "SUCCEEDED" and stopped:  # the runner stopped itself at its budget
-            status = "CANCELLED"
-            message = (f"stopped at its budget after epoch {stopped.get('epoch')}: "
-                       f"{stopped.get('detail')}; last checkpoint {metrics.get('checkpoint')}")
-        if status == "SUCCEEDED":
-            self._scaling(rec, metrics)
-        message = self._redact(rec, message) if message else message
-        rec = self.store.set_status(rec.id, status, message, metrics=metrics,
-                                    log_path=str(log_path) if text else rec.log_path)
-        self._secrets.pop(rec.id, None)  # the job's text is all kept, redacted, by now
-        from orchestrator.decision import job_ledger as ledger
-
-        # The ledger line, kept with the job: what it cost and what it passed over.
-        return self.store.update(rec.id, info=with_info(rec, cost=ledger.entry(rec).to_json()))
-
-    def _trust(self, rec: JobRow) -> dict:
-        """Which of its log's events may set a job's outcome (run_metrics.from_log): the
-        state events signed with its event key; `stopped` only where it has a budget."""
-        budget = (rec.spec.get("budget") or {}).get("max_cost") or self.settings.monthly_budget
-        return {"key": rec.info.event_key or None,
-                "budgeted": bool(rec.spec.get("train") and budget)}
-
-    @staticmethod
-    def _phases(rec: JobRow, text: str) -> dict:
-        info = rec.info
-        sub = info.submitter or {}
-        started = sub.get("began", sub.get("started"))
-        # A submitter that started long before the job is a server, not this job's submit.
-        submitted = started if started and rec.created_at - started < SUBMIT_START_S else None
-        return phases(text, submitted=submitted, recorded=rec.created_at,
-                      launched=info.launched_at, ended=time.time())
-
-    def _scaling(self, rec: JobRow, metrics: dict) -> None:
-        """With N workers, what they bought, against earlier one-worker runs of the same job."""
-        add_scaling(metrics, [r.metrics for r in
-                              self.store.runs_for_fingerprint(rec.fingerprint or "")
-                              if r.status == "SUCCEEDED" and r.id != rec.id])
-
-    def redactor(self, rec: JobRow) -> redact.Redactor:
-        """The one redaction of everything orch keeps or shows of a job's text (its log, its
-        messages and history lines, its result): the job's secrets, as values this process
-        holds (`orch serve` holds them from launch to end) and by the digests its record
-        keeps, and any credential orch's own environment holds (AWS_SECRET_ACCESS_KEY and
-        the like), should the job have printed one."""
-        info = rec.info
-        values = list((self._secrets.get(rec.id) or {}).values())
-        values += [v for k, v in os.environ.items() if len(v) >= 8 and redact.looks_secret(k)]
-        key = redact.store_key(self.settings.home, create=False) if info.secret_hmacs else None
-        return redact.Redactor(values, info.secret_salt, info.secret_hmacs, key,
-                               info.secret_digests, info.secret_lengths)
-
-    def _redact(self, rec: JobRow, text: str) -> str:
-        return self.redactor(rec)(text) if text else text
-
-    def logs(self, rec: JobRow) -> str:
-        """The job's log, secrets redacted: from the backend while it knows the job, else
-        the saved copy."""
-        return self._redact(rec, self._raw_logs(rec))
-
-    @staticmethod
-    def ending(text: str) -> bool:
-        """Whether the runner has said its result: the job ends within a second or two, so
-        a follower looks again sooner than once a second."""
-        from jobs import events
-
-        tail = text[-4096:].splitlines()[-8:]
-        return any((events.parse_line(line) or {}).get("event") == "result" for line in tail)
-
-    def _raw_logs(self, rec: JobRow) -> str:
-        if rec.status in TERMINAL and rec.log_path and Path(rec.log_path).exists():
-            return Path(rec.log_path).read_text()
+    if not rec.backend_id:
+        if rec.info.queued:
+            return rec, None  # waiting in `orch serve`'s queue: nothing was launched yet
+        if rec.info.after:
+            return pipelines.advance_stage(core, rec, refresh), None  # a pipeline's stage
+        rec = recover_launch(core, rec)
         if not rec.backend_id:
-            return ""
-        provider = self.provider(rec.placed_on)
-        if isinstance(provider, KeepsLogs) and provider.gone():
-            return provider.saved_logs(rec.backend_id)
-        try:
-            return provider.logs(rec.backend_id)
-        except BackendError:
-            if isinstance(provider, KeepsLogs):  # what it left on disk, when it does not answer
-                return provider.saved_logs(rec.backend_id)
-            raise
+            return rec, None
+    provider = core.provider(rec.placed_on)
+    step = reconcile.launched(gone=provider.gone(), backend_status=None)
+    if step.action == "finish":
+        return finish(core, rec, step.status or "FAILED", step.message), None
+    try:
+        state = core.retry(provider, "state", rec.backend_id, backend_info(rec))
+    except BackendError as e:
+        # The job's history says when its backend stopped answering; its state stays the
+        # last one known, since the job may well still be running there.
+        core.store.set_status(rec.id, rec.status, f"last known {rec.status}: {e.message}")
+        raise
+    if state.message:  # a backend's message may quote the job's output (Ray's does)
+        state = dataclasses.replace(state, message=redact_text(core, rec, state.message))
+    if state.info and any(getattr(rec.info, k, None) != v for k, v in state.info.items()):
+        rec = core.store.update(rec.id, info=with_info(rec, **state.info))
+    step = reconcile.launched(gone=None, backend_status=state.status, backend_message=state.message,
+                              cancel_requested=bool(rec.cancel_requested),
+                              budget_stop=rec.info.budget_stop)
+    if step.action == "finish":
+        return finish(core, rec, step.status or "FAILED", step.message), None
+    if step.action == "running":
+        text = redact_text(core, rec, core.retry(provider, "logs", rec.backend_id))
+        rec = core.store.set_status(rec.id, "RUNNING", step.message,
+                                    metrics=from_log(text, rec.metrics, **trust(core, rec)))
+        return enforce_budget(core, rec, provider), text
+    return rec, None
 
-    def cancel(self, job_id: str, wait_s: float = 30.0) -> JobRow:
-        rec = self.store.get(job_id)
+
+def recover_launch(core: Core, rec: JobRow, grace_s: float = 60.0) -> JobRow:
+    """A job recorded but with no backend id: its `orch submit` died or is still
+    launching (decision.reconcile.unlaunched says what to do; this carries it out)."""
+    sub = rec.info.submitter
+    facts: dict[str, Any] = dict(age_s=time.time() - rec.created_at,
+                                 submitter_gone=sub is not None and not alive(sub), grace_s=grace_s)
+    step = reconcile.unlaunched(**facts, backend_gone=False, backend_knows=None, launch_grace_s=0.0)
+    if step.action == "keep":
+        return rec  # a live submit may still be starting Ray or uploading the workdir
+    provider = core.provider(rec.placed_on)
+    gone = bool(provider.gone())
+    knows = None if gone else "has no job" not in (core.retry(provider, "state", rec.id, None).message or "")
+    step = reconcile.unlaunched(**facts, backend_gone=gone, backend_knows=knows,
+                                launch_grace_s=provider.launch_grace_s)
+    if step.action == "keep":
+        return rec
+    if step.action == "fail":
+        return core.store.set_status(rec.id, "FAILED", step.message)
+    core.store.set_status(rec.id, rec.status, step.message)
+    return core.store.update(rec.id, backend_id=rec.id, address=provider.address)
+
+
+def finish(core: Core, rec: JobRow, status: str, message: Optional[str]) -> JobRow:
+    """Record a job's end: its log kept, its metrics and phases, its outcome as its runner
+    said it, and its ledger line."""
+    text = logs(core, rec)
+    # The git workdir checked out for it (service/git_workdir.py): its backend took a
+    # copy when it was launched, so it goes now rather than piling up in ORCH_HOME.
+    shutil.rmtree(checkout_folder(core.settings.home, rec.id), ignore_errors=True)
+    log_path = core.settings.home / "logs" / f"{rec.id}.log"
+    if text:
+        write_private(log_path, text)
+    metrics = from_log(text, rec.metrics, **trust(core, rec))
+    result = metrics.pop("_result", None)  # the runner's own, for a job with an event key
+    metrics["phases"] = phases(rec, text)
+    if status == "SUCCEEDED" and result and result.get("ok") is False:
+        status = "FAILED"
+    if status == "FAILED" and result and result.get("error"):
+        message = result["error"]
+    stopped = metrics.get("stopped")
+    if status == "SUCCEEDED" and stopped:  # the runner stopped itself at its budget
+        status = "CANCELLED"
+        message = (f"stopped at its budget after epoch {stopped.get('epoch')}: "
+                   f"{stopped.get('detail')}; last checkpoint {metrics.get('checkpoint')}")
+    if status == "SUCCEEDED":
+        scaling(core, rec, metrics)
+    message = redact_text(core, rec, message) if message else message
+    rec = core.store.set_status(rec.id, status, message, metrics=metrics,
+                                log_path=str(log_path) if text else rec.log_path)
+    core.secrets.pop(rec.id, None)  # the job's text is all kept, redacted, by now
+    from orchestrator.decision import job_ledger as ledger
+
+    # The ledger line, kept with the job: what it cost and what it passed over.
+    return core.store.update(rec.id, info=with_info(rec, cost=ledger.entry(rec).to_json()))
+
+
+def trust(core: Core, rec: JobRow) -> dict:
+    """Which of its log's events may set a job's outcome (run_metrics.from_log): the
+    state events signed with its event key; `stopped` only where it has a budget."""
+    budget = (rec.spec.get("budget") or {}).get("max_cost") or core.settings.monthly_budget
+    return {"key": rec.info.event_key or None,
+            "budgeted": bool(rec.spec.get("train") and budget)}
+
+
+def phases(rec: JobRow, text: str) -> dict:
+    """How long each phase of the job took (run_metrics.phases), from its record and log."""
+    info = rec.info
+    sub = info.submitter or {}
+    started = sub.get("began", sub.get("started"))
+    # A submitter that started long before the job is a server, not this job's submit.
+    submitted = started if started and rec.created_at - started < SUBMIT_START_S else None
+    return run_metrics.phases(text, submitted=submitted, recorded=rec.created_at,
+                              launched=info.launched_at, ended=time.time())
+
+
+def scaling(core: Core, rec: JobRow, metrics: dict) -> None:
+    """With N workers, what they bought, against earlier one-worker runs of the same job."""
+    add_scaling(metrics, [r.metrics for r in
+                          core.store.runs_for_fingerprint(rec.fingerprint or "")
+                          if r.status == "SUCCEEDED" and r.id != rec.id])
+
+
+def redactor(core: Core, rec: JobRow) -> redact.Redactor:
+    """The one redaction of everything orch keeps or shows of a job's text (its log, its
+    messages and history lines, its result): the job's secrets, as values this process
+    holds (`orch serve` holds them from launch to end) and by the digests its record
+    keeps, and any credential orch's own environment holds (AWS_SECRET_ACCESS_KEY and
+    the like), should the job have printed one."""
+    info = rec.info
+    values = list((core.secrets.get(rec.id) or {}).values())
+    values += [v for k, v in os.environ.items() if len(v) >= 8 and redact.looks_secret(k)]
+    key = redact.store_key(core.settings.home, create=False) if info.secret_hmacs else None
+    return redact.Redactor(values, info.secret_salt, info.secret_hmacs, key,
+                           info.secret_digests, info.secret_lengths)
+
+
+def redact_text(core: Core, rec: JobRow, text: str) -> str:
+    return redactor(core, rec)(text) if text else text
+
+
+def logs(core: Core, rec: JobRow) -> str:
+    """The job's log, secrets redacted: from the backend while it knows the job, else
+    the saved copy."""
+    return redact_text(core, rec, raw_logs(core, rec))
+
+
+def ending(text: str) -> bool:
+    """Whether the runner has said its result: the job ends within a second or two, so
+    a follower looks again sooner than once a second."""
+    from jobs import events
+
+    tail = text[-4096:].splitlines()[-8:]
+    return any((events.parse_line(line) or {}).get("event") == "result" for line in tail)
+
+
+def raw_logs(core: Core, rec: JobRow) -> str:
+    if rec.status in TERMINAL and rec.log_path and Path(rec.log_path).exists():
+        return Path(rec.log_path).read_text()
+    if not rec.backend_id:
+        return ""
+    provider = core.provider(rec.placed_on)
+    if isinstance(provider, KeepsLogs) and provider.gone():
+        return provider.saved_logs(rec.backend_id)
+    try:
+        return provider.logs(rec.backend_id)
+    except BackendError:
+        if isinstance(provider, KeepsLogs):  # what it left on disk, when it does not answer
+            return provider.saved_logs(rec.backend_id)
+        raise
+
+
+def cancel(core: Core, job_id: str, wait_s: float = 30.0) -> JobRow:
+    rec = core.store.get(job_id)
+    if rec.status in TERMINAL:
+        return rec
+    core.store.update(rec.id, cancel_requested=1)
+    rec = core.store.get(rec.id)
+    if not rec.backend_id:
+        return core.store.set_status(rec.id, "CANCELLED", "cancelled before launch")
+    provider = core.provider(rec.placed_on)
+    if provider.gone():
+        return refresh(core, rec)
+    core.retry(provider, "cancel", rec.backend_id)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        rec = refresh(core, core.store.get(rec.id))
         if rec.status in TERMINAL:
             return rec
-        self.store.update(rec.id, cancel_requested=1)
-        rec = self.store.get(rec.id)
-        if not rec.backend_id:
-            return self.store.set_status(rec.id, "CANCELLED", "cancelled before launch")
-        provider = self.provider(rec.placed_on)
-        if provider.gone():
-            return self.refresh(rec)
-        self._retry(provider, "cancel", rec.backend_id)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            rec = self.refresh(self.store.get(rec.id))
-            if rec.status in TERMINAL:
-                return rec
-            time.sleep(0.5)
-        return rec
+        time.sleep(0.5)
+    return rec
 
-    def list(self, limit: int = 50) -> list[JobRow]:
-        out = []
-        for rec in self.store.list(limit):
-            try:
-                out.append(self.refresh(rec))
-            except OrchError:
-                out.append(rec)  # shown as last known; `orch status ID` names the problem
-        return out
+
+def list_jobs(core: Core, limit: int = 50) -> list[JobRow]:
+    out = []
+    for rec in core.store.list(limit):
+        try:
+            out.append(refresh(core, rec))
+        except OrchError:
+            out.append(rec)  # shown as last known; `orch status ID` names the problem
+    return out
 
 
 def backend_info(rec: JobRow) -> dict:

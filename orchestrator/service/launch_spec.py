@@ -9,114 +9,117 @@ from typing import Optional
 
 from orchestrator.records import JobRow
 from orchestrator.records.placement import Placement
-from orchestrator.service.budgets import Budgets
+from orchestrator.service.budgets import run_budget
+from orchestrator.service.core import Core
 from orchestrator.spec import JobSpec
-from orchestrator.store import store_exists
 from providers.base import Launch
 
 # Ray Train's controller drains reports on its health check; 0.2 s keeps reports cheap.
 _RAY_TRAIN_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
 
 
-class LaunchBuilder(Budgets):
-    def launch_for(self, job_id: str, spec: JobSpec, target: str,
-                   decision: Optional[Placement] = None, secrets: Optional[dict] = None,
-                   event_key: str = "") -> Launch:
-        """What the provider runs. `secrets` are the `secrets:` values (None: read them now).
-        `event_key`: the job's (JobInfo.event_key), handed to a `train:` job's runner among
-        its secrets; a `run:` job has no runner, so none of its lines is signed."""
-        from orchestrator.decision.demand import job_demand
+def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
+               decision: Optional[Placement] = None, secrets: Optional[dict] = None,
+               event_key: str = "") -> Launch:
+    """What the provider runs. `secrets` are the `secrets:` values (None: read them now).
+    `event_key`: the job's (JobInfo.event_key), handed to a `train:` job's runner among
+    its secrets; a `run:` job has no runner, so none of its lines is signed."""
+    from orchestrator.decision.demand import job_demand
 
-        endpoint = self.settings.s3_endpoint_url
-        # An address, not a secret: boto3 and pyarrow in the job's own code find S3 there too.
-        aws = {"AWS_ENDPOINT_URL_S3": endpoint} if endpoint else {}  # S3 only, not every AWS service
-        env = {**_RAY_TRAIN_ENV, **aws, **spec.env_strings(), "ORCH_JOB_ID": job_id}
-        workdir = spec.workdir_path()
-        backend = self._backend_class(target)
-        if spec.git_workdir is not None and not backend.clones_git_workdir:
-            from orchestrator.service.git_workdir import checkout, checkout_folder, reach
+    endpoint = core.settings.s3_endpoint_url
+    # An address, not a secret: boto3 and pyarrow in the job's own code find S3 there too.
+    aws = {"AWS_ENDPOINT_URL_S3": endpoint} if endpoint else {}  # S3 only, not every AWS service
+    env = {**_RAY_TRAIN_ENV, **aws, **spec.env_strings(), "ORCH_JOB_ID": job_id}
+    workdir = spec.workdir_path()
+    backend = core.backend_class(target)
+    if spec.git_workdir is not None and not backend.clones_git_workdir:
+        from orchestrator.service.git_workdir import checkout, checkout_folder, reach
 
-            workdir = checkout(spec, checkout_folder(self.settings.home, job_id),
-                               reach(self.settings))
-        storage = spec.checkpoint.storage or backend.default_storage(self.settings)
-        resume = self.resume_point(spec, before=job_id)
-        run_name = resume["run_name"] if resume else job_id
-        if resume:
-            storage = resume["storage_path"]
-        # What the job holds on the offer it was placed on: what `orch serve`'s queue
-        # reserves for it and placement's wait estimate assumed.
-        choice = decision.choice if decision else None
-        holds = job_demand(spec, choice)
-        use_gpu = spec.scaling.use_gpu
-        if use_gpu == "auto" and choice is not None:
-            use_gpu = holds.gpus > 0  # as placed and priced, not what the target happens to have
-        if spec.train is not None:
-            from jobs.request import ENV_VAR, Budget, RunRequest
+        workdir = checkout(spec, checkout_folder(core.settings.home, job_id),
+                           reach(core.settings))
+    storage = spec.checkpoint.storage or backend.default_storage(core.settings)
+    resume = resume_point(core, spec, before=job_id)
+    run_name = resume["run_name"] if resume else job_id
+    if resume:
+        storage = resume["storage_path"]
+    # What the job holds on the offer it was placed on: what `orch serve`'s queue
+    # reserves for it and placement's wait estimate assumed.
+    choice = decision.choice if decision else None
+    holds = job_demand(spec, choice)
+    use_gpu = spec.scaling.use_gpu
+    if use_gpu == "auto" and choice is not None:
+        use_gpu = holds.gpus > 0  # as placed and priced, not what the target happens to have
+    if spec.train is not None:
+        from jobs.request import ENV_VAR, Budget, RunRequest
 
-            train_target = spec.train.job or spec.train.entrypoint
-            assert train_target is not None  # the spec holds exactly one of them
-            budget = self.run_budget(spec, choice, job_id)
-            run = RunRequest(
-                job_id=job_id, run_name=run_name, target=train_target,
-                config=spec.train.config, num_workers=spec.scaling.num_workers, use_gpu=use_gpu,
-                precision=spec.precision, loader_workers=spec.data.loader_workers,
-                pin_memory=spec.data.pin_memory, cpus_per_worker=_cpus_per_worker(spec),
-                storage_path=storage, num_to_keep=spec.checkpoint.num_to_keep,
-                max_failures=spec.checkpoint.max_failures, placement=spec.scaling.placement,
-                s3_endpoint_url=endpoint if endpoint and storage and storage.startswith("s3://") else None,
-                budget=Budget(**budget) if budget else None)
-            env[ENV_VAR] = run.to_json()
-            command = backend.train_command(spec.num_nodes)
-        else:
-            assert spec.run is not None  # the spec holds exactly one of train: and run:
-            command = spec.run
-        if spec.setup:
-            command = f"set -e\n{spec.setup}\nset +e\n{command}"
-        command = backend.shell_prelude() + command
-        entrypoint = f"bash -c {shlex.quote(command)}"
-        est_hours = decision.estimate.hours if decision else None
-        # The cluster keeps these with the job, so any orch can estimate the queue from them.
-        metadata = {"orch_job": job_id, "name": spec.name or "job", "cpus": holds.cpus,
-                    "gpus": holds.gpus}
-        if est_hours is not None:
-            metadata["est_hours"] = round(est_hours, 4)
-        if spec.train and storage:
-            metadata["storage_path"] = storage
-        if spec.train:
-            metadata["run_name"] = run_name
-        secrets = spec.secret_strings() if secrets is None else dict(secrets)
-        if spec.train is not None and event_key:
-            from jobs.events import KEY_VAR
+        train_target = spec.train.job or spec.train.entrypoint
+        assert train_target is not None  # the spec holds exactly one of them
+        budget = run_budget(core, spec, choice, job_id)
+        run = RunRequest(
+            job_id=job_id, run_name=run_name, target=train_target,
+            config=spec.train.config, num_workers=spec.scaling.num_workers, use_gpu=use_gpu,
+            precision=spec.precision, loader_workers=spec.data.loader_workers,
+            pin_memory=spec.data.pin_memory, cpus_per_worker=_cpus_per_worker(spec),
+            storage_path=storage, num_to_keep=spec.checkpoint.num_to_keep,
+            max_failures=spec.checkpoint.max_failures, placement=spec.scaling.placement,
+            s3_endpoint_url=endpoint if endpoint and storage and storage.startswith("s3://") else None,
+            budget=Budget(**budget) if budget else None)
+        env[ENV_VAR] = run.to_json()
+        command = backend.train_command(spec.num_nodes)
+    else:
+        assert spec.run is not None  # the spec holds exactly one of train: and run:
+        command = spec.run
+    if spec.setup:
+        command = f"set -e\n{spec.setup}\nset +e\n{command}"
+    command = backend.shell_prelude() + command
+    entrypoint = f"bash -c {shlex.quote(command)}"
+    est_hours = decision.estimate.hours if decision else None
+    # The cluster keeps these with the job, so any orch can estimate the queue from them.
+    metadata = {"orch_job": job_id, "name": spec.name or "job", "cpus": holds.cpus,
+                "gpus": holds.gpus}
+    if est_hours is not None:
+        metadata["est_hours"] = round(est_hours, 4)
+    if spec.train and storage:
+        metadata["storage_path"] = storage
+    if spec.train:
+        metadata["run_name"] = run_name
+    secrets = spec.secret_strings() if secrets is None else dict(secrets)
+    if spec.train is not None and event_key:
+        from jobs.events import KEY_VAR
 
-            secrets[KEY_VAR] = event_key
-        return Launch(job_id=job_id, entrypoint=entrypoint, env=env, secrets=secrets,
-                      workdir=str(workdir) if workdir else None, metadata=metadata)
+        secrets[KEY_VAR] = event_key
+    return Launch(job_id=job_id, entrypoint=entrypoint, env=env, secrets=secrets,
+                  workdir=str(workdir) if workdir else None, metadata=metadata)
 
-    def resume_point(self, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:
-        """The run `checkpoint.resume_from` continues (see orchestrator.service.resume); `before` is
-        the job being launched: neither it nor a later job is a candidate. `submit` calls
-        it before recording anything."""
-        from orchestrator.service.resume import resume_point
 
-        return resume_point(spec, self._earlier_jobs(before) if spec.checkpoint.resume_from else [])
+def resume_point(core: Core, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:
+    """The run `checkpoint.resume_from` continues (see orchestrator.service.resume); `before` is
+    the job being launched: neither it nor a later job is a candidate. `submit` calls
+    it before recording anything."""
+    from orchestrator.service import resume
 
-    def _earlier_jobs(self, before: Optional[str]) -> list[JobRow]:
-        """Every job recorded before `before` (all jobs when it is None), newest first."""
-        if not store_exists(self.settings):
-            return []  # no jobs yet, and a rejected job file must not create the store
-        jobs = self.store.list(limit=1_000_000)
-        mine = next((r for r in jobs if r.id == before), None)
-        if mine is None:
-            return jobs  # not recorded (a test, a plan): every job is earlier
-        # Later jobs too: a job submitted meanwhile must not change what this one resumes.
-        return [r for r in jobs if r.id != before and r.created_at <= mine.created_at]
+    return resume.resume_point(spec, earlier_jobs(core, before) if spec.checkpoint.resume_from else [])
 
-    def for_cloud(self, launch: Launch, spec: JobSpec, decision: Placement) -> Launch:
-        """What a cloud VM needs beyond the command (CloudProvider.adapt_launch): the
-        offers in cost order and the file mounts; `orch plan` shows the task it makes."""
-        from providers.cloud import CloudProvider
 
-        return CloudProvider.adapt_launch(launch, spec, decision)
+def earlier_jobs(core: Core, before: Optional[str]) -> list[JobRow]:
+    """Every job recorded before `before` (all jobs when it is None), newest first."""
+    store = core.store_if_exists()
+    if store is None:
+        return []  # no jobs yet, and a rejected job file must not create the store
+    jobs = store.list(limit=1_000_000)
+    mine = next((r for r in jobs if r.id == before), None)
+    if mine is None:
+        return jobs  # not recorded (a test, a plan): every job is earlier
+    # Later jobs too: a job submitted meanwhile must not change what this one resumes.
+    return [r for r in jobs if r.id != before and r.created_at <= mine.created_at]
+
+
+def for_cloud(launch: Launch, spec: JobSpec, decision: Placement) -> Launch:
+    """What a cloud VM needs beyond the command (CloudProvider.adapt_launch): the
+    offers in cost order and the file mounts; `orch plan` shows the task it makes."""
+    from providers.cloud import CloudProvider
+
+    return CloudProvider.adapt_launch(launch, spec, decision)
 
 
 def _cpus_per_worker(spec: JobSpec) -> Optional[int]:

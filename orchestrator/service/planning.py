@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Collection, Optional, Sequence
+from contextlib import contextmanager
+from typing import Collection, Iterator, Optional, Sequence
 
 from orchestrator.base.targets import CLOUD, ONPREM, rented
 from orchestrator.decision.classify import classify
@@ -48,7 +49,84 @@ def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None,
     return offers
 
 
-def plan_job(spec, settings, *, fingerprint: str, history: Sequence[PastRun] = (),
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What one plan is made from, gathered once (`gather`): the offers, the capacity of
+    the owned hardware (with the schedules due on it), the history and the month's spend,
+    and what the plan says about the cluster it read."""
+    offers: Sequence[Offer]
+    capacity: Optional[Capacity]
+    history: Sequence[PastRun]
+    spent_this_month: float
+    notes: Sequence[str] = ()
+
+    def with_credentials(self, enabled: Collection[str]) -> Facts:
+        """The same facts, each cloud offer saying whether this machine has its credentials."""
+        return dataclasses.replace(self, offers=[
+            o if o.owned else dataclasses.replace(o, credentials=o.cloud in enabled)
+            for o in self.offers])
+
+
+@contextmanager
+def _session(settings, store=None) -> Iterator:
+    """The store to read: `store`, the caller's session, when given; else one opened for
+    this read and closed after it; None before the store exists (a plan never creates it)."""
+    if store is not None:
+        yield store
+        return
+    from orchestrator.store import open_store, store_exists
+
+    if not store_exists(settings):
+        yield None
+        return
+    opened = open_store(settings)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def gather(spec, settings, now: float, *, fingerprint: str,
+           history: Optional[Sequence] = None, offers: Optional[Sequence[Offer]] = None,
+           capacity: Optional[Capacity] = None, spent_this_month: Optional[float] = None,
+           enabled: Optional[Collection[str]] = None, store=None) -> Facts:
+    """The facts a plan is made from; each one given is used as it is, the rest read: the
+    cluster once (its nodes make offers, its load the capacity), the store in one session
+    (`store`, or one opened here). `history=None` reads this fingerprint's runs and the
+    team's; `enabled`: the clouds with credentials here, see gather_offers."""
+    cluster = (_read_cluster(settings) if wants_cluster(spec, settings)
+               and (offers is None or capacity is None) else None)
+    with _session(settings, store) as db:
+        if history is None:
+            history = _history(db, fingerprint, now)
+        if offers is None:
+            offers = gather_offers(spec, settings, cluster=cluster, enabled=enabled)
+        if capacity is None and cluster is not None:
+            capacity = cluster_capacity(spec, settings, now, cluster)
+            capacity = dataclasses.replace(capacity, reservations=_holds(db, settings, now,
+                                                                         spec.name))
+        elif capacity is None and settings.onprem:  # an inventory, no cluster read: the
+            holds = _holds(db, settings, now, spec.name)  # schedules due on those GPUs hold them
+            capacity = Capacity(source="the [[onprem]] inventory", reservations=holds) if holds else None
+        if spent_this_month is None:
+            spent_this_month = _month_spend(db, settings, now)
+    history = [h if isinstance(h, PastRun) else PastRun.from_record(h) for h in history]
+    return Facts(offers=list(offers), capacity=capacity, history=history,
+                 spent_this_month=spent_this_month, notes=cluster_notes(settings, cluster, offers))
+
+
+def decide_on(spec, settings, facts: Facts, *, fingerprint: str, now: float,
+              code_dirty: bool = False, owner: Optional[str] = None) -> Decision:
+    """Classify the job and decide where it runs, from `facts` alone (decision.placement)."""
+    est = HoursEstimator(spec, fingerprint, facts.history, settings.default_job_hours,
+                         settings.gpu_speeds, owner=owner)
+    kind = classify(spec, fingerprint, facts.history, now, settings, code_dirty,
+                    est.reference.hours)
+    return decide(spec, kind, facts.offers, facts.capacity, settings, estimator=est,
+                  spent_this_month=facts.spent_this_month, notes=facts.notes)
+
+
+def plan_job(spec, settings, *, fingerprint: str, history: Sequence = (),
              code_dirty: bool = False, capacity: Optional[Capacity] = None,
              offers: Optional[Sequence[Offer]] = None, now: Optional[float] = None,
              spent_this_month: Optional[float] = None,
@@ -56,45 +134,33 @@ def plan_job(spec, settings, *, fingerprint: str, history: Sequence[PastRun] = (
     """Classify the job and decide where it runs; `offers=None` gathers them (`enabled`: the
     clouds with credentials here, see gather_offers), and `spent_this_month=None` reads the
     month's spend from the store when a monthly budget is set."""
-    history = [h if isinstance(h, PastRun) else PastRun.from_record(h) for h in history]
-    est = HoursEstimator(spec, fingerprint, history, settings.default_job_hours, settings.gpu_speeds,
-                         owner=owner)
     now = time.time() if now is None else now
-    kind = classify(spec, fingerprint, history, now, settings, code_dirty, est.reference.hours)
-    # One read of the cluster per plan: its nodes (offers, the inventory check) and its load.
-    cluster = (_read_cluster(settings) if wants_cluster(spec, settings)
-               and (offers is None or capacity is None) else None)
-    if offers is None:
-        offers = gather_offers(spec, settings, cluster=cluster, enabled=enabled)
-    if capacity is None and cluster is not None:
-        capacity = cluster_capacity(spec, settings, now, cluster)
-        capacity = dataclasses.replace(capacity, reservations=schedule_holds(settings, now,
-                                                                             spec.name))
-    elif capacity is None and settings.onprem:  # an inventory, no cluster read: the schedules
-        holds = schedule_holds(settings, now, spec.name)  # due on those GPUs still hold them
-        capacity = Capacity(source="the [[onprem]] inventory", reservations=holds) if holds else None
-    if spent_this_month is None:
-        spent_this_month = month_spend(settings, now)
-    return decide(spec, kind, offers, capacity, settings, estimator=est,
-                  spent_this_month=spent_this_month, notes=cluster_notes(settings, cluster, offers))
+    facts = gather(spec, settings, now, fingerprint=fingerprint, history=history,
+                   offers=offers, capacity=capacity, spent_this_month=spent_this_month,
+                   enabled=enabled)
+    return decide_on(spec, settings, facts, fingerprint=fingerprint, now=now,
+                     code_dirty=code_dirty, owner=owner)
 
 
 def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,
          history: Optional[Sequence[PastRun]] = None,
-         owner: Optional[str] = None) -> tuple[Decision, list[str]]:
+         owner: Optional[str] = None, store=None) -> tuple[Decision, list[str]]:
     """The one planning path: `orch plan`, `orch submit`, schedules and `orch serve` all
-    place a job here, so a plan shows the choice a submit makes. (The decision, and the
-    notes about it that the record keeps in its reasons and warnings.)
+    place a job here (through service/placing.py), so a plan shows the choice a submit
+    makes. (The decision, and the notes about it that the record keeps in its reasons and
+    warnings.)
 
-    The history and the month's spend are read once, the offers gathered once. A cloud
-    choice needs credentials for that cloud: checked here, once a cloud is chosen (a
-    local-only plan never pays SkyPilot's import). Where a configured cloud has none, the
-    job is planned again with its offers still priced but excluded ("no credentials here"),
-    so a plan shows what each cloud would cost; a choice that changed says why and how to
-    enable the cloud, and with nothing left the refusal names the clouds and `sky check`."""
-    if history is None:
-        history = history_for(fingerprint, settings)
-    decision, notes = _plan(spec, settings, fingerprint, code_dirty, history, owner)
+    The facts are gathered once (`gather`: the offers, the cluster, the history, the
+    month's spend, in one store session: `store` when given). A cloud choice needs
+    credentials for that cloud: checked here, once a cloud is chosen (a local-only plan
+    never pays SkyPilot's import). Where a configured cloud has none, the job is decided
+    again on the same facts with its offers still priced but excluded ("no credentials
+    here"), so a plan shows what each cloud would cost; a choice that changed says why and
+    how to enable the cloud, and with nothing left the refusal names the clouds and `sky
+    check`."""
+    now = time.time()
+    facts = gather(spec, settings, now, fingerprint=fingerprint, history=history, store=store)
+    decision, notes = _plan(spec, settings, facts, fingerprint, code_dirty, owner, now)
     carried = spec.carried()
     if carried and decision.choice is not None and not rented(decision.target):
         notes.append(f"{', '.join(carried)}: for a cloud VM; on "
@@ -102,10 +168,10 @@ def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,
     return decision, notes
 
 
-def _plan(spec, settings, fingerprint: str, code_dirty: bool, history: Sequence[PastRun],
-          owner: Optional[str]) -> tuple[Decision, list[str]]:
-    decision = plan_job(spec, settings, fingerprint=fingerprint, history=history,
-                        code_dirty=code_dirty, owner=owner)
+def _plan(spec, settings, facts: Facts, fingerprint: str, code_dirty: bool,
+          owner: Optional[str], now: float) -> tuple[Decision, list[str]]:
+    decision = decide_on(spec, settings, facts, fingerprint=fingerprint, now=now,
+                         code_dirty=code_dirty, owner=owner)
     if not rented(decision.target) or decision.choice is None:
         return decision, []
     from providers.cloud import enabled_clouds
@@ -114,10 +180,10 @@ def _plan(spec, settings, fingerprint: str, code_dirty: bool, history: Sequence[
     enabled, why = enabled_clouds(settings.clouds)
     if not why:
         return _credentials_checked(decision), []
-    # Planned again with every cloud offer marked: those without credentials stay priced
+    # Decided again with every cloud offer marked: those without credentials stay priced
     # in the plan, excluded, and the choice is made among what can launch from here.
-    again = plan_job(spec, settings, fingerprint=fingerprint, history=history,
-                     code_dirty=code_dirty, enabled=enabled, owner=owner)
+    again = decide_on(spec, settings, facts.with_credentials(enabled), fingerprint=fingerprint,
+                      now=now, code_dirty=code_dirty, owner=owner)
     if cloud in enabled:
         return again, []
     off = "; ".join(f"{c}: {w.rstrip(' .:')}" for c, w in why.items())  # SkyPilot's first lines
@@ -202,38 +268,39 @@ def cluster_capacity(spec, settings, now: float, cluster=None) -> Capacity:
 
 
 def schedule_holds(settings, now: float, name: Optional[str] = None,
-                   horizon_h: float = 24.0) -> tuple:
+                   horizon_h: float = 24.0, store=None) -> tuple:
     """The cron schedules (`orch serve`'s, in the store) due in the next `horizon_h`, as the
     owned GPUs they will claim; none before the store exists. A job's own schedule (same
     name) is left out: its next slot follows this run."""
-    from orchestrator.decision.reservations import schedule_reservations
-    from orchestrator.store import open_store, store_exists
+    with _session(settings, store) as db:
+        return _holds(db, settings, now, name, horizon_h)
 
-    if not store_exists(settings):
+
+def _holds(store, settings, now: float, name: Optional[str] = None, horizon_h: float = 24.0) -> tuple:
+    from orchestrator.decision.reservations import schedule_reservations
+
+    if store is None:
         return ()
-    store = open_store(settings)
-    try:
-        schedules = [s for s in store.schedules() if s.get("name") != name]
-    finally:
-        store.close()
+    schedules = [s for s in store.schedules() if s.get("name") != name]
     return schedule_reservations(schedules, now, horizon_h, settings.max_wait_minutes / 60.0)
 
 
-def month_spend(settings, now: float) -> float:
+def month_spend(settings, now: float, store=None) -> float:
     """USD spent this calendar month over every job (running ones so far), counted as the
     monthly budget counts it (settings.budget_basis: cash by default); 0 without a monthly
     budget, which is the only thing that needs it, or before the store exists."""
-    from orchestrator.store import open_store, store_exists
+    if not settings.monthly_budget:
+        return 0.0
+    with _session(settings, store) as db:
+        return _month_spend(db, settings, now)
 
-    if not settings.monthly_budget or not store_exists(settings):
+
+def _month_spend(store, settings, now: float) -> float:
+    if not settings.monthly_budget or store is None:
         return 0.0
     from orchestrator.decision import job_ledger as ledger
 
-    store = open_store(settings)
-    try:
-        recs = store.list(limit=1_000_000, since=ledger.month_start(now))
-    finally:
-        store.close()
+    recs = store.list(limit=1_000_000, since=ledger.month_start(now))
     return ledger.month_spend((ledger.entry(r, now) for r in recs), now, settings.budget_basis)
 
 
@@ -242,19 +309,18 @@ def month_spend(settings, now: float) -> float:
 TEAM_DAYS, TEAM_RUNS = 90, 2000
 
 
-def history_for(fingerprint: str, settings, now: Optional[float] = None) -> list[PastRun]:
+def history_for(fingerprint: str, settings, now: Optional[float] = None, store=None) -> list[PastRun]:
     """Past runs of this fingerprint from the job store, then the team's recent successful
     runs of other jobs; none before the store exists."""
-    from orchestrator.store import open_store, store_exists
-
-    if not store_exists(settings):
-        return []  # planning must not create the store
     now = time.time() if now is None else now
-    store = open_store(settings)
-    try:
-        mine = [PastRun.from_row(r) for r in store.runs_for_fingerprint(fingerprint)]
-        team = [PastRun.from_row(r) for r in store.list(TEAM_RUNS, ("SUCCEEDED",), now - TEAM_DAYS * 86400)
-                if r.fingerprint and r.fingerprint != fingerprint]
-        return mine + team
-    finally:
-        store.close()
+    with _session(settings, store) as db:
+        return _history(db, fingerprint, now)
+
+
+def _history(store, fingerprint: str, now: float) -> list[PastRun]:
+    if store is None:
+        return []  # planning must not create the store
+    mine = [PastRun.from_row(r) for r in store.runs_for_fingerprint(fingerprint)]
+    team = [PastRun.from_row(r) for r in store.list(TEAM_RUNS, ("SUCCEEDED",), now - TEAM_DAYS * 86400)
+            if r.fingerprint and r.fingerprint != fingerprint]
+    return mine + team

@@ -97,7 +97,7 @@ def test_the_sky_task_of_a_two_node_job_trains_on_two_ray_nodes(tmp_path, monkey
     orch = Orch(Settings(home=tmp_path / "orch", mode="hybrid", clouds=["lambda", "runpod"],
                          catalog_dir=ROOT / "examples" / "catalog"))
     fake = FakeSky([])
-    orch._providers["cloud"] = CloudProvider(sdk=fake)
+    orch.core.providers["cloud"] = CloudProvider(sdk=fake)
     rec = orch.submit(load_spec_text(JOB, "ddp.yaml")).rec
     (task, _), = fake.launched
     assert task.num_nodes == 2 and "jobs.multinode" in task.run

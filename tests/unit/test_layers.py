@@ -49,10 +49,6 @@ BELOW: dict[str, set[str]] = {
 # Known exceptions (issue 16): importing module -> the layer it should not reach. Remove an
 # entry when its import goes; the test fails on a stale entry as on a new exception.
 DEBTS: set[tuple[str, str]] = {
-    # The server runs jobs through the embedded client rather than the service itself.
-    ("orchestrator.server.scheduler", "client"),
-    # `orch schedule pause/rm` on the embedded client call the server's schedule rules.
-    ("orchestrator.client", "server"),
     # Commands that bypass the client, so ORCH_SERVER does not reach them (each says so:
     # cli/render.local_only).
     ("orchestrator.cli.advise", "store"),

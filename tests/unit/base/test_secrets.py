@@ -111,7 +111,7 @@ def test_a_record_from_before_the_key_is_still_redacted(tmp_path):
                    "info": {"secret_salt": salt,
                             "secret_digests": [redact.legacy_digest(TOKEN, salt)]}})
     here = Orch(Settings(home=tmp_path / "home", mode="local"))
-    assert here._redact(rec, f"token {TOKEN} ok\n") == f"token {redact.REDACTED} ok\n"
+    assert here.redactor(rec)(f"token {TOKEN} ok\n") == f"token {redact.REDACTED} ok\n"
     assert not (tmp_path / "home" / redact.KEY_FILE).exists()  # reading makes no key
 
 

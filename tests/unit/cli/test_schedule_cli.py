@@ -12,13 +12,13 @@ from tests.conftest import run_orch, store_at, store_created
 
 
 def _register(home, name: str, owner: str, cron: str = "0 3 * * *") -> str:
+    from orchestrator.server.intake import register
     from orchestrator.server.scheduler import Scheduler
-    from orchestrator.server.schedules import register
     from orchestrator.spec import load_spec_text
 
     text = f"name: {name}\nrun: echo {name}\nschedule: {{cron: '{cron}'}}\n"
-    with Scheduler(Settings(home=home, mode="local")).session() as local:
-        return register(local, load_spec_text(text), text, f"/srv/jobs/{name}.yaml", owner)["id"]
+    with Scheduler(Settings(home=home, mode="local")).session() as orch:
+        return register(orch, load_spec_text(text), text, f"/srv/jobs/{name}.yaml", owner)["id"]
 
 
 def test_list_show_pause_resume_and_rm_on_this_machines_store(orch_home):

@@ -45,15 +45,15 @@ def test_loader_choices():
 
 
 def test_a_follower_looks_sooner_once_the_result_is_in_the_log(capsys):
-    from orchestrator.service.following import Following
+    from orchestrator.service import following
 
     events.emit("report", metrics={"epoch": 1}, index=1)
     running = "workers ready\n" + capsys.readouterr().out
-    assert not Following.ending(running)
+    assert not following.ending(running)
     events.emit("result", ok=True, metrics={})
     ended = running + capsys.readouterr().out + "orch runner: compute-bound\n"
-    assert Following.ending(ended)
-    assert not Following.ending("")
+    assert following.ending(ended)
+    assert not following.ending("")
 
 
 def _line(event: str, t: float, **fields) -> str:
@@ -96,13 +96,13 @@ def test_a_submit_counts_from_its_process_start_to_the_hundredth():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
     assert start - 0.05 <= began <= now and 0 <= began - started < 1.02
     from orchestrator.records import JobInfo, JobRow
-    from orchestrator.service.following import Following
+    from orchestrator.service import following
 
     rec = JobRow(id="orch-1", name="j", status="RUNNING", created_at=100.3, info=JobInfo(
         submitter={"pid": 1, "host": "h", "started": 99.4, "began": 100.0}, launched_at=100.8))
-    assert Following._phases(rec, "")["submit_to_recorded"] == 0.3
+    assert following.phases(rec, "")["submit_to_recorded"] == 0.3
     older = rec.model_copy(update={"info": JobInfo(submitter={"pid": 1, "started": 99.4})})
-    assert Following._phases(older, "")["submit_to_recorded"] == 0.9  # recorded before `began`
+    assert following.phases(older, "")["submit_to_recorded"] == 0.9  # recorded before `began`
 
 
 def test_status_shows_the_phases_in_one_line():

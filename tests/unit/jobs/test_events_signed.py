@@ -98,7 +98,7 @@ class RanBackend:
 def _ended(tmp_path, job: str, printed: str):
     orch = Orch(Settings(home=tmp_path / "home", mode="local"))
     backend = RanBackend(printed)
-    orch._providers["local"] = backend  # type: ignore[assignment]
+    orch.core.providers["local"] = backend  # type: ignore[assignment]
     rec = orch.submit(load_spec_text(job, "job.yaml")).rec
     orch.store.set_status(rec.id, "RUNNING")
     return orch, backend, orch.refresh(orch.get(rec.id))

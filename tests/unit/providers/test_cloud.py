@@ -42,7 +42,7 @@ def orch(tmp_path, monkeypatch):
 def use_fake(orch, script, clock=None, **kw) -> FakeSky:
     fake = FakeSky(script, logs=kw.pop("logs", RESULT), **kw)
     ticks = iter(clock or [])
-    orch._providers["cloud"] = CloudProvider(sdk=fake, startup_minutes=6,
+    orch.core.providers["cloud"] = CloudProvider(sdk=fake, startup_minutes=6,
                                              clock=lambda: next(ticks, T0 + 10_000))
     return fake
 
@@ -386,7 +386,7 @@ def test_a_follower_reads_a_running_jobs_log_once_each_time_it_looks(orch):
     progress = "::orch::" + json.dumps({"event": "progress", "epoch": 1, "epochs": 3,
                                         "step": 2, "steps": 9})
     fake = CountingLogs([running], logs=progress)
-    orch._providers["cloud"] = CloudProvider(sdk=fake, startup_minutes=6, clock=lambda: T0 + 60)
+    orch.core.providers["cloud"] = CloudProvider(sdk=fake, startup_minutes=6, clock=lambda: T0 + 60)
     rec = orch.submit(spec).rec
     client = Local(orch.settings, orch=orch)
     before = fake.log_reads

@@ -52,12 +52,12 @@ class Api:
         store.close()
         self.jobs = [done, job.id, "orch-"]  # two ids, and a prefix of both
         sched = Scheduler(self.settings)
-        from orchestrator.server.schedules import register
+        from orchestrator.server.intake import register
         from orchestrator.spec import load_spec_text
 
         text = "name: tick\nrun: echo tick\nschedule: {cron: '0 3 * * *'}\n"
-        with sched.session() as local:
-            self.schedules = [register(local, load_spec_text(text), text, None, "alice")["id"]]
+        with sched.session() as orch:
+            self.schedules = [register(orch, load_spec_text(text), text, None, "alice")["id"]]
         self.app = create_app(self.settings, sched, run_scheduler=False)
         self.headers = {"Authorization": f"Bearer {self.token}"}
 

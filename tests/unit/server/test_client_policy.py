@@ -15,7 +15,7 @@ import pytest
 from orchestrator.base.errors import InputError, SpecError
 from orchestrator.base.inputs import clip
 from orchestrator.server import client_policy
-from orchestrator.server.schedules import check_server_secrets
+from orchestrator.server.intake import check_server_secrets
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
 

@@ -11,7 +11,8 @@ import pytest
 
 from orchestrator.base.errors import InputError
 from orchestrator.records import JobRow
-from orchestrator.server import auth, cron
+from orchestrator.records.caller import Caller, may_change
+from orchestrator.server import auth
 from orchestrator.server.scheduler import Scheduler, queue_info
 from orchestrator.service.respec import spec_from_record
 from orchestrator.settings import Settings
@@ -21,33 +22,6 @@ from tests.conftest import job_row, store_at, store_text
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z, a whole minute
 DAY = 86_400.0
-
-
-# -- the cron rule ---------------------------------------------------------------------------
-
-def test_a_slot_is_due_from_its_minute_on_and_only_the_latest_missed_one_runs():
-    every = "* * * * *"
-    assert cron.next_slot(every, T0) == T0 + 60  # strictly after
-    assert cron.latest_slot(every, T0) == T0  # at or before
-    assert cron.due(every, T0 + 60, T0 + 59.9) is None
-    d = cron.due(every, T0 + 60, T0 + 60)
-    assert (d.slot, d.skipped, d.next_at) == (T0 + 60, 0, T0 + 120)
-    assert cron.due(every, T0 + 60, T0 + 119.9).slot == T0 + 60
-    # Down from before T0+60 until T0+310: slots 60..240 are skipped, 300 runs.
-    d = cron.due(every, T0 + 60, T0 + 310)
-    assert (d.slot, d.skipped, d.first_skipped, d.last_skipped, d.next_at) == (
-        T0 + 300, 4, T0 + 60, T0 + 240, T0 + 360)
-
-
-def test_a_nightly_job_after_two_days_down_runs_once_for_the_latest_night():
-    nightly = "0 3 * * *"
-    night1 = T0 - 5 * 3600 + DAY  # 2027-01-16T03:00:00Z
-    assert iso(night1) == "2027-01-16T03:00:00Z"
-    assert cron.next_slot(nightly, T0) == night1
-    assert cron.due(nightly, night1, night1 - 60) is None
-    d = cron.due(nightly, night1, night1 + 2 * DAY + 7 * 3600)  # back on the 18th at 10:00
-    assert (d.slot, d.skipped, d.next_at) == (night1 + 2 * DAY, 2, night1 + 3 * DAY)
-    assert not cron.valid("61 * * * *") and cron.valid("*/5 * * * 1-5")
 
 
 # -- tokens and permissions -------------------------------------------------------------------
@@ -63,10 +37,10 @@ def test_tokens_are_random_and_kept_only_as_their_sha256():
 
 
 def test_only_the_owner_or_an_admin_may_cancel():
-    alice, bob, root = auth.Caller("alice"), auth.Caller("bob"), auth.Caller("root", admin=True)
-    assert auth.may_cancel(alice, "alice") and not auth.may_cancel(bob, "alice")
-    assert auth.may_cancel(root, "alice") and auth.may_cancel(root, None)
-    assert not auth.may_cancel(alice, None)  # submitted embedded: the server's, admins only
+    alice, bob, root = Caller("alice"), Caller("bob"), Caller("root", admin=True)
+    assert may_change(alice, "alice") and not may_change(bob, "alice")
+    assert may_change(root, "alice") and may_change(root, None)
+    assert not may_change(alice, None)  # submitted embedded: the server's, admins only
     assert auth.check_name("alice@lab") is None and auth.check_name("a b") and auth.check_name("")
 
 
@@ -100,10 +74,10 @@ CRON_JOB = "name: tick\nrun: echo tick\nschedule: {cron: '* * * * *'}\n"
 
 
 def _register(sched: Scheduler, text: str = CRON_JOB, now: float = T0 + 1, owner="alice"):
-    from orchestrator.server.schedules import register
+    from orchestrator.server.intake import register
 
-    with sched.session() as local:
-        return register(local, load_spec_text(text, "<job>"), text, None, owner, now=now)
+    with sched.session() as orch:
+        return register(orch, load_spec_text(text, "<job>"), text, None, owner, now=now)
 
 
 def _jobs(settings) -> list[JobRow]:
@@ -115,8 +89,8 @@ def _jobs(settings) -> list[JobRow]:
 
 
 def _cron(sched: Scheduler, now: float) -> list[str]:
-    with sched.session() as local:
-        return sched.run_cron(local, now)
+    with sched.session() as orch:
+        return sched.run_cron(orch, now)
 
 
 def test_every_minute_runs_each_slot_once_across_restarts_crashes_and_downtime(settings):
@@ -133,8 +107,8 @@ def test_every_minute_runs_each_slot_once_across_restarts_crashes_and_downtime(s
     assert _cron(Scheduler(settings), T0 + 90) == []  # a restarted server: still nothing
     # A crash after the slot's job was recorded but before the schedule moved on:
     again = Scheduler(settings)
-    with again.session() as local:
-        job_id, _ = again._submit_slot(local, local.orch.store.schedule(s["id"]), T0 + 120)
+    with again.session() as orch:
+        job_id, _ = again._submit_slot(orch, orch.store.schedule(s["id"]), T0 + 120)
     assert _cron(again, T0 + 125) == [job_id]  # found by its key, not recorded twice
     assert len(_jobs(settings)) == 2
     # Down from T0+125 to T0+605: slots 180..540 (7) are skipped, 600 runs once.
@@ -196,18 +170,18 @@ class FakeProvider:
 
 @pytest.fixture
 def fake(monkeypatch):
-    from orchestrator.service.orch import Orch
+    from orchestrator.service.core import Core
 
     provider = FakeProvider()
-    monkeypatch.setattr(Orch, "provider", lambda self, target: provider)
+    monkeypatch.setattr(Core, "provider", lambda self, target: provider)
     return provider
 
 
 def _queue(sched: Scheduler, text: str, priority: int = 0, owner: str = "alice") -> str:
     """What POST /v1/jobs does: record, queued, the spec held in memory."""
-    with sched.session() as local:
+    with sched.session() as orch:
         spec = load_spec_text(text, "<job>")
-        rec = local.orch.record(spec, owner=owner, priority=priority, info=queue_info(spec)).rec
+        rec = orch.record(spec, owner=owner, priority=priority, info=queue_info(spec)).rec
         sched.hold(rec.id, spec)
         return rec.id
 
@@ -217,13 +191,13 @@ def test_the_queue_launches_by_priority_then_age_each_job_once(settings, fake):
     a = _queue(sched, "name: a\nrun: echo a\n")
     b = _queue(sched, "name: b\nrun: echo b\n", priority=5)
     c = _queue(sched, "name: c\nrun: echo c\n")
-    with sched.session() as local:
-        assert [r.id for r in local.orch.store.queued()] == [b, a, c]
-        assert local.orch.refresh(local.orch.get(a)).status == "PENDING"  # queued: left alone
-        assert sched.launch_queue(local) == [b, a, c]
-        assert sched.launch_queue(local) == []
-        assert local.orch.get(a).backend_id == "b-" + a
-        assert "queued" not in local.orch.get(a).info.model_dump(exclude_unset=True)
+    with sched.session() as orch:
+        assert [r.id for r in orch.store.queued()] == [b, a, c]
+        assert orch.refresh(orch.get(a)).status == "PENDING"  # queued: left alone
+        assert sched.launch_queue(orch) == [b, a, c]
+        assert sched.launch_queue(orch) == []
+        assert orch.get(a).backend_id == "b-" + a
+        assert "queued" not in orch.get(a).info.model_dump(exclude_unset=True)
     assert [launch.job_id for launch in fake.launched] == [b, a, c]
 
 
@@ -233,8 +207,8 @@ def test_a_second_server_never_launches_a_claimed_job(settings, fake):
     store = store_at(settings.home)
     assert store.claim(job, "otherhost/1/1.0")  # a server on another host has it
     assert not store.claim(job, sched.me)  # taken: only from its launcher
-    with sched.session() as local:
-        assert sched.launch_queue(local) == []  # another host's launcher counts as alive
+    with sched.session() as orch:
+        assert sched.launch_queue(orch) == []  # another host's launcher counts as alive
     assert fake.launched == []
 
 
@@ -246,9 +220,9 @@ def test_after_a_restart_a_queued_job_launches_from_the_store_unless_it_held_a_s
     plain = _queue(first, "name: p\nrun: echo $SEED\nenvs: {SEED: 3}\nsecrets: {WANDB_API_KEY: null}\n")
     literal = _queue(first, "name: l\nrun: echo hi\nenvs: {HF_TOKEN: hf_literal_value}\n")
     restarted = Scheduler(settings)  # nothing in memory
-    with restarted.session() as local:
-        assert restarted.launch_queue(local) == [plain]
-        lost = local.orch.get(literal)
+    with restarted.session() as orch:
+        assert restarted.launch_queue(orch) == [plain]
+        lost = orch.get(literal)
     launch = fake.launched[0]
     assert launch.env["SEED"] == "3" and launch.secrets == {"WANDB_API_KEY": "from-env-1234"}
     assert lost.status == "FAILED" and lost.message == (

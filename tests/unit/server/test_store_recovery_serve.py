@@ -126,9 +126,9 @@ def test_repair_keeps_tokens_revocations_schedules_and_their_logs(orch_home, mon
 
     # The invariant of issue 9: a slot that ran before the damage is not run again.
     sched = Scheduler(Settings(home=orch_home, mode="local"))
-    with sched.session() as local:
-        assert sched.run_cron(local, NIGHT + 60) == []
-        assert sched.run_cron(local, NIGHT + 3600) == []
+    with sched.session() as service:
+        assert sched.run_cron(service, NIGHT + 60) == []
+        assert sched.run_cron(service, NIGHT + 3600) == []
 
 
 def test_a_damaged_schedules_page_loses_only_that_schedule_and_says_which(orch_home, tmp_path,

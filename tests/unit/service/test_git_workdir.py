@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.base.errors import InputError, SpecError
+from orchestrator.service import following
 from orchestrator.service.orch import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
@@ -98,6 +99,6 @@ def test_a_jobs_checkout_is_removed_when_the_job_ends(tmp_path, repo):
     other = Path(orch.launch_for("another-job", spec, "local", checked.decision).workdir)
     assert (folder / "train.py").is_file() and (other / "train.py").is_file()
     # No backend id: the job never reached its backend, and ends FAILED.
-    assert orch._finish(rec, "FAILED", "never launched").status == "FAILED"
+    assert following.finish(orch.core, rec, "FAILED", "never launched").status == "FAILED"
     assert not folder.exists()
     assert (other / "train.py").is_file()  # another job's checkout is its own

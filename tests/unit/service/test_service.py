@@ -6,6 +6,7 @@ import time
 
 from jobs.request import RunRequest
 from orchestrator.records.placement import Placement
+from orchestrator.service import following
 from orchestrator.service.orch import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
@@ -117,7 +118,7 @@ def test_scaling_efficiency_from_a_one_worker_run(tmp_path):
     orch.store.set_status(one.id, "SUCCEEDED", metrics={"workers": 1, "samples_per_sec": 1000.0})
     four = orch.store.create_job(name="j", spec={}, kind="steady", target="local", fingerprint="fp")
     metrics = {"workers": 4, "samples_per_sec": 2400.0, "data_fraction": 0.02, "precision": "bf16"}
-    orch._scaling(four, metrics)
+    following.scaling(orch.core, four, metrics)
     assert metrics["scaling"]["speedup"] == 2.4
     assert metrics["scaling"]["efficiency"] == 0.6
     assert metrics["verdict"]["kind"] == "communication-bound"

@@ -289,8 +289,8 @@ def test_a_schedule_registered_with_an_upload_runs_its_slots_from_it(api, workdi
     try:
         stored = store.schedule(s["id"])["source_text"]
         assert stored == text.replace("workdir: .", f'workdir: "{folder}"')
-        with api.sched.session() as local:
-            (job_id,) = api.sched.run_cron(local, time.time() + 2 * 86_400)
+        with api.sched.session() as orch:
+            (job_id,) = api.sched.run_cron(orch, time.time() + 2 * 86_400)
         assert store.get(job_id).spec["workdir"] == str(folder)
     finally:
         store.close()

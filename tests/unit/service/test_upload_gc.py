@@ -230,11 +230,11 @@ def test_the_scheduler_collects_at_most_every_ten_minutes(tmp_path, monkeypatch,
     settings = Settings(home=tmp_path / "home", mode="local", upload_keep_hours=1)
     sched = Scheduler(settings)
     _upload(settings.home, D("a"), 2, time.time())
-    with sched.session() as local, caplog.at_level(logging.INFO, logger="orch.serve"):
-        assert sched.collect_uploads(local) == [D("a")]
+    with sched.session() as orch, caplog.at_level(logging.INFO, logger="orch.serve"):
+        assert sched.collect_uploads(orch) == [D("a")]
         _upload(settings.home, D("b"), 2, time.time())
-        assert sched.collect_uploads(local) == []  # not yet ten minutes
-        assert sched.collect_uploads(local, force=True) == [D("b")]
+        assert sched.collect_uploads(orch) == []  # not yet ten minutes
+        assert sched.collect_uploads(orch, force=True) == [D("b")]
     assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
         f"removed upload {D('a')[:16]}...", f"removed upload {D('b')[:16]}..."]
 

@@ -143,7 +143,7 @@ def _submit(orch, scripts):  # noqa: F811
     from orchestrator.spec.pipeline import load_pipeline_text
 
     fake = PerJob(scripts)
-    orch._providers["cloud"] = CloudProvider(sdk=fake, startup_minutes=6,
+    orch.core.providers["cloud"] = CloudProvider(sdk=fake, startup_minutes=6,
                                              clock=lambda: T0 + 10_000)
     done = orch.submit_pipeline(load_pipeline_text(PIPELINE, "bert.yaml"))
     return fake, [s.rec for s in done]

@@ -1,0 +1,34 @@
+"""The status page and what it shows (the summary), and liveness."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import HTMLResponse
+
+from orchestrator.records.caller import Caller
+from orchestrator.server.routes.deps import Server, caller, server
+from orchestrator.service import views
+
+router = APIRouter()
+
+
+@router.get("/v1/summary")
+def summary(who: Caller = Depends(caller), srv: Server = Depends(server)):
+    """What the status page shows: jobs, the queue, the month's spend, the schedules."""
+    with srv.scheduler.session() as orch:
+        return views.summary(orch.core)
+
+
+@router.get("/healthz")
+async def healthz():  # no thread: it answers while every worker thread is busy
+    """Liveness, without a token."""
+    return {"ok": True, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+@router.get("/", response_class=HTMLResponse, include_in_schema=False)
+def page():
+    from orchestrator.server.page import headers, html
+
+    return HTMLResponse(html(), headers=headers())

@@ -1,0 +1,121 @@
+"""Device telemetry (jobs/telemetry.py): the idle policy's decision as a table, the bounded
+series, the summary, the CPU reader on this machine and NVML's own error without a driver."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from jobs.telemetry import (
+    CpuReader,
+    IdlePolicy,
+    NvmlReader,
+    Sample,
+    Sampler,
+    Series,
+    idle_reason,
+    reader_for,
+    summarize,
+)
+
+POLICY = IdlePolicy(min_utilization=20, window_minutes=1, action="stop")
+
+
+def flat(util: float, until_s: float, every_s: float = 5.0) -> list[Sample]:
+    return [Sample(t, util, 1.0) for t in [i * every_s for i in range(int(until_s / every_s) + 1)]]
+
+
+@pytest.mark.parametrize("devices, now_s, idle", [
+    ([flat(90, 120)], 120, False),  # busy
+    ([flat(3, 120)], 120, True),  # idle after the grace window
+    ([flat(3, 55)], 55, False),  # idle, but within the first window after start
+    ([flat(3, 120), flat(80, 120)], 120, False),  # one busy device of two
+    ([flat(3, 120), flat(5, 120)], 120, True),  # both idle
+    # a busy moment at 65 s keeps the run busy until the window has passed it
+    ([flat(3, 60) + [Sample(65, 25, 1.0)] + [Sample(t, 3, 1.0) for t in (70, 100, 130)]], 130, True),
+    ([flat(3, 60) + [Sample(65, 25, 1.0)] + [Sample(t, 3, 1.0) for t in (70, 100)]], 100, False),
+    ([[Sample(t, 3, 1.0) for t in (90, 100, 120)]], 120, False),  # readings do not span the window
+    ([], 120, False),
+])
+def test_the_policy_decides_idle_only_when_every_device_stayed_below_for_the_window(devices, now_s, idle):
+    reason = idle_reason(POLICY, devices, now_s)
+    assert (reason is not None) == idle
+    if idle:
+        assert "below 20% busy for 1 min" in reason and "utilization_policy" in reason
+
+
+def test_the_series_is_bounded_and_keeps_the_whole_span():
+    series = Series(every_s=30, limit=8)
+    for i in range(3600):  # one hour, a sample a second, busy in its second half
+        series.add(Sample(float(i), 0.0 if i < 1800 else 100.0, i / 3600, 200.0))
+    pts = series.dump()
+    assert 4 <= len(pts) <= 9
+    assert pts[0]["t"] == 0 and pts[-1]["t"] + series.every_s > 3599  # coarser, but start to end
+    assert pts[0]["util"] == 0 and pts[-1]["util"] == 100
+    assert pts[-1]["mem_gb"] == pytest.approx(3599 / 3600, abs=1e-3)  # the bucket's most
+    assert all(p["power_w"] == 200 for p in pts)
+
+
+def test_the_summary_uses_the_energy_counter_where_there_is_one_else_mean_power():
+    with_counter = [Sample(t, u, 2.0 + t / 100, 300.0, 1000.0 + 250.0 * t)
+                    for t, u in ((0, 10), (10, 50), (20, 90), (30, 90), (3600, 90))]
+    s = summarize(with_counter, "nvml", "NVIDIA H100", 80.0)
+    assert s["energy_basis"] == "counter" and s["energy_wh"] == pytest.approx(250.0)
+    assert s["mean_util"] == 66.0 and s["p10_util"] == pytest.approx(26.0)
+    assert s["peak_mem_gb"] == pytest.approx(38.0) and s["mem_total_gb"] == 80
+    no_counter = [Sample(t, 50, 1.0, 200.0) for t in (0, 1800, 3600)]
+    s = summarize(no_counter, "nvml", "NVIDIA T4", None)
+    assert s["energy_basis"] == "mean power x time" and s["energy_wh"] == pytest.approx(200.0)
+    cpu = summarize([Sample(0, 50, 1.0), Sample(60, 70, 1.5)], "psutil", "cpu", None)
+    assert "energy_wh" not in cpu and cpu["mean_util"] == 60
+
+
+def test_the_cpu_reader_sees_this_process_busy_and_idle():
+    reader = CpuReader(threads=1)
+    end = time.process_time() + 0.3  # 0.3 s of this process's CPU, however loaded the machine
+    while time.process_time() < end:
+        pass
+    busy, rss, power, energy = reader.read()
+    time.sleep(0.3)
+    idle, _, _, _ = reader.read()
+    assert busy > idle + 15 and idle < 10, (busy, idle)
+    assert rss > 0.01 and power is None and energy is None
+
+
+def test_nvml_without_a_driver_raises_nvmls_own_error_and_the_reader_falls_back_to_cpu():
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pytest.skip("this machine has an NVIDIA driver")
+    with pytest.raises(pynvml.NVMLError):
+        NvmlReader(0)
+
+    class Cuda:
+        type, index = "cuda", 0
+
+    assert isinstance(reader_for(Cuda()), CpuReader)
+
+
+def test_the_sampler_calls_the_policy_once_and_summarizes_the_whole_run():
+    now = [0.0]
+
+    class Idle:
+        source, device, mem_total_gb = "psutil", "cpu", 8.0
+
+        def read(self):
+            return 2.0, 0.5, None, None
+
+    fired = []
+    sampler = Sampler(Idle(), interval_s=5, policy=POLICY, on_idle=fired.append, clock=lambda: now[0])
+    for t in range(0, 200, 5):
+        now[0] = float(t)
+        sampler.sample()
+    out = sampler.stop()
+    assert len(fired) == 1 and out["idle"] == fired[0]
+    assert len(sampler.samples) <= 60 / 5 + 5  # the window and two intervals, not the whole run
+    assert out["summary"]["samples"] == 41 and out["summary"]["seconds"] == 195
+    assert out["summary"]["mean_util"] == 2.0 and out["series"][0]["util"] == 2.0

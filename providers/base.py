@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from orchestrator.base.redact import looks_secret
 
 if TYPE_CHECKING:
+    from orchestrator.records.placement import PlacedOffer, Placement
     from orchestrator.settings import Settings
     from orchestrator.spec import JobSpec
     from providers.ray_cluster import ClusterSnapshot
@@ -27,23 +28,23 @@ class Launch:
 
     job_id: str
     entrypoint: str  # a shell command line, run on the target
-    env: dict = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
     # Passed to the job like `env`, but secret: never logged, shown or kept by orch; a
     # backend that can keep them apart (SkyPilot) is told they are secrets, and Ray, which
     # logs and shows a runtime env, gets them in a file instead (jobs/secret_env.py).
     # Credential-like names in `env` are treated the same (split_env).
-    secrets: dict = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
     workdir: Optional[str] = None
-    metadata: dict = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
     # For a cloud VM: what SkyPilot provisions. `offers` are the chosen offer first, then
     # the next-best in cost order, each a dict as `orch plan --json` shows alternatives.
     setup: Optional[str] = None
-    file_mounts: dict = field(default_factory=dict)
-    offers: tuple = ()
+    file_mounts: dict[str, Any] = field(default_factory=dict)
+    offers: tuple[PlacedOffer, ...] = ()
     num_nodes: int = 1
     disk_size: Optional[int] = None
-    vm: dict = field(default_factory=dict)  # the job file's SkyPilot VM keys (image_id, ports, ...)
-    task_keys: dict = field(default_factory=dict)  # its SkyPilot task keys (config, volumes, ...)
+    vm: dict[str, Any] = field(default_factory=dict)  # the job file's SkyPilot VM keys (image_id, ports, ...)
+    task_keys: dict[str, Any] = field(default_factory=dict)  # its SkyPilot task keys (config, volumes, ...)
 
     def split_env(self) -> tuple[dict, dict]:
         """(public, secret): `secrets` and every credential-like `env` name on the secret
@@ -77,9 +78,6 @@ class Backend(abc.ABC):
     # How long after a job's record the backend may still have no trace of a launch that
     # did happen: a Ray submit is there when it returns, a cloud launch request is not.
     launch_grace_s: ClassVar[float] = 0.0
-    # Each job rents its machine (a cloud VM), billed from its start-up; otherwise the
-    # hardware is owned and a job holds it from its submission on.
-    rented: ClassVar[bool] = False
     # Whether the target clones a job's `workdir: {url, ref}` itself (SkyPilot on a cloud
     # VM); otherwise orch checks the commit out on this machine and sends that folder.
     clones_git_workdir: ClassVar[bool] = False
@@ -110,7 +108,7 @@ class Backend(abc.ABC):
         return ""
 
     @classmethod
-    def adapt_launch(cls, launch: Launch, spec: JobSpec, decision: dict) -> Launch:
+    def adapt_launch(cls, launch: Launch, spec: JobSpec, decision: Optional[Placement]) -> Launch:
         """`launch` with what this backend needs beyond the command, from the job file and
         its placement `decision`: nothing here."""
         return launch

@@ -16,11 +16,13 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from orchestrator.base.errors import BackendError
+from orchestrator.base.targets import CLOUD
 from orchestrator.decision.cloud_bill import update_ledger
 from providers.base import Backend, BackendState, HasLaunchInfo, Launch
 from providers.runner_package import NAME, SOURCE, module
 
 if TYPE_CHECKING:
+    from orchestrator.records.placement import PlacedOffer, Placement
     from orchestrator.settings import Settings
     from orchestrator.spec import JobSpec
 
@@ -111,23 +113,23 @@ def enabled_clouds(clouds: list[str]) -> tuple[list[str], dict[str, str]]:
     return ok, why
 
 
-def _resources(offer: dict, launch: Launch):
+def _resources(offer: PlacedOffer, launch: Launch):
     import sky
 
     vm = dict(launch.vm)
     zone = vm.pop("zone", None)  # SkyPilot takes a zone inside infra, beside which it refuses one
-    infra = offer["cloud"] + (f"/{offer['region']}" if offer.get("region") else "")
-    if zone and offer.get("region"):
+    infra = str(offer.cloud) + (f"/{offer.region}" if offer.region else "")
+    if zone and offer.region:
         infra += f"/{zone}"
-    kw: dict = {"infra": infra, "use_spot": bool(offer.get("spot"))}
-    if offer.get("gpu"):
-        count = offer.get("offer_count") or offer.get("count") or 1
-        kw["accelerators"] = {offer["gpu"]: count}
-    elif offer.get("instance_type"):
-        kw["instance_type"] = offer["instance_type"]
+    kw: dict = {"infra": infra, "use_spot": bool(offer.spot)}
+    if offer.gpu:
+        count = offer.offer_count or offer.count or 1
+        kw["accelerators"] = {offer.gpu: count}
+    elif offer.instance_type:
+        kw["instance_type"] = offer.instance_type
     if launch.disk_size:
         kw["disk_size"] = launch.disk_size
-    if offer.get("spot"):
+    if offer.spot:
         # Preempted spot VMs come back elsewhere; errors in user code retry once.
         kw["job_recovery"] = {"strategy": "EAGER_NEXT_REGION", "max_restarts_on_errors": 1}
     kw.update(vm)  # the job file's own VM keys (image_id, ports, ...) win
@@ -238,9 +240,8 @@ class CloudProvider(Backend, HasLaunchInfo):
     """Managed jobs on rented VMs; the runner starts under the VM's `python3`, into which
     the task's setup installs what it needs."""
 
-    name = "cloud"
+    name = CLOUD
     launch_grace_s = 600.0  # a launch request can take minutes to reach SkyPilot's queue
-    rented = True
     clones_git_workdir = True
 
     def __init__(self, sdk=None, startup_minutes: float = 6.0, clock=time.time):
@@ -270,20 +271,22 @@ class CloudProvider(Backend, HasLaunchInfo):
         return runner if num_nodes == 1 else f"python3 -m {module('multinode')} -- {runner}"
 
     @classmethod
-    def adapt_launch(cls, launch: Launch, spec: JobSpec, decision: dict) -> Launch:
+    def adapt_launch(cls, launch: Launch, spec: JobSpec, decision: Optional[Placement]) -> Launch:
         """The offers in cost order (the chosen one first, then the eligible cloud
         alternatives as fallbacks), the file mounts, the nodes and the disk; for a
         multi-node `train:` job, a fresh token for its Ray cluster, sent as a secret."""
-        offers = [decision["choice"]] + [
-            a for a in decision.get("alternatives", [])
-            if a["target"] == cls.name and a["excluded"] is None and a != decision["choice"]]
+        if decision is None or decision.choice is None:
+            raise BackendError(f"{launch.job_id}: no cloud offer to launch on")
+        chosen = decision.choice
+        offers = [chosen] + [a for a in decision.alternatives
+                             if a.target == cls.name and a.excluded is None and a != chosen]
         if spec.train is not None and spec.num_nodes > 1:
             import secrets
 
             launch = dataclasses.replace(launch, secrets={
                 **launch.secrets, "RAY_AUTH_TOKEN": secrets.token_hex(32)})
         return dataclasses.replace(launch, offers=tuple(offers),
-                                   file_mounts=dict(spec.file_mounts), num_nodes=spec.num_nodes,
+                                   file_mounts=spec.file_mounts, num_nodes=spec.num_nodes,
                                    disk_size=spec.resources.disk_size,
                                    vm=spec.resources.for_cloud_vm(), task_keys=spec.task_keys())
 

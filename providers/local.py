@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
+from orchestrator.base.targets import LOCAL
 from providers.base import KeepsLogs
 from providers.local_ray import LocalRay
 from providers.ray_jobs import RayJobsProvider
@@ -30,7 +31,7 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
         self.ray = ray
         self.on_start = on_start
         state = ray.status() if ray.state_file.exists() else None
-        super().__init__("local", state["dashboard_url"] if state else "", ray.headers(),
+        super().__init__(LOCAL, state["dashboard_url"] if state else "", ray.headers(),
                          hint="`orch local status` shows the local Ray; `orch local up` starts it")
 
     @classmethod

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Union
 
 from orchestrator.base.errors import BackendError
+from orchestrator.base.targets import ONPREM
 from providers.ray_cluster import ClusterSnapshot, get_json, snapshot
 from providers.ray_jobs import RayJobsProvider
 from providers.runner_package import NAME, link_in, module
@@ -47,7 +48,7 @@ class OnPremProvider(RayJobsProvider):
 
     def __init__(self, address: str, token_file: Optional[Path] = None):
         token = token_for(token_file)
-        super().__init__("onprem", address, {"Authorization": f"Bearer {token}"} if token else {},
+        super().__init__(ONPREM, address, {"Authorization": f"Bearer {token}"} if token else {},
                          hint=HINT)
 
     @classmethod

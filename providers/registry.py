@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Optional
 
 from orchestrator.base.errors import InputError
+from orchestrator.base.targets import CLOUD, LOCAL, ONPREM
 from providers.base import Backend
 from providers.cloud import CloudProvider
 from providers.local import LocalProvider, local_ray
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
 # Every backend by the target it serves; their capabilities are the mixins they subclass.
 BACKENDS: dict[str, type[Backend]] = {
-    "local": LocalProvider, "onprem": OnPremProvider, "cloud": CloudProvider}
+    LOCAL: LocalProvider, ONPREM: OnPremProvider, CLOUD: CloudProvider}
 
 
 def unavailable(target: str) -> InputError:

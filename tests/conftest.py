@@ -91,18 +91,18 @@ def plan_in_process(home: Path, job_file: Path, **env: str) -> dict:
     """`orch plan FILE --json`, in this process: for a test that replaces the cloud's
     credential check (monkeypatch providers.cloud.enabled_clouds) and keeps the rest real
     (the cluster it reads, the catalogs)."""
-    return _in_process(home, env, lambda local: local.plan(job_file))
+    return _in_process(home, env, lambda local: local.plan(job_file).model_dump(mode="json"))
 
 
 def status_in_process(home: Path, job_id: str, **env: str) -> dict:
     """`orch status ID --json`, in this process: for the loops that wait on a job, which
     would otherwise start an orch process a second and take the CPU from the job."""
-    return _in_process(home, env, lambda local: local.job(job_id))
+    return _in_process(home, env, lambda local: local.job(job_id).to_json())
 
 
 def list_in_process(home: Path, limit: int = 1000, **env: str) -> list[dict]:
     """`orch status --limit N --json`, in this process."""
-    return _in_process(home, env, lambda local: local.jobs(limit))
+    return _in_process(home, env, lambda local: [j.to_json() for j in local.jobs(limit)])
 
 
 def run_json(home: Path, *args: str, **kw) -> object:

@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.base.targets import LOCAL
 from orchestrator.cli.render import local_only, out, print_json
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ def _records(settings) -> list[JobRow]:
 
 def _local_gpus(records: list[JobRow]) -> int:
     """This workstation's GPUs, asked of nvidia-smi only when a job ever ran here."""
-    if not any(r.target == "local" for r in records):
+    if not any(r.target == LOCAL for r in records):
         return 0
     from orchestrator.offers.local import detect_gpus
 

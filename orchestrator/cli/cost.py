@@ -31,11 +31,11 @@ def cost(
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot {plot}: orch draws PNG files", "give a file name ending in .png")
     report = connect().cost(by, since)
-    cur, rate = report["currency"], report["rate"]
+    cur, rate = report.currency, report.rate
     money = lambda usd: fmt_money(usd, cur, rate)  # noqa: E731
-    entries, groups, month = report["jobs"], report["groups"], report["month"]
-    total_usd, alt_usd = report["total"]["cost_usd"], report["total"]["alternative_usd"]
-    cash_usd = report["total"].get("cash_usd")  # None from an older `orch serve`
+    entries, groups, month = report.jobs, report.groups, report.month
+    total_usd, alt_usd = report.total.cost_usd, report.total.alternative_usd
+    cash_usd = report.total.cash_usd  # None from an older `orch serve`
     if csv_file is not None:
         csv_file.write_text(ledger.to_csv(entries))
     if plot is not None:
@@ -43,22 +43,22 @@ def cost(
 
         plot_spend(ledger.daily_by_target(entries), plot, currency=cur, rate=rate)
     if json_out:
-        print_json(report)
+        print_json(report.to_json())
         return
     if not entries:
         out.print("no jobs to price yet" + (f" since {since}" if since else "") +
                   ": `orch submit examples/quickstart.yaml` runs one")
         return
-    cash = lambda r: money(r["cash_usd"]) if r.get("cash_usd") is not None else "-"  # noqa: E731
+    cash = lambda r: money(r.cash_usd) if r.cash_usd is not None else "-"  # noqa: E731
     out.print(table([by.upper(), "JOBS", "HOURS", "GPU-HOURS", "COST", "CASH", "BEST ALTERNATIVE",
                      "SAVED"],
-                    [(g[by], g["jobs"], f"{g['hours']:.2f}", f"{g['gpu_hours']:.2f}",
-                      money(g["cost_usd"]), cash(g), money(g["alternative_usd"]),
-                      money(g["saved_usd"])) for g in groups]))
+                    [(g.key, g.jobs, f"{g.hours:.2f}", f"{g.gpu_hours:.2f}",
+                      money(g.cost_usd), cash(g), money(g.alternative_usd),
+                      money(g.saved_usd)) for g in groups]))
     paid = "" if cash_usd is None else f" ({money(cash_usd)} in cash: cloud rental and power)"
     out.print(f"total: {money(total_usd)} for {len(entries)} jobs at full cost{paid}; their best "
               f"alternatives would have cost {money(alt_usd)}")
-    unpriced = sum(e.get("full_cost_known") is False for e in entries)
+    unpriced = sum(not e.full_cost_known for e in entries)
     if unpriced:
         from rich.markup import escape
 
@@ -67,18 +67,18 @@ def cost(
                 "count, purchase_price and watts to the settings to price them in full")
         out.print(f"[dim]{escape(line)}[/]")
     if month:
-        share = month["spent"] / month["budget"]
-        basis = month.get("basis", "full")  # an older `orch serve` counted the full cost
+        share = month.spent / month.budget
+        basis = month.basis  # "full" from an older `orch serve`, which counted the full cost
         what = ("in cash (cloud rental and power)" if basis == "cash"
                 else "at full cost (owned hardware's purchase included)")
-        out.print(f"{month['month']}: {money(month['spent'] / rate)} spent {what} of the monthly "
-                  f"budget {money(month['budget'] / rate)} ({share:.0%}; budget_basis = {basis})")
+        out.print(f"{month.month}: {money(month.spent / rate)} spent {what} of the monthly "
+                  f"budget {money(month.budget / rate)} ({share:.0%}; budget_basis = {basis})")
     if jobs:
         out.print(table(["ID", "NAME", "STATUS", "WHERE", "HOURS", "COST", "CASH", "ALTERNATIVE"],
-                        [(e["id"], e["name"], e["status"], e["where"], f"{e['hours']:.3f}",
-                          money(e["cost_usd"]), cash(e),
-                          f"{e['alternative']['where']} {money(e['alternative']['cost_usd'])}"
-                          if e["alternative"] else "-") for e in entries]))
+                        [(e.id, e.name, e.status, e.where, f"{e.hours:.3f}",
+                          money(e.cost_usd), cash(e),
+                          f"{e.alternative.where} {money(e.alternative.cost_usd)}"
+                          if e.alternative else "-") for e in entries]))
     for path, what in ((csv_file, "one line per job"), (plot, "spend over time by target")):
         if path is not None:
             err.print(f"wrote {path} ({what})")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import calendar
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -12,6 +12,9 @@ from rich.text import Text
 
 from jobs import events
 from orchestrator.cli.render import job_duration, metric_summary
+
+if TYPE_CHECKING:
+    from orchestrator.records import JobDetail, JobRecord
 
 # Ray Train's own per-report lines repeat what the report event already shows.
 _NOISE = ("Reporting training result", "Checkpoint successfully created at")
@@ -24,9 +27,9 @@ def when(value) -> Optional[float]:
     return float(calendar.timegm(time.strptime(value, "%Y-%m-%dT%H:%M:%SZ")))
 
 
-def run_time(rec: dict) -> Optional[float]:
-    """Seconds a job has run (or waited, before it started), from its JSON record."""
-    return job_duration(when(rec["created_at"]), when(rec["started_at"]), when(rec["finished_at"]))
+def run_time(rec: JobRecord) -> Optional[float]:
+    """Seconds a job has run (or waited, before it started), from its public record."""
+    return job_duration(when(rec.created_at), when(rec.started_at), when(rec.finished_at))
 
 
 def precision_summary(ev: dict) -> str:
@@ -37,7 +40,7 @@ def precision_summary(ev: dict) -> str:
     return f"{ev.get('chosen')} ({how}; a step took {figures})" if figures else str(ev.get("chosen"))
 
 
-def follow(client, rec: dict, console: Console) -> dict:
+def follow(client, rec: JobRecord, console: Console) -> JobDetail:
     """Print the job's log lines and progress until it finishes; return its final record
     (with history). `client` is orchestrator.client's Local or Remote."""
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -45,7 +48,7 @@ def follow(client, rec: dict, console: Console) -> dict:
                         console=console, transient=True)
     tasks: Optional[tuple[TaskID, TaskID]] = None  # (epochs, steps), once progress is reported
     with progress:
-        for line in client.stream(rec["id"]):  # until the job ends
+        for line in client.stream(rec.id):  # until the job ends
             ev = events.parse_line(line)
             if ev is None:
                 if not any(n in line for n in _NOISE):
@@ -75,4 +78,4 @@ def follow(client, rec: dict, console: Console) -> dict:
                     f"pin_memory {ev.get('pin_memory')}")
             elif kind == "precision":
                 progress.console.print(f"[bold]precision[/] {precision_summary(ev)}")
-    return client.job(rec["id"])
+    return client.job(rec.id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.markup import escape
@@ -19,14 +19,18 @@ from orchestrator.cli.render import (
     table,
 )
 
+if TYPE_CHECKING:
+    from orchestrator.client import Client
+    from orchestrator.records import JobRecord
 
-def _stage(rec: dict) -> str:
+
+def _stage(rec: JobRecord) -> str:
     """' [2/3]' for a pipeline's stage, '' for a job alone."""
-    run = rec["run"]
-    return f" [{run['stage']}/{run['stages']}]" if run["stage"] else ""
+    run = rec.run
+    return f" [{run.stage}/{run.stages}]" if run.stage else ""
 
 
-def _client():
+def _client() -> Client:
     from orchestrator.client import connect
 
     return connect()
@@ -44,36 +48,36 @@ def status(
     if job_id is None:
         recs = client.jobs(limit)
         if json_out:
-            print_json(recs)
+            print_json([r.to_json() for r in recs])
             return
         if not recs:
             out.print("no jobs yet: `orch submit examples/quickstart.yaml` runs one")
             return
         out.print(table(
             ["ID", "NAME", "STATUS", "KIND", "TARGET", "CREATED", "DURATION", "METRICS"],
-            [(r["id"], r["name"] + _stage(r), status_text(r["status"]), r["kind"], r["target"],
-              time.strftime("%Y-%m-%d %H:%M", time.localtime(when(r["created_at"]))),
-              duration(run_time(r)), metric_summary(r["metrics"] or {}))
+            [(r.id, r.name + _stage(r), status_text(r.status), r.kind, r.target,
+              time.strftime("%Y-%m-%d %H:%M", time.localtime(when(r.created_at))),
+              duration(run_time(r)), metric_summary(r.metrics or {}))
              for r in recs]))
         return
     rec = client.job(job_id)
-    warning = rec["warning"]
+    warning = rec.warning
     if json_out:
-        print_json(rec)
+        print_json(rec.to_json())
         return
-    out.print(f"[bold]{rec['id']}[/] {rec['name']}  {status_text(rec['status'])}")
+    out.print(f"[bold]{rec.id}[/] {rec.name}  {status_text(rec.status)}")
     if warning:
         err.print(f"[yellow]warning:[/] {escape(warning)}")
-    run = rec["run"]
-    stage = (f"{run['pipeline']}: stage {run['stage']} of {run['stages']}"
-             + (f", after {run['after']} succeeded" if run["after"] else "")) if run["stage"] else None
-    for label, value in (("pipeline", stage), ("kind", rec["kind"]), ("target", rec["target"]),
-                         ("fingerprint", rec["fingerprint"]), ("duration", duration(run_time(rec))),
-                         ("job file", rec["source_file"]), ("message", rec["message"]),
-                         ("log", rec["log_path"])):
+    run = rec.run
+    stage = (f"{run.pipeline}: stage {run.stage} of {run.stages}"
+             + (f", after {run.after} succeeded" if run.after else "")) if run.stage else None
+    for label, value in (("pipeline", stage), ("kind", rec.kind), ("target", rec.target),
+                         ("fingerprint", rec.fingerprint), ("duration", duration(run_time(rec))),
+                         ("job file", rec.source_file), ("message", rec.message),
+                         ("log", rec.log_path)):
         if value:
             out.print(f"  {label:12} {value}")
-    metrics = rec["metrics"] or {}
+    metrics = rec.metrics or {}
     if metrics:
         out.print(f"  {'metrics':12} {metric_summary(metrics)}")
         if "time_data_s" in metrics:
@@ -88,17 +92,16 @@ def status(
         settings = metrics.get("run_settings")
         if settings:
             out.print(f"  {'run':12} " + ", ".join(f"{k} {v}" for k, v in settings.items()))
-    ledger = (rec["run"] or {}).get("ledger")
-    if ledger:
-        out.print(f"  {'cost':12} {ledger['cost_usd']:.2f} USD for {ledger['billed_hours']:.2f} "
-                  f"billed hours, {ledger['recoveries']} recoveries")
+    if rec.cost:  # a cloud job's bill
+        out.print(f"  {'cost':12} {rec.cost.usd:.2f} USD for {rec.cost.billed_hours:.2f} "
+                  f"billed hours, {rec.cost.recoveries} recoveries")
     scaling = metrics.get("scaling")
     if scaling:
         out.print(f"  {'scaling':12} {scaling['workers']} workers: {scaling['speedup']:.2f}x one "
                   f"worker ({scaling['efficiency']:.0%} efficiency)")
     out.print("  history")
-    for h in rec["history"]:
-        out.print(f"    {h['at']}  {status_text(h['status'])}  {h['message'] or ''}")
+    for h in rec.history:
+        out.print(f"    {h.at}  {status_text(h.status)}  {h.message or ''}")
 
 
 def logs(
@@ -120,9 +123,9 @@ def logs(
 def cancel(job_id: str = typer.Argument(..., help="a job id (or a unique prefix)")) -> None:
     """Stop a job; it ends as CANCELLED."""
     rec = _client().cancel(job_id)
-    if rec["already_ended"]:
-        out.print(f"{rec['id']} already ended: {status_text(rec['status'])}")
+    if rec.already_ended:
+        out.print(f"{rec.id} already ended: {status_text(rec.status)}")
         return
-    out.print(f"{rec['id']} {status_text(rec['status'])}")
-    if rec["status"] != "CANCELLED":
+    out.print(f"{rec.id} {status_text(rec.status)}")
+    if rec.status != "CANCELLED":
         raise typer.Exit(1)

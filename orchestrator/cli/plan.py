@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.base.targets import CLOUD, rented
 from orchestrator.cli.given import ENV, ENV_FILE, SECRET, given
 from orchestrator.cli.render import out, print_json
+
+if TYPE_CHECKING:
+    from orchestrator.records.placement import PipelinePlan, PlacedOffer, Placement
 
 
 def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
@@ -23,11 +27,12 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
     """Show every place the job could run, ranked by cost per job, and the choice."""
     from orchestrator.cli.render import note
     from orchestrator.client import connect
+    from orchestrator.records.placement import PipelinePlan
 
     values = given(env, env_file, secret)
     client = connect(on_note=note)
     d = client.plan(file, values)
-    if "stages" in d:  # a pipeline: each stage's plan, in order
+    if isinstance(d, PipelinePlan):  # a pipeline: each stage's plan, in order
         _plan_pipeline(d, file, values, emit, json_out, show_all)
         return
     if emit is not None:
@@ -36,19 +41,19 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
 
         _emit(emit, load_spec(file, values), load_settings(), d)
     elif json_out:
-        print_json(d)
+        print_json(d.to_json())
     else:
         from orchestrator.spec import load_spec
 
         render(d, load_spec(file, values).name or str(file), limit=None if show_all else 40)
 
 
-def _plan_pipeline(d: dict, file: Path, values, emit: Optional[str], json_out: bool,
+def _plan_pipeline(d: PipelinePlan, file: Path, values, emit: Optional[str], json_out: bool,
                    show_all: bool) -> None:
     from orchestrator.spec.pipeline import Pipeline, load_job
 
     if json_out and emit is None:
-        print_json(d)
+        print_json(d.model_dump(mode="json"))
         return
     pipeline = load_job(file, values)
     assert isinstance(pipeline, Pipeline)  # the client planned it as one
@@ -57,16 +62,16 @@ def _plan_pipeline(d: dict, file: Path, values, emit: Optional[str], json_out: b
 
         settings = load_settings()
         out.print(f"name: {pipeline.name}", markup=False, highlight=False)
-        for spec, stage in zip(pipeline.stages, d["stages"]):
+        for spec, stage in zip(pipeline.stages, d.stages):
             out.print("---", markup=False, highlight=False)
             _emit(emit, spec, settings, stage)
         return
-    for i, (spec, stage) in enumerate(zip(pipeline.stages, d["stages"])):
-        out.print(f"[bold]stage {i + 1} of {len(d['stages'])}[/] of pipeline {escape(d['pipeline'])}")
+    for i, (spec, stage) in enumerate(zip(pipeline.stages, d.stages)):
+        out.print(f"[bold]stage {i + 1} of {len(d.stages)}[/] of pipeline {escape(d.pipeline)}")
         render(stage, spec.name or str(file), limit=None if show_all else 40)
 
 
-def _emit(kind: str, spec, settings, plan: dict) -> None:
+def _emit(kind: str, spec, settings, plan: Placement) -> None:
     """The SkyPilot task for the cloud offers of this plan (the `--json` shape), chosen one first."""
     import yaml
 
@@ -77,31 +82,31 @@ def _emit(kind: str, spec, settings, plan: dict) -> None:
 
     if kind != "sky":
         raise InputError(f"--emit {kind}: the only format is 'sky'")
-    d = dict(plan)
-    clouds = [a for a in d["alternatives"] if a["target"] == "cloud" and a["excluded"] is None]
-    if d["target"] != "cloud":
+    d = plan.model_copy()
+    clouds = [a for a in d.alternatives if not a.owned and a.excluded is None]
+    if not rented(d.target):
         if not clouds:
             raise InputError(f"no cloud offer is eligible for this job, so there is no SkyPilot "
-                             f"task to emit ({d['refusal'] or 'target: ' + str(d['target'])})",
+                             f"task to emit ({d.refusal or 'target: ' + str(d.target)})",
                              "enable clouds with ORCH_CLOUDS and allow cloud in placement.allow")
-        d["choice"] = clouds[0]
+        d.choice = clouds[0]
     orch = Orch(settings)
     pin(spec)  # the commit a submit would launch
     # Secret values are not needed to print the task: it names them for `sky launch --secret`.
-    launch = orch.launch_for("orch-plan", spec, "cloud", d, secrets={k: "" for k in spec.secrets})
+    launch = orch.launch_for("orch-plan", spec, CLOUD, d, secrets={k: "" for k in spec.secrets})
     config = task_yaml(orch.for_cloud(launch, spec, d))
     config = {k: v for k, v in config.items() if not k.startswith("_")}
     out.print(yaml.safe_dump(config, sort_keys=False), markup=False, highlight=False, end="")
 
 
-def render(d: dict, name: str, limit: int | None = 40) -> None:
-    """The plan's table and reasons, from its `--json` shape (money already in its currency)."""
+def render(d: Placement, name: str, limit: int | None = 40) -> None:
+    """The plan's table and reasons (money already in its currency)."""
     from orchestrator.decision.pricing import fmt_money
 
-    cur = (d.get("estimate") or {}).get("currency") or "USD"
+    cur = d.estimate.currency or "USD"
     money = lambda v: fmt_money(v, cur)  # noqa: E731
-    own = d["classification"]["reasons"]
-    out.print(f"[bold]{escape(name)}[/]: [cyan]{d['kind']}[/]")
+    own = d.classification.reasons
+    out.print(f"[bold]{escape(name)}[/]: [cyan]{d.kind}[/]")
     for r in own:
         out.print(f"  - {escape(r)}")
     t = Table(title="alternatives, best first: ranked by marginal cost (rent, or owned GPUs' "
@@ -111,52 +116,54 @@ def render(d: dict, name: str, limit: int | None = 40) -> None:
         t.add_column(col, no_wrap=col not in ("excluded",),
                      justify="right" if col in ("price/h", "est. hours", "marginal",
                                                 "full cost") else "left")
-    alts, choice = d["alternatives"], d["choice"]
+    alts, choice = d.alternatives, d.choice
     rows = list(alts[:limit])
     if choice is not None and choice not in rows:
         rows.append(choice)
     chosen = next((i for i, a in enumerate(rows) if a == choice), None)
     for i, a in enumerate(rows):
-        owned = a["target"] != "cloud"
-        dev = "CPU" if a["gpu"] is None else f"{a['gpu']} x{a['count']:g}" + (
-            f" (of {a['offer_count']:g})" if owned and a["offer_count"] != a["count"] else "") + (
-            f" on {a['nodes']} nodes" if a.get("nodes", 1) > 1 else "")
-        marginal = money(a["marginal_cost"])
-        if owned and a["marginal_cost"] is not None:
-            marginal += " power" + (" + displaced" if a.get("congestion_cost") else "")
-        full = money(a["est_cost"]) + ("" if a.get("full_cost_known", True) else " (power only)")
-        t.add_row("[green]>[/]" if i == chosen else "", a["target"], a["cloud"] or "-",
-                  a["region"] or "-", dev, "yes" if a["spot"] else "", money(a["price_per_hour"]),
-                  "-" if a["est_hours"] is None else f"{a['est_hours']:.3g}", marginal, full,
-                  escape(a["excluded"] or ""))
+        owned = not rented(a.target)
+        dev = "CPU" if a.gpu is None else f"{a.gpu} x{a.count:g}" + (
+            f" (of {a.offer_count:g})" if owned and a.offer_count is not None
+            and a.offer_count != a.count else "") + (
+            f" on {a.nodes} nodes" if a.nodes > 1 else "")
+        marginal = money(a.marginal_cost)
+        if owned and a.marginal_cost is not None:
+            marginal += " power" + (" + displaced" if a.congestion_cost else "")
+        full = money(a.est_cost) + ("" if a.full_cost_known else " (power only)")
+        t.add_row("[green]>[/]" if i == chosen else "", a.target, a.cloud or "-",
+                  a.region or "-", dev, "yes" if a.spot else "", money(a.price_per_hour),
+                  "-" if a.est_hours is None else f"{a.est_hours:.3g}", marginal, full,
+                  escape(a.excluded or ""))
     out.print(t)
     _hours_sources(rows)
     hidden = len(alts) - len(rows)
-    notes = [n for n in d["notes"] if n not in (d["refusal"] or "")]  # said once, below
+    notes = [n for n in d.notes if n not in (d.refusal or "")]  # said once, below
     for note in notes + ([f"{hidden} more alternatives not shown (--all lists them)"]
                          if hidden > 0 else []):
         out.print(f"[dim]{escape(note)}[/]")
     if choice is None:
-        out.print(f"[red]no placement:[/] {escape(d['refusal'] or '')}")
+        out.print(f"[red]no placement:[/] {escape(d.refusal or '')}")
         return
-    est = d["estimate"]
-    what = ("of power" if d["target"] != "cloud" else "to rent")
-    out.print(f"[bold green]choice:[/] {d['target']}, est. {est['hours']:.3g} h, "
-              f"{money(est.get('marginal', est['cost']))} {what} decided (marginal cost); "
-              f"{money(est['cost'])} per job in full")
-    warnings = d.get("warnings") or []  # first among the reasons, then the classification's
-    for r in warnings + d["reasons"][len(warnings) + len(own):]:
+    est = d.estimate
+    what = ("to rent" if rented(d.target) else "of power")
+    decided = est.marginal if "marginal" in est.model_fields_set else est.cost
+    out.print(f"[bold green]choice:[/] {d.target}, est. {est.hours:.3g} h, "
+              f"{money(decided)} {what} decided (marginal cost); "
+              f"{money(est.cost)} per job in full")
+    warnings = d.warnings  # first among the reasons, then the classification's
+    for r in warnings + d.reasons[len(warnings) + len(own):]:
         out.print(f"  - {escape(r)}")
 
 
-def _hours_sources(rows: list[dict]) -> None:
+def _hours_sources(rows: list[PlacedOffer]) -> None:
     """Where each device's hours came from (its measured runs, the team's, the peak table),
     once per device shown."""
     seen: dict[str, str] = {}
     for a in rows:
-        dev = "CPU" if a["gpu"] is None else f"{a['gpu']}x{a['count']:g}"
-        if a.get("hours_basis") and a["est_hours"] is not None:
-            seen.setdefault(dev, f"{dev}: {a['est_hours']:.3g} h from {a['hours_basis']}")
+        dev = "CPU" if a.gpu is None else f"{a.gpu}x{a.count:g}"
+        if a.hours_basis and a.est_hours is not None:
+            seen.setdefault(dev, f"{dev}: {a.est_hours:.3g} h from {a.hours_basis}")
     if seen:
         out.print("hours per device:")
     for line in seen.values():

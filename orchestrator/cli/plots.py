@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from orchestrator.base.errors import InputError
-
-TARGETS = ("local", "onprem", "cloud")
+from orchestrator.base.targets import TARGETS
 
 
 def check_png_path(path: str | Path) -> Path:

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.base.targets import CLOUD, ONPREM
 from orchestrator.cli.render import err, out, print_json
 
 
@@ -126,7 +127,7 @@ def render(result: dict) -> None:
         t.add_column(col, justify="left" if col == "POLICY" else "right", no_wrap=True)
     for r in result["policies"]:
         jobs = r["jobs_by_target"]
-        placed = f"{jobs.get('onprem', 0):g} / {jobs.get('cloud', 0):g}"
+        placed = f"{jobs.get(ONPREM, 0):g} / {jobs.get(CLOUD, 0):g}"
         if jobs.get("unplaced"):
             placed += f" ({jobs['unplaced']} unplaced)"
         util = r["onprem_utilization"]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.markup import escape
 
 from orchestrator.cli.given import ENV, ENV_FILE, SECRET, given
 from orchestrator.cli.render import duration, err, metric_summary, out, print_json, status_text
+
+if TYPE_CHECKING:
+    from orchestrator.records import JobRecord, SubmittedPipeline
 
 
 def submit(
@@ -27,98 +30,96 @@ def submit(
     from orchestrator.cli.follow import follow
     from orchestrator.cli.render import note
     from orchestrator.client import Remote, connect
+    from orchestrator.records import Registered, SubmittedPipeline
 
     console = err if json_out else out
     values = given(env, env_file, secret)
     client = connect(on_ray_start=lambda: err.print(
         "[dim]starting the local Ray instance (reused by later jobs; `orch local down` stops it)[/]"),
         on_note=note)
-    rec = client.submit(file, key=key, priority=priority, given=values)
-    if "schedule" in rec:  # a cron job sent to `orch serve`: it runs on its schedule
-        s = rec["schedule"]
+    sub = client.submit(file, key=key, priority=priority, given=values)
+    if isinstance(sub, Registered):  # a cron job sent to `orch serve`: it runs on its schedule
+        s = sub.schedule
         # Only a server keeps schedules, so the client is a Remote and names it.
         server = f", run by the server at {escape(str(client.url))}" if isinstance(client, Remote) else ""
         if json_out:
-            print_json(s)
+            print_json(s.to_json())
         else:
-            out.print(f"[bold]{s['id']}[/] {escape(s['name'])}: cron {escape(s['cron'])}, next run "
-                      f"{s['next_at']} (UTC){server}")
+            out.print(f"[bold]{s.id}[/] {escape(s.name)}: cron {escape(s.cron)}, next run "
+                      f"{s.next_at} (UTC){server}")
         return
-    if "stages" in rec:  # a pipeline: one job a stage, each after the one before
-        _pipeline(client, rec, console, detach, json_out)
+    if isinstance(sub, SubmittedPipeline):  # one job a stage, each after the one before
+        _pipeline(client, sub, console, detach, json_out)
         return
-    existing = rec.pop("existing", False)
-    if existing:
+    if sub.existing:
         err.print(f"[yellow]note:[/] idempotency key {escape(key or '')} was submitted before as "
-                  f"{rec['id']} ({rec['status']}); nothing new was launched. A new key runs the "
+                  f"{sub.id} ({sub.status}); nothing new was launched. A new key runs the "
                   "job again.")
-    for warning in (rec["decision"] or {}).get("warnings", []):
+    for warning in sub.decision.warnings if sub.decision else []:
         err.print(f"[yellow]note:[/] {escape(warning)}")
     if detach:
         if json_out:
-            print_json(rec)
+            print_json(sub.model_dump(mode="json", exclude={"existing"}))  # the job's record
         else:
-            out.print(rec["id"])
+            out.print(sub.id)
         return
-    console.print(f"[bold]{rec['id']}[/] {rec['name']} -> {rec['target']} ({rec['kind']}); "
-                  f"Ctrl-C detaches, `orch cancel {rec['id']}` stops it")
+    console.print(f"[bold]{sub.id}[/] {sub.name} -> {sub.target} ({sub.kind}); "
+                  f"Ctrl-C detaches, `orch cancel {sub.id}` stops it")
     try:
-        rec = follow(client, rec, console)
+        rec = follow(client, sub, console)
     except KeyboardInterrupt:
-        err.print(f"\ndetached: {rec['id']} keeps running. `orch logs {rec['id']} --follow` "
-                  f"re-attaches, `orch cancel {rec['id']}` stops it.")
+        err.print(f"\ndetached: {sub.id} keeps running. `orch logs {sub.id} --follow` "
+                  f"re-attaches, `orch cancel {sub.id}` stops it.")
         raise typer.Exit(130) from None
-    rec.pop("warning", None)
     _ended(console, rec)
     if json_out:
-        print_json(rec)
-    raise typer.Exit(0 if rec["status"] == "SUCCEEDED" else 1)
+        print_json(rec.model_dump(mode="json", exclude={"warning"}))  # the job's final record
+    raise typer.Exit(0 if rec.status == "SUCCEEDED" else 1)
 
 
-def _ended(console, rec: dict) -> None:
+def _ended(console, rec: JobRecord) -> None:
     """How a job ended: status, time, metrics, and the verdict's advice."""
     from orchestrator.cli.follow import run_time
 
-    summary = metric_summary(rec["metrics"] or {})
-    console.print(f"{rec['id']} {status_text(rec['status'])} in {duration(run_time(rec))}"
+    summary = metric_summary(rec.metrics or {})
+    console.print(f"{rec.id} {status_text(rec.status)} in {duration(run_time(rec))}"
                   + (f"  {summary}" if summary else "")
-                  + (f"\n  {rec['message']}" if rec["status"] != "SUCCEEDED" and rec["message"] else ""))
-    verdict = (rec["metrics"] or {}).get("verdict")
+                  + (f"\n  {rec.message}" if rec.status != "SUCCEEDED" and rec.message else ""))
+    verdict = (rec.metrics or {}).get("verdict")
     if verdict:
         console.print(f"[bold]{verdict['kind']}[/]: {escape('; '.join(verdict['reasons']))}")
         for advice in verdict["advice"]:
             console.print(f"  try: {escape(advice)}")
 
 
-def _pipeline(client, sub: dict, console, detach: bool, json_out: bool) -> None:
+def _pipeline(client, sub: SubmittedPipeline, console, detach: bool, json_out: bool) -> None:
     """A pipeline's stages, recorded: their ids when detached, else each stage followed in
     turn (a stage starts once the one before it succeeded; after a failure the rest end
     CANCELLED, never started)."""
     from orchestrator.cli.follow import follow
 
-    stages, name = sub["stages"], sub["pipeline"]
-    if any(s["existing"] for s in stages):
+    stages, name = sub.stages, sub.pipeline
+    if any(s.existing for s in stages):
         err.print("[yellow]note:[/] this idempotency key was submitted before: these are that "
                   "pipeline's stages; nothing new was launched")
     if detach:
         if json_out:
-            print_json(sub)
+            print_json(sub.model_dump(mode="json"))
         else:
-            out.print("\n".join(s["id"] for s in stages))
+            out.print("\n".join(s.id for s in stages))
         return
     n = len(stages)
     console.print(f"[bold]pipeline {escape(name)}[/]: {n} stages, each once the one before "
                   "succeeded; Ctrl-C detaches")
     for i, s in enumerate(stages):
-        console.print(f"  {i + 1}. {s['id']} {escape(s['name'])} -> {s['target']} ({s['kind']})")
+        console.print(f"  {i + 1}. {s.id} {escape(s.name)} -> {s.target} ({s.kind})")
     final = []
     try:
         for i, s in enumerate(stages):
-            rec = client.job(s["id"])
-            if rec["status"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
-                console.print(f"[bold]stage {i + 1}/{n}[/] {rec['id']} {escape(rec['name'])}")
+            rec = client.job(s.id)
+            if rec.status not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                console.print(f"[bold]stage {i + 1}/{n}[/] {rec.id} {escape(rec.name)}")
                 rec = follow(client, rec, console)
-            rec.pop("warning", None)
             _ended(console, rec)
             final.append(rec)
     except KeyboardInterrupt:
@@ -127,5 +128,6 @@ def _pipeline(client, sub: dict, console, detach: bool, json_out: bool) -> None:
                   "a stage, and the ones after it")
         raise typer.Exit(130) from None
     if json_out:
-        print_json({"pipeline": name, "stages": final})
-    raise typer.Exit(0 if all(r["status"] == "SUCCEEDED" for r in final) else 1)
+        print_json({"pipeline": name,
+                    "stages": [r.model_dump(mode="json", exclude={"warning"}) for r in final]})
+    raise typer.Exit(0 if all(r.status == "SUCCEEDED" for r in final) else 1)

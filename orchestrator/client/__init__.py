@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from orchestrator.base.errors import NotFound
-from orchestrator.client.protocol import Client, Note, note
+from orchestrator.client.protocol import Client, Note, Planned, Submitted, note
 from orchestrator.client.remote import MiB, Remote
+from orchestrator.records import Schedule
 from orchestrator.service.cost_report import cost_report, parse_since
 from orchestrator.store import TERMINAL, store_exists
 
@@ -25,7 +26,9 @@ from orchestrator.store import TERMINAL, store_exists
 QUICK_S = 10.0
 
 if TYPE_CHECKING:
-    from orchestrator.records import JobRow
+    from orchestrator.records import CancelledJob, JobDetail, JobRecord, JobRow
+    from orchestrator.records.cost import CostReport
+    from orchestrator.records.placement import Plan
     from orchestrator.spec import Overrides
 
 __all__ = ["Client", "Local", "MiB", "Note", "Remote", "connect", "cost_report", "parse_since"]
@@ -60,46 +63,46 @@ class Local:
         self.orch.close()  # its store, if it was used
 
     def submit(self, file: Path, key: Optional[str] = None, priority: int = 0,
-               given: Optional[Overrides] = None) -> dict:
-        from orchestrator.records import SubmittedJob
+               given: Optional[Overrides] = None) -> Submitted:
+        from orchestrator.records import SubmittedJob, SubmittedPipeline
         from orchestrator.spec.pipeline import Pipeline, load_job
 
         spec = load_job(file, given)
         if isinstance(spec, Pipeline):
             done = self.orch.submit_pipeline(spec, idempotency_key=key)
-            return {"pipeline": spec.name,
-                    "stages": [SubmittedJob.from_row(s.rec, existing=s.existing).to_json()
-                               for s in done]}
+            return SubmittedPipeline(pipeline=spec.name, stages=[
+                SubmittedJob.from_row(s.rec, existing=s.existing) for s in done])
         if spec.schedule.cron:  # schedules are kept and run by `orch serve` only
             note(self.on_note, f"schedule.cron {spec.schedule.cron!r} is run by `orch serve`: "
                   "alone, this job runs once, now. Submit it with ORCH_SERVER set to register "
                   "its schedule with a server")
         rec, existing = self.orch.submit(spec, idempotency_key=key)
-        return SubmittedJob.from_row(rec, existing=existing).to_json()
+        return SubmittedJob.from_row(rec, existing=existing)
 
-    def plan(self, file: Path, given: Optional[Overrides] = None) -> dict:
+    def plan(self, file: Path, given: Optional[Overrides] = None) -> Planned:
+        from orchestrator.records.placement import PipelinePlan
         from orchestrator.spec.pipeline import Pipeline, load_job
 
         job = load_job(file, given)
         if isinstance(job, Pipeline):  # each stage placed on its own, as its submit would
-            return {"pipeline": job.name, "stages": [self.plan_spec(s) for s in job.stages]}
+            return PipelinePlan(pipeline=job.name, stages=[self.plan_spec(s) for s in job.stages])
         return self.plan_spec(job)
 
-    def plan_spec(self, spec, owner: Optional[str] = None) -> dict:
+    def plan_spec(self, spec, owner: Optional[str] = None) -> Plan:
         """The plan a submit by `owner` would make (None: this machine's user, whose runs
         are all the store has)."""
         # What a submit would refuse before recording, a plan refuses too.
         return self.orch.plan(spec, owner).shown()
 
-    def jobs(self, limit: int = 50) -> list[dict]:
+    def jobs(self, limit: int = 50) -> list[JobRecord]:
         from orchestrator.service import views
 
-        return [r.to_json() for r in views.job_records(self.orch.core, limit)]
+        return views.job_records(self.orch.core, limit)
 
-    def job(self, job_id: str) -> dict:
+    def job(self, job_id: str) -> JobDetail:
         from orchestrator.service import views
 
-        return views.job_detail(self.orch.core, job_id).to_json()
+        return views.job_detail(self.orch.core, job_id)
 
     def logs(self, job_id: str) -> str:
         return self.orch.logs(self.orch.refresh(self.orch.get(job_id)))
@@ -126,23 +129,23 @@ class Local:
             soon = self.orch.ending(text) or time.monotonic() - began < quick_s
             time.sleep(min(poll_s, 0.25) if soon else poll_s)
 
-    def cancel(self, job_id: str) -> dict:
+    def cancel(self, job_id: str) -> CancelledJob:
         from orchestrator.service import views
 
-        return views.cancel_job(self.orch.core, job_id).to_json()
+        return views.cancel_job(self.orch.core, job_id)
 
-    def cost(self, by: str = "target", since: Optional[str] = None) -> dict:
+    def cost(self, by: str = "target", since: Optional[str] = None) -> CostReport:
         return cost_report(self.settings, by, since, self.orch)
 
     # Schedules on this machine's store: the ones an `orch serve` using it runs. The store's
     # user may change any of them, as with `orch token` (service/schedule_rules.py).
 
-    def schedules(self) -> list[dict]:
+    def schedules(self) -> list[Schedule]:
         from orchestrator.service import schedule_rules
 
         if not store_exists(self.settings):  # never create the store just to say it is empty
             return []
-        return schedule_rules.listed(self.orch.store)
+        return [Schedule.model_validate(s) for s in schedule_rules.listed(self.orch.store)]
 
     def _store_with_schedules(self, sched_id: str):
         if not store_exists(self.settings):
@@ -150,17 +153,20 @@ class Local:
                            f"{self.settings.home} yet", "`orch schedule list` shows the schedules")
         return self.orch.store
 
-    def schedule(self, sched_id: str) -> dict:
+    def schedule(self, sched_id: str) -> Schedule:
         from orchestrator.service import schedule_rules
 
-        return schedule_rules.shown(self._store_with_schedules(sched_id), sched_id)
+        return Schedule.model_validate(schedule_rules.shown(self._store_with_schedules(sched_id),
+                                                            sched_id))
 
-    def pause_schedule(self, sched_id: str, paused: bool = True) -> dict:
+    def pause_schedule(self, sched_id: str, paused: bool = True) -> Schedule:
         from orchestrator.service import schedule_rules
 
-        return schedule_rules.set_paused(self._store_with_schedules(sched_id), sched_id, paused)
+        return Schedule.model_validate(schedule_rules.set_paused(
+            self._store_with_schedules(sched_id), sched_id, paused))
 
-    def remove_schedule(self, sched_id: str) -> dict:
+    def remove_schedule(self, sched_id: str) -> Schedule:
         from orchestrator.service import schedule_rules
 
-        return schedule_rules.remove(self._store_with_schedules(sched_id), sched_id)
+        return Schedule.model_validate(schedule_rules.remove(self._store_with_schedules(sched_id),
+                                                             sched_id))

@@ -7,8 +7,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
+from orchestrator import records
 from orchestrator.base.errors import BackendError, InputError, NotFound, OrchError
-from orchestrator.client.protocol import Note, note
+from orchestrator.client.protocol import Note, Planned, Submitted, note
+from orchestrator.records.cost import CostReport
+from orchestrator.records.placement import PipelinePlan, Plan
 
 if TYPE_CHECKING:
     from orchestrator.spec import Overrides
@@ -88,23 +91,29 @@ class Remote:
         return quote(job_id, safe="")
 
     def submit(self, file: Path, key: Optional[str] = None, priority: int = 0,
-               given: Optional[Overrides] = None) -> dict:
+               given: Optional[Overrides] = None) -> Submitted:
         from orchestrator.spec import load_spec
 
         spec = load_spec(file, given)  # bad input: the same message and exit code as alone
-        return self._with_workdir(spec, "/v1/jobs", {
+        answer = self._with_workdir(spec, "/v1/jobs", {
             "spec": Path(file).read_text(encoding="utf-8"), "file": str(Path(file).resolve()),
             "idempotency_key": key, "priority": priority, **_given(given)})
+        if "schedule" in answer:
+            return records.Registered.model_validate(answer)
+        if "stages" in answer:
+            return records.SubmittedPipeline.model_validate(answer)
+        return records.SubmittedJob.model_validate(answer)
 
-    def plan(self, file: Path, given: Optional[Overrides] = None) -> dict:
+    def plan(self, file: Path, given: Optional[Overrides] = None) -> Planned:
         # The workdir is sent for a plan too: the fingerprint that history is matched on
         # is computed from its files (and the submit that follows sends nothing).
         from orchestrator.spec import load_spec
 
         spec = load_spec(file, given)
-        return self._with_workdir(spec, "/v1/plan", {"spec": Path(file).read_text(encoding="utf-8"),
-                                                     "file": str(Path(file).resolve()),
-                                                     **_given(given)})
+        answer = self._with_workdir(spec, "/v1/plan", {
+            "spec": Path(file).read_text(encoding="utf-8"), "file": str(Path(file).resolve()),
+            **_given(given)})
+        return PipelinePlan.model_validate(answer) if "stages" in answer else Plan.model_validate(answer)
 
     def _with_workdir(self, spec, path: str, body: dict) -> dict:
         """POST `body` with the job's workdir as {"upload": digest}, sent first unless the
@@ -166,11 +175,11 @@ class Remote:
         with self._request("POST", "/v1/uploads", upload=packed) as resp:
             json.loads(resp.read())
 
-    def jobs(self, limit: int = 50) -> list[dict]:
-        return self._json("GET", f"/v1/jobs?limit={int(limit)}")
+    def jobs(self, limit: int = 50) -> list[records.JobRecord]:
+        return [records.JobRecord.model_validate(j) for j in self._json("GET", f"/v1/jobs?limit={int(limit)}")]
 
-    def job(self, job_id: str) -> dict:
-        return self._json("GET", f"/v1/jobs/{self._id(job_id)}")
+    def job(self, job_id: str) -> records.JobDetail:
+        return records.JobDetail.model_validate(self._json("GET", f"/v1/jobs/{self._id(job_id)}"))
 
     def logs(self, job_id: str) -> str:
         with self._request("GET", f"/v1/jobs/{self._id(job_id)}/logs") as resp:
@@ -192,27 +201,27 @@ class Remote:
                                 f"the job keeps running there; `orch logs {job_id} --follow` "
                                 "re-attaches") from None
 
-    def cancel(self, job_id: str) -> dict:
-        return self._json("POST", f"/v1/jobs/{self._id(job_id)}/cancel")
+    def cancel(self, job_id: str) -> records.CancelledJob:
+        return records.CancelledJob.model_validate(self._json("POST", f"/v1/jobs/{self._id(job_id)}/cancel"))
 
-    def cost(self, by: str = "target", since: Optional[str] = None) -> dict:
+    def cost(self, by: str = "target", since: Optional[str] = None) -> CostReport:
         from urllib.parse import urlencode
 
         query = {"by": by, **({"since": since} if since is not None else {})}
-        return self._json("GET", "/v1/cost?" + urlencode(query))
+        return CostReport.read(self._json("GET", "/v1/cost?" + urlencode(query)))
 
-    def schedules(self) -> list[dict]:
-        return self._json("GET", "/v1/schedules")
+    def schedules(self) -> list[records.Schedule]:
+        return [records.Schedule.model_validate(s) for s in self._json("GET", "/v1/schedules")]
 
-    def schedule(self, sched_id: str) -> dict:
-        return self._json("GET", f"/v1/schedules/{self._id(sched_id)}")
+    def schedule(self, sched_id: str) -> records.Schedule:
+        return records.Schedule.model_validate(self._json("GET", f"/v1/schedules/{self._id(sched_id)}"))
 
-    def pause_schedule(self, sched_id: str, paused: bool = True) -> dict:
-        return self._json("POST", f"/v1/schedules/{self._id(sched_id)}/"
-                          f"{'pause' if paused else 'resume'}")
+    def pause_schedule(self, sched_id: str, paused: bool = True) -> records.Schedule:
+        return records.Schedule.model_validate(self._json("POST", f"/v1/schedules/{self._id(sched_id)}/"
+                                                  f"{'pause' if paused else 'resume'}"))
 
-    def remove_schedule(self, sched_id: str) -> dict:
-        return self._json("DELETE", f"/v1/schedules/{self._id(sched_id)}")
+    def remove_schedule(self, sched_id: str) -> records.Schedule:
+        return records.Schedule.model_validate(self._json("DELETE", f"/v1/schedules/{self._id(sched_id)}"))
 
 
 def _given(given: Optional[Overrides]) -> dict:

@@ -6,12 +6,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
+from orchestrator.base.targets import ONPREM, rented
 from orchestrator.decision.gpus import canonical_gpu, relative_speed
 from orchestrator.decision.job_ledger import entry as ledger_entry
 from orchestrator.decision.models import Offer
 from orchestrator.decision.pricing import fmt_money
 from orchestrator.decision.utilization import OwnedUse, owned_use
-from orchestrator.records import JobRow
+from orchestrator.records import CostEntry, JobRow
 
 DAYS_PER_MONTH = 30.44
 HOURS_PER_MONTH = 730.0  # one GPU busy round the clock for a month
@@ -121,25 +122,25 @@ class Advice:
         return d
 
 
-def _ref_hours(entry: dict, speeds: Mapping[str, float]) -> Optional[float]:
+def _ref_hours(entry: CostEntry, speeds: Mapping[str, float]) -> Optional[float]:
     """H100-hours of one job: its hours x devices x relative speed; None if the speed is unknown."""
-    speed = relative_speed(entry.get("gpu"), speeds)
+    speed = relative_speed(entry.gpu, speeds)
     if speed is None:
         return None
-    if entry.get("gpu") is None:
-        return entry["hours"] * speed  # a CPU job: one machine
-    return entry["gpu_hours"] * speed
+    if entry.gpu is None:
+        return entry.hours * speed  # a CPU job: one machine
+    return entry.gpu_hours * speed
 
 
 def _kind(rec: JobRow) -> str:
-    kind = rec.kind or (rec.decision or {}).get("kind")
+    kind = rec.kind or (rec.decision.kind if rec.decision else None)
     return "steady" if kind == "steady" else "exploratory"
 
 
 def _cheapest_rent(offers: Iterable[Offer], gpu: str, count: int) -> tuple[Optional[float], str]:
     """USD/h to rent `count` x `gpu` on demand: an offer of that very size, else the lowest
     per-GPU price of the model times `count`; (None, "") when no catalog has the model."""
-    same = [o for o in offers if o.target == "cloud" and not o.spot and o.gpu is not None
+    same = [o for o in offers if not o.owned and not o.spot and o.gpu is not None
             and canonical_gpu(o.gpu) == canonical_gpu(gpu) and o.count > 0]
     exact = [o for o in same if o.count == count]
     if exact:
@@ -166,7 +167,7 @@ def _cheapest_work(offers: Iterable[Offer], speeds: Mapping[str, float]) -> Opti
     best = None
     for o in offers:
         speed = relative_speed(o.gpu, speeds) if o.gpu and o.count else None
-        if o.target != "cloud" or o.spot or not speed:
+        if o.owned or o.spot or not speed:
             continue
         per = o.price_per_hour / (speed * o.count)
         if best is None or per < best[0]:
@@ -242,7 +243,7 @@ def _candidate(cand, settings, offers, ref_per_month: float, elec: float, cap: f
 
 def advise(records: Sequence[JobRow], settings, offers: Sequence[Offer], now: float, *,
            days: float = 90.0, what_if: Optional[WhatIf] = None,
-           cost_entry: Callable[[JobRow, float], dict] = ledger_entry,
+           cost_entry: Callable[[JobRow, float], CostEntry] = ledger_entry,
            catalog_problem: Optional[str] = None, local_gpus: int = 0) -> Advice:
     """Buy-vs-rent advice from the job history (`Store.list()` records), the settings
     (candidates, owned GPUs, electricity price, speeds) and the cloud offers.
@@ -272,26 +273,26 @@ def advise(records: Sequence[JobRow], settings, offers: Sequence[Offer], now: fl
         if rec.status == "RUNNING":
             running += 1
             continue
-        began, ended = entry.get("started_at"), entry.get("finished_at")
+        began, ended = entry.started_at, entry.finished_at
         if ended is None or ended < start:
             continue
         began = ended if began is None else began
         length = ended - began
         # Only the part of a job inside the window counts.
         frac = 1.0 if length <= 0 else (ended - max(began, start)) / length
-        count = float(entry.get("gpu_count") or 0) if entry.get("gpu") else 0.0
+        count = float(entry.gpu_count or 0) if entry.gpu else 0.0
         hours = length / 3600.0 * frac
         gpu_hours = hours * count
-        entry = {**entry, "hours": hours, "gpu_hours": gpu_hours}
-        if not entry.get("cost_usd"):
+        entry = entry.model_copy(update={"hours": hours, "gpu_hours": gpu_hours})
+        if not entry.cost_usd:
             unpriced += hours > 0
-        cost = (entry.get("cost_usd") or 0.0) * frac
+        cost = (entry.cost_usd or 0.0) * frac
         ref = _ref_hours(entry, speeds)
         if ref is None:
-            unknown_speed.add(str(entry.get("gpu")))
+            unknown_speed.add(str(entry.gpu))
         kind = _kind(rec)
         work[kind].add(hours, gpu_hours, ref, cost)
-        target = entry.get("target") or "unknown"
+        target = entry.target or "unknown"
         row = by_target.setdefault(target, {"jobs": 0, "wall_hours": 0.0, "ref_gpu_hours": 0.0,
                                             "cost_usd": 0.0, "steady_cost_usd": 0.0})
         row["jobs"] += 1
@@ -299,11 +300,11 @@ def advise(records: Sequence[JobRow], settings, offers: Sequence[Offer], now: fl
         row["ref_gpu_hours"] += ref or 0.0
         row["cost_usd"] += cost
         row["steady_cost_usd"] += cost if kind == "steady" else 0.0
-        if target == "cloud" and ref:
+        if rented(entry.target) and ref:
             cloud["any"].add(hours, gpu_hours, ref, cost)
             if kind == "steady":
                 cloud["steady"].add(hours, gpu_hours, ref, cost)
-        if target == "onprem" and entry.get("gpu"):
+        if target == ONPREM and entry.gpu:
             onprem_busy += gpu_hours
     for row in by_target.values():
         row["cost_per_month_usd"] = row["cost_usd"] / months

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
+from orchestrator.base.targets import ONPREM
 from orchestrator.decision.gpus import SPEED, canonical_gpu
 from orchestrator.decision.matching import Needs, misfit
 from orchestrator.decision.models import Capacity, Offer
@@ -83,7 +84,7 @@ def cluster_offers(nodes: Iterable, electricity_price: float) -> list[Offer]:
 def _offer(gpu: Optional[str], count: float, cpus: float, watts: float,
            electricity_price: float, note: str) -> Offer:
     _, power = owned_hourly(0.0, 1.0, 1.0, watts, electricity_price)
-    return Offer(target="onprem", gpu=gpu, count=count, cpus=cpus, price_per_hour=power,
+    return Offer(target=ONPREM, gpu=gpu, count=count, cpus=cpus, price_per_hour=power,
                  amortized_per_hour=0.0, power_per_hour=power, unpriced=note)
 
 
@@ -93,10 +94,10 @@ def unread_offers(needs: Needs, capacity: Optional[Capacity], has_onprem: bool, 
     for it: a stand-in shaped as the job's first choice, never chosen, that carries why
     (capacity.unreachable) to the plan's rows, its refusal and its `--json`. None otherwise."""
     if (capacity is None or not capacity.unreachable or has_onprem or local_only
-            or "onprem" not in allow):
+            or ONPREM not in allow):
         return []
     gpu, count = needs.choices[0] if needs.choices else (None, 0.0)
-    o = Offer(target="onprem", gpu=gpu, count=count, price_per_hour=0.0,
+    o = Offer(target=ONPREM, gpu=gpu, count=count, price_per_hour=0.0,
               unread=capacity.unreachable)
     return [] if misfit(o, needs) else [o]
 
@@ -139,10 +140,9 @@ def inventory_mismatch(inventory: Sequence, nodes: Iterable, address: str) -> Op
 def ran_unpriced(rec: JobRow) -> bool:
     """Whether a job record ran on-prem on hardware whose full cost was unknown (its plan
     priced power only): what `orch cost` says once."""
-    decision = rec.decision or {}
-    choice = decision.get("choice") or {}
-    if (rec.target or choice.get("target")) != "onprem":
+    decision, choice = rec.decision, rec.choice
+    if (rec.target or (choice.target if choice else None)) != ONPREM:
         return False
-    if choice.get("full_cost_known") is False:
+    if choice is not None and not choice.full_cost_known:
         return True
-    return any(str(n).startswith(UNPRICED_PREFIX) for n in decision.get("notes") or ())
+    return any(str(n).startswith(UNPRICED_PREFIX) for n in (decision.notes if decision else ()))

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from orchestrator.records.placement import PlacedOffer
+
 
 @dataclass(frozen=True, slots=True)
 class Demand:
@@ -64,7 +66,7 @@ def _accelerator_count(accelerators: Any) -> float:
         return 1.0
 
 
-def job_demand(spec: Any, choice: Optional[Mapping] = None) -> Demand:
+def job_demand(spec: Any, choice: Optional[PlacedOffer] = None) -> Demand:
     """What a job holds on a Ray target. `spec` is a JobSpec or its stored JSON form (the
     same answer for both); `choice` the offer placement chose or is pricing (a decision's
     `choice`: its `gpu`, None on CPUs, and its `count`), None before one is known: then
@@ -77,16 +79,26 @@ def job_demand(spec: Any, choice: Optional[Mapping] = None) -> Demand:
     job is one process: its accelerator count in GPUs, else `resources.cpus` CPUs (at
     least one). A job file that asks for more GPUs or CPUs than its workers use holds what
     it asked for, as it was priced. `use_gpu: false` holds no GPU: no worker uses one."""
+    if choice is None:
+        return _holds(spec, None)
+    # The offer decides: a CPU offer has no GPUs to use; a GPU offer `count` GPUs on each
+    # of its `nodes` (a multi-node cloud job rents num_nodes VMs).
+    return _holds(spec, float(choice.count or 0) * int(choice.nodes or 1) if choice.gpu else 0.0)
+
+
+def demand_on(spec: Any, gpu: Optional[str], count: float) -> Demand:
+    """What a job would hold on one offer placement is pricing: `count` of its `gpu`s."""
+    return _holds(spec, float(count or 0) if gpu else 0.0)
+
+
+def _holds(spec: Any, priced: Optional[float]) -> Demand:
+    """`priced`: the GPUs of the offer it runs on (None: none chosen yet)."""
     train = _field(spec, "train") is not None
     scaling, resources = _field(spec, "scaling"), _field(spec, "resources")
     workers = float(_field(scaling, "num_workers") or 1) if train else 1.0
     use_gpu = _field(scaling, "use_gpu")
     use_gpu = "auto" if use_gpu is None else use_gpu
-    if choice and "gpu" in choice:  # the offer decides: a CPU offer has no GPUs to use
-        # `count` GPUs on each of its `nodes` (a multi-node cloud job rents num_nodes VMs).
-        priced = (float(choice.get("count") or 0) * int(choice.get("nodes") or 1)
-                  if choice.get("gpu") else 0.0)
-    else:
+    if priced is None:
         priced = _accelerator_count(_field(resources, "accelerators"))
     # `auto` uses GPUs when there is one per worker, as the runner decides on the target
     # (and placement prices an `auto` train job on offers with a GPU per worker).

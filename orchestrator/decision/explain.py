@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
+from orchestrator.base.targets import CLOUD, LOCAL, ONPREM, OWNED
 from orchestrator.decision.matching import Needs, OfferIndex
 from orchestrator.decision.models import Alternative, Capacity
 
@@ -20,7 +21,7 @@ def minutes(m: float) -> str:
 
 def where(a: Alternative) -> str:
     o = a.offer
-    return {"onprem": "on-prem", "local": "local"}.get(o.target) or f"{o.cloud}/{o.region}"
+    return {ONPREM: "on-prem", LOCAL: "local"}.get(o.target) or f"{o.cloud}/{o.region}"
 
 
 def what(a: Alternative) -> str:
@@ -66,11 +67,11 @@ def no_cloud_words(ranked: Sequence[Alternative], settings, allow: set) -> str:
     """Why no rented GPU can take the job, in the words of its first cause."""
     if settings.effective_mode == "local":
         return "local-only mode"
-    if "cloud" not in allow:
+    if CLOUD not in allow:
         return "placement.allow excludes cloud"
-    if not settings.clouds and not any(a.offer.target == "cloud" for a in ranked):
+    if not settings.clouds and not any(not a.offer.owned for a in ranked):
         return "no cloud enabled (ORCH_CLOUDS)"
-    return why_not(ranked, "cloud")
+    return why_not(ranked, CLOUD)
 
 
 def notes(index: OfferIndex, listed: int, capacity: Optional[Capacity], local_only: bool,
@@ -156,7 +157,7 @@ def estimate_line(a: Alternative, money) -> str:
 
 def no_owned(allow: set, settings) -> str:
     """Why no owned GPU was an option at all."""
-    if "onprem" not in allow and "local" not in allow:
+    if not OWNED & set(allow):
         return "placement.allow excludes them"
     return ("none has the job's resources" if settings.onprem or settings.ray_address
             else "no on-prem GPUs configured")

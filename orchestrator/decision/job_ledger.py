@@ -16,22 +16,16 @@ import io
 import time
 from typing import Iterable, Optional
 
+from orchestrator.base.targets import rented
 from orchestrator.records import JobRow
+from orchestrator.records.cost import CostAlternative, CostEntry, CostGroup
+from orchestrator.records.placement import PlacedOffer, Placement
 
 GROUPS = ("name", "target", "kind", "month", "day")
 CSV_FIELDS = ("id", "name", "status", "kind", "target", "where", "gpu", "gpu_count", "started",
               "finished", "hours", "gpu_hours", "cost_usd", "cash_usd", "amortized_usd", "power_usd",
               "estimate_usd", "recoveries", "alternative", "alternative_usd", "saved_usd")
 BASES = ("cash", "full")  # what a budget counts: settings.budget_basis
-
-
-def _rate(decision: dict) -> float:
-    """Units of the plan's currency per USD, as it was when the job was planned."""
-    est = decision.get("estimate") or {}
-    cost, usd = est.get("cost"), est.get("cost_usd")
-    if cost and usd:
-        return cost / usd
-    return 1.0
 
 
 def run_window(rec: JobRow, now: float) -> tuple[Optional[float], Optional[float]]:
@@ -48,34 +42,18 @@ def run_window(rec: JobRow, now: float) -> tuple[Optional[float], Optional[float
     return start, end
 
 
-def _where(alt: dict) -> str:
-    if alt.get("target") == "cloud":
-        return f"{alt.get('cloud')}/{alt.get('region')}"
-    return str(alt.get("target"))
-
-
-def _device(alt: dict) -> str:
-    gpu = alt.get("gpu")
-    return "CPU" if not gpu else f"{gpu}x{alt.get('count')}"
-
-
-def _same(a: dict, b: dict) -> bool:
-    keys = ("target", "cloud", "region", "gpu", "count", "spot", "instance_type")
-    return all(a.get(k) == b.get(k) for k in keys)
-
-
-def best_alternative(decision: dict) -> Optional[dict]:
+def best_alternative(decision: Placement) -> Optional[PlacedOffer]:
     """The cheapest option the plan did not choose: an eligible one when there was one,
     else the cheapest excluded one (with why it was excluded)."""
-    choice = decision.get("choice") or {}
-    others = [a for a in decision.get("alternatives") or []
-              if a.get("est_cost") is not None and not _same(a, choice)]
-    eligible = [a for a in others if a.get("excluded") is None]
+    choice = decision.choice or PlacedOffer()
+    others = [a for a in decision.alternatives
+              if a.est_cost is not None and not a.same_offer(choice)]
+    eligible = [a for a in others if a.excluded is None]
     pool = eligible or others
-    return min(pool, key=lambda a: a["est_cost"]) if pool else None
+    return min(pool, key=lambda a: a.est_cost or 0.0) if pool else None
 
 
-def entry(rec: JobRow, now: Optional[float] = None) -> dict:
+def entry(rec: JobRow, now: Optional[float] = None) -> CostEntry:
     """The ledger entry of one job; for a running job, what it has cost so far.
 
     `cost_usd` is the full cost; `cash_usd` what was paid out for it: a cloud job's bill,
@@ -83,65 +61,63 @@ def entry(rec: JobRow, now: Optional[float] = None) -> dict:
     purchase and power has no power figure, so its cash is its full cost: an overstatement
     (the budget is reached sooner), never a job shown as cheaper than it was."""
     now = time.time() if now is None else now
-    decision = rec.decision or {}
+    decision = rec.decision or Placement()
     choice = rec.choice
-    rate = _rate(decision)
+    chose = choice or PlacedOffer()  # no choice: none of its figures
+    rate = decision.estimate.rate
     start, end = run_window(rec, now)
     hours = 0.0 if start is None else max(0.0, ((end or now) - start) / 3600.0)
-    target = rec.target or choice.get("target")
-    count = choice.get("count") or 0
+    target = rec.target or chose.target
+    count = chose.count or 0
     amortized = power = None
     recoveries = 0
-    if target == "cloud":
-        ledger = rec.info.ledger or {}
+    if rented(target):
+        ledger = rec.info.ledger or {}  # the cloud bill (decision.cloud_bill)
         cost = float(ledger.get("cost_usd") or 0.0)
         recoveries = int(ledger.get("recoveries") or 0)
         if ledger.get("billed_hours") is not None:
             hours = float(ledger["billed_hours"])
     else:
-        price = choice.get("price_per_hour_usd")
+        price = chose.price_per_hour_usd
         if price is None:  # planned by an older orch: the price shown, in its currency
-            price = (choice.get("price_per_hour") or 0.0) / rate
+            price = (chose.price_per_hour or 0.0) / rate
         cost = price * hours
-        if choice.get("amortized_per_hour_usd") is not None:
-            amortized = choice["amortized_per_hour_usd"] * hours
-            power = choice["power_per_hour_usd"] * hours
-    cash = cost if target == "cloud" or power is None else power
-    est = (decision.get("estimate") or {})
-    out = {
-        "id": rec.id, "name": rec.name, "status": rec.status, "kind": rec.kind, "target": target,
-        "where": _where(choice) if choice else target, "gpu": choice.get("gpu"),
-        "gpu_count": count, "started_at": start, "finished_at": end,
-        "created_at": rec.created_at, "running": end is None and start is not None,
-        "hours": round(hours, 6), "gpu_hours": round(hours * (count or 0), 6),
-        "cost_usd": round(cost, 6), "cash_usd": round(cash, 6),
-        "amortized_usd": None if amortized is None else round(amortized, 6),
-        "power_usd": None if power is None else round(power, 6),
-        "estimate_usd": est.get("cost_usd"), "recoveries": recoveries,
-        "alternative": None,
-    }
+        if chose.amortized_per_hour_usd is not None:
+            amortized = chose.amortized_per_hour_usd * hours
+            power = (chose.power_per_hour_usd or 0.0) * hours
+    cash = cost if rented(target) or power is None else power
+    out = CostEntry(
+        id=rec.id, name=rec.name, status=rec.status, kind=rec.kind, target=target,
+        where=choice.where() if choice else target, gpu=chose.gpu,
+        gpu_count=count, started_at=start, finished_at=end,
+        created_at=rec.created_at, running=end is None and start is not None,
+        hours=round(hours, 6), gpu_hours=round(hours * (count or 0), 6),
+        cost_usd=round(cost, 6), cash_usd=round(cash, 6),
+        amortized_usd=None if amortized is None else round(amortized, 6),
+        power_usd=None if power is None else round(power, 6),
+        estimate_usd=decision.estimate.cost_usd, recoveries=recoveries, alternative=None)
     alt = best_alternative(decision)
-    if alt is not None:
+    if alt is not None and alt.est_cost is not None:
         # Its estimate, scaled by how long the job really took against the chosen option's
         # estimate: the same work, priced where it did not run.
-        alt_usd = alt["est_cost"] / rate
-        chosen_h = choice.get("est_hours")
-        if chosen_h and start is not None and target != "cloud":
+        alt_usd = alt.est_cost / rate
+        chosen_h = chose.est_hours
+        if chosen_h and start is not None and not rented(target):
             alt_usd *= hours / chosen_h
-        elif chosen_h and target == "cloud" and hours:
-            alt_usd *= hours / (chosen_h + _startup_h(choice))
-        out["alternative"] = {"where": _where(alt), "device": _device(alt),
-                              "cost_usd": round(alt_usd, 6), "excluded": alt.get("excluded")}
+        elif chosen_h and rented(target) and hours:
+            alt_usd *= hours / (chosen_h + _startup_h(chose))
+        out.alternative = CostAlternative(where=alt.where(), device=alt.device(),
+                                          cost_usd=round(alt_usd, 6), excluded=alt.excluded)
     return out
 
 
-def cash(e: dict) -> float:
+def cash(e: CostEntry) -> float:
     """An entry's cash, also for an entry saved before entries had `cash_usd`."""
-    if e.get("cash_usd") is not None:
-        return e["cash_usd"]
-    if e.get("target") != "cloud" and e.get("power_usd") is not None:
-        return e["power_usd"]
-    return e["cost_usd"]
+    if e.cash_usd is not None:
+        return e.cash_usd
+    if not rented(e.target) and e.power_usd is not None:
+        return e.power_usd
+    return e.cost_usd
 
 
 def _check(basis: str) -> None:
@@ -149,60 +125,58 @@ def _check(basis: str) -> None:
         raise ValueError(f"budget basis {basis!r}: not one of {', '.join(BASES)}")
 
 
-def spend(e: dict, basis: str = "cash") -> float:
+def spend(e: CostEntry, basis: str = "cash") -> float:
     """What an entry counts against a budget: its cash, or its full cost."""
     _check(basis)
-    return cash(e) if basis == "cash" else e["cost_usd"]
+    return cash(e) if basis == "cash" else e.cost_usd
 
 
-def hourly(choice: dict, basis: str = "cash") -> Optional[float]:
+def hourly(choice: PlacedOffer, basis: str = "cash") -> Optional[float]:
     """USD per hour a plan's choice counts against a budget on `basis` (None unpriced): an
     owned choice's power alone for cash, when the plan recorded it; else its full price."""
     _check(basis)
-    if basis == "cash" and choice.get("target") != "cloud" \
-            and choice.get("power_per_hour_usd") is not None:
-        return choice["power_per_hour_usd"]
-    return choice.get("price_per_hour_usd")
+    if basis == "cash" and not rented(choice.target) and choice.power_per_hour_usd is not None:
+        return choice.power_per_hour_usd
+    return choice.price_per_hour_usd
 
 
-def _startup_h(choice: dict) -> float:
+def _startup_h(choice: PlacedOffer) -> float:
     """Billed start-up hours in a cloud choice's estimate: cost / price - run hours."""
-    price = choice.get("price_per_hour")
-    if not price or choice.get("est_cost") is None or choice.get("est_hours") is None:
+    price = choice.price_per_hour
+    if not price or choice.est_cost is None or choice.est_hours is None:
         return 0.0
-    return max(0.0, choice["est_cost"] / price - choice["est_hours"])
+    return max(0.0, choice.est_cost / price - choice.est_hours)
 
 
-def period_key(e: dict, by: str) -> str:
+def period_key(e: CostEntry, by: str) -> str:
     if by in ("month", "day"):
-        ts = e["finished_at"] or e["started_at"] or e["created_at"] or 0.0
+        ts = e.finished_at or e.started_at or e.created_at or 0.0
         return time.strftime("%Y-%m" if by == "month" else "%Y-%m-%d", time.gmtime(ts))
-    return str(e.get(by) or "-")
+    value = {"name": e.name, "target": e.target, "kind": e.kind}.get(by)
+    return str(value or "-")
 
 
-def group(entries: Iterable[dict], by: str) -> list[dict]:
+def group(entries: Iterable[CostEntry], by: str) -> list[CostGroup]:
     """Totals per name, target, kind, month or day, largest spend first (periods in order)."""
-    rows: dict[str, dict] = {}
+    rows: dict[str, CostGroup] = {}
     for e in entries:
         k = period_key(e, by)
-        r = rows.setdefault(k, {by: k, "jobs": 0, "hours": 0.0, "gpu_hours": 0.0, "cost_usd": 0.0,
-                                "cash_usd": 0.0, "alternative_usd": 0.0, "recoveries": 0})
-        r["jobs"] += 1
-        r["hours"] += e["hours"]
-        r["gpu_hours"] += e["gpu_hours"]
-        r["cost_usd"] += e["cost_usd"]
-        r["cash_usd"] += cash(e)
-        r["recoveries"] += e["recoveries"]
-        alt = e["alternative"]["cost_usd"] if e["alternative"] else e["cost_usd"]
-        r["alternative_usd"] += alt
+        r = rows.setdefault(k, CostGroup(by=by, key=k))
+        r.jobs += 1
+        r.hours += e.hours
+        r.gpu_hours += e.gpu_hours
+        r.cost_usd += e.cost_usd
+        r.cash_usd += cash(e)
+        r.recoveries += e.recoveries
+        r.alternative_usd += e.alternative.cost_usd if e.alternative else e.cost_usd
     out = list(rows.values())
     for r in out:
-        r["saved_usd"] = r["alternative_usd"] - r["cost_usd"]
+        r.saved_usd = r.alternative_usd - r.cost_usd
         for k in ("hours", "gpu_hours", "cost_usd", "cash_usd", "alternative_usd", "saved_usd"):
-            r[k] = round(r[k], 6)
+            setattr(r, k, round(getattr(r, k), 6))
     if by in ("month", "day"):
-        return sorted(out, key=lambda r: r[by])
-    return sorted(out, key=lambda r: (-r["cost_usd"], r[by]))
+        return sorted(out, key=lambda r: r.key)
+    return sorted(out, key=lambda r: (-r.cost_usd, r.key))
 
 
 def month_start(now: float) -> float:
@@ -213,38 +187,39 @@ def month_start(now: float) -> float:
     return float(calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)))
 
 
-def month_spend(entries: Iterable[dict], now: float, basis: str = "cash") -> float:
+def month_spend(entries: Iterable[CostEntry], now: float, basis: str = "cash") -> float:
     """USD spent in `now`'s calendar month (UTC), in cash or full cost (`basis`, as
     settings.budget_basis): jobs that ended in it, and running jobs."""
     _check(basis)
     since = month_start(now)
     return sum(spend(e, basis) for e in entries
-               if e["running"] or (e["finished_at"] or 0.0) >= since)
+               if e.running or (e.finished_at or 0.0) >= since)
 
 
-def daily_by_target(entries: Iterable[dict]) -> list[dict]:
+def daily_by_target(entries: Iterable[CostEntry]) -> list[dict]:
     """Rows for the spend plot: {day, target, cost} summed per day and target."""
     acc: dict[tuple, float] = {}
     for e in entries:
-        k = (period_key(e, "day"), e["target"] or "-")
-        acc[k] = acc.get(k, 0.0) + e["cost_usd"]
+        k = (period_key(e, "day"), e.target or "-")
+        acc[k] = acc.get(k, 0.0) + e.cost_usd
     return [{"day": d, "target": t, "cost": c} for (d, t), c in sorted(acc.items())]
 
 
-def to_csv(entries: Iterable[dict], rate: float = 1.0) -> str:
+def to_csv(entries: Iterable[CostEntry], rate: float = 1.0) -> str:
     """One line per job; money in USD (the columns say so)."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
     w.writeheader()
     for e in entries:
-        alt = e["alternative"] or {}
+        alt = e.alternative
+        row = e.model_dump(include=set(CSV_FIELDS))
         w.writerow({
-            **{k: e.get(k) for k in CSV_FIELDS if k in e},
+            **{k: row[k] for k in CSV_FIELDS if k in row},
             "cash_usd": cash(e),
-            "started": _iso(e["started_at"]), "finished": _iso(e["finished_at"]),
-            "alternative": f"{alt['where']} {alt['device']}" if alt else "",
-            "alternative_usd": alt.get("cost_usd", ""),
-            "saved_usd": round(alt["cost_usd"] - e["cost_usd"], 6) if alt else "",
+            "started": _iso(e.started_at), "finished": _iso(e.finished_at),
+            "alternative": f"{alt.where} {alt.device}" if alt else "",
+            "alternative_usd": alt.cost_usd if alt else "",
+            "saved_usd": round(alt.cost_usd - e.cost_usd, 6) if alt else "",
         })
     return buf.getvalue()
 

@@ -6,8 +6,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+from orchestrator.base.targets import ONPREM, TIE_ORDER
 from orchestrator.decision.gpus import canonical_gpu
-from orchestrator.decision.models import TARGET_ORDER, Offer
+from orchestrator.decision.models import Offer
 
 
 class OfferIndex:
@@ -22,11 +23,11 @@ class OfferIndex:
         for o in self.offers:
             if o.gpu is None:
                 self.cpu.append(o)
-            elif o.target == "cloud":
+            elif not o.owned:
                 self.cloud.setdefault((canonical_gpu(o.gpu), o.count), []).append(o)
             else:
                 self.owned.setdefault(canonical_gpu(o.gpu), []).append(o)
-        self.has_onprem = any(o.target == "onprem" for o in self.offers)
+        self.has_onprem = any(o.target == ONPREM for o in self.offers)
         # The same, each list split by kind (target and spot-ness), as placement prices them.
         self.cloud_kinds = {k: _by_kind(v) for k, v in self.cloud.items()}
         self.cpu_kinds = _by_kind(self.cpu)
@@ -36,7 +37,7 @@ class OfferIndex:
     def tie_break(self, o: Offer) -> tuple:
         """The offer's own fields, which order two options of the same cost (owned first,
         then by cloud, region, ...); kept, as each offer is priced for many jobs."""
-        t = self.ties[id(o)] = (TARGET_ORDER[o.target], o.cloud or "", o.region or "",
+        t = self.ties[id(o)] = (TIE_ORDER[o.target], o.cloud or "", o.region or "",
                                 o.gpu or "", o.count, o.spot, o.price_per_hour,
                                 o.instance_type or "")
         return t
@@ -108,7 +109,7 @@ class Needs:
     def nodes_on(self, o: Offer) -> int:
         """The machines the job takes on this offer: num_nodes VMs of a cloud offer (each
         with the offer's GPUs, as SkyPilot counts them); owned hardware is one pool."""
-        return self.nodes if o.target == "cloud" else 1
+        return 1 if o.owned else self.nodes
 
     def describe(self) -> str:
         parts = [", ".join(f"{g}:{c:g}" for g, c in self.choices) or "no accelerator"]
@@ -152,18 +153,18 @@ def candidates(needs: Needs, index: OfferIndex) -> list[tuple[float, list[Offer]
 
 
 def misfit(o: Offer, needs: Needs) -> Optional[str]:
-    if needs.cloud_only and o.target != "cloud":
+    if needs.cloud_only and o.owned:
         key, what = needs.cloud_only[0]
         return f"{key} asks for {what}, which only a cloud VM has"
-    if needs.instance_type and o.target == "cloud" and o.instance_type != needs.instance_type:
+    if needs.instance_type and not o.owned and o.instance_type != needs.instance_type:
         return f"the job asks for instance type {needs.instance_type}"
-    if needs.nodes > 1 and o.target == "cloud" and needs.train and needs.gpu_workers < needs.nodes:
+    if needs.nodes > 1 and not o.owned and needs.train and needs.gpu_workers < needs.nodes:
         # The runner spreads its workers over the VMs' Ray cluster: a VM without one idles.
         return (f"num_nodes {needs.nodes} with {needs.gpu_workers:g} Ray Train workers: a rented "
                 f"node would have no worker (set scaling.num_workers to {needs.nodes} or more)")
     if needs.cloud and (o.cloud or o.target) != needs.cloud:
         return f"the job asks for cloud {needs.cloud}"
-    if needs.max_hourly_cost is not None and o.target == "cloud" and o.price_per_hour > needs.max_hourly_cost:
+    if needs.max_hourly_cost is not None and not o.owned and o.price_per_hour > needs.max_hourly_cost:
         # As SkyPilot's optimizer does: it would refuse this VM at launch.
         return (f"${o.price_per_hour:.2f}/h is over the job's max_hourly_cost "
                 f"${needs.max_hourly_cost:.2f}/h")

@@ -5,15 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional
 
+from orchestrator.base.targets import Target, owned
 from orchestrator.decision.gpus import canonical_gpu
+from orchestrator.records.placement import PlacedOffer, Placement
 
 if TYPE_CHECKING:
     from orchestrator.records import JobRow
 
-Target = Literal["local", "onprem", "cloud"]
 Kind = Literal["exploratory", "steady"]
-# Order of preference when two options cost exactly the same: owned hardware first.
-TARGET_ORDER = {"onprem": 0, "local": 1, "cloud": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +47,13 @@ class Offer:
 
     @property
     def owned(self) -> bool:
-        return self.target != "cloud"
+        """Owned hardware (its purchase and power) rather than rented (its rent)."""
+        return owned(self.target)
 
 
 def share_price(offer: Offer, used: float) -> float:
     """What a job pays per hour: the whole cloud offer, or its share of owned GPUs."""
-    if offer.target == "cloud" or offer.gpu is None or not offer.count:
+    if not offer.owned or offer.gpu is None or not offer.count:
         return offer.price_per_hour
     return offer.price_per_hour * min(used / offer.count, 1.0)
 
@@ -92,17 +92,17 @@ class PastRun:
     def from_row(cls, rec: JobRow) -> PastRun:
         """From a store row: its run time (the backend's clock when it has one), its metrics,
         the device its runner saw and the decision it was placed by."""
-        choice = rec.choice
+        choice = rec.choice or PlacedOffer()  # none: none of its figures
         start = rec.info.backend_start if rec.info.backend_start is not None else rec.started_at
         end = rec.info.backend_end if rec.info.backend_end is not None else rec.finished_at
         duration = end - start if start is not None and end is not None else None
         if isinstance(rec.metrics.get("wall_s"), (int, float)) and rec.metrics["wall_s"] > 0:
             duration = float(rec.metrics["wall_s"])  # the runner's own clock: training, no start-up
-        gpu = measured_gpu(rec.metrics, choice.get("gpu"))
+        gpu = measured_gpu(rec.metrics, choice.gpu)
         hint = (rec.spec or {}).get("estimate") or {}
         return cls(fingerprint=rec.fingerprint or "", status=rec.status, created_at=rec.created_at,
-                   duration_s=duration, target=rec.target or choice.get("target"), gpu=gpu,
-                   gpu_count=choice.get("count") or (1 if gpu else 0),  # a GPU seen: at least one
+                   duration_s=duration, target=rec.target or choice.target, gpu=gpu,
+                   gpu_count=choice.count or (1 if gpu else 0),  # a GPU seen: at least one
                    samples_per_sec=rec.metrics.get("samples_per_sec"),
                    data_share=rec.metrics.get("data_fraction"), owner=rec.owner,
                    estimate_hours=hint.get("hours"), estimate_gpu=hint.get("gpu"))
@@ -123,15 +123,16 @@ class PastRun:
         if duration is None and isinstance(started, (int, float)) and isinstance(finished, (int, float)):
             duration = finished - started
         metrics = get("metrics", None) or {}
-        choice = (get("decision", None) or {}).get("choice") or {}
-        gpu = get("gpu", None) or choice.get("gpu")
+        placed = Placement.read(get("decision", None))
+        choice = (placed.choice if placed else None) or PlacedOffer()
+        gpu = get("gpu", None) or choice.gpu
         count = get("gpu_count", None)
         if count is None:
-            count = choice.get("count", 1 if gpu else 0)
+            count = choice.count if "count" in choice.model_fields_set else (1 if gpu else 0)
         hint = get("estimate", None) or {}
         return cls(fingerprint=str(get("fingerprint", "")), status=str(get("status", "")),
                    created_at=float(created or 0.0), duration_s=duration,
-                   target=get("target", None) or choice.get("target"), gpu=gpu, gpu_count=count,
+                   target=get("target", None) or choice.target, gpu=gpu, gpu_count=count,
                    samples_per_sec=get("samples_per_sec", None) or metrics.get("samples_per_sec"),
                    data_share=get("data_share", None) or metrics.get("data_fraction"),
                    owner=get("owner", None), estimate_hours=hint.get("hours"),

@@ -13,9 +13,10 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence, Union
 
+from orchestrator.base.targets import CLOUD, LOCAL, ONPREM
 from orchestrator.decision import explain as ex
 from orchestrator.decision.cluster_offers import unread_offers
-from orchestrator.decision.demand import job_demand
+from orchestrator.decision.demand import demand_on
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.matching import Needs, OfferIndex, candidates, misfit
 from orchestrator.decision.models import (
@@ -57,12 +58,12 @@ class _Row:
 
 
 def _wait(o: Offer, used: float, capacity: Optional[Capacity], spec) -> float:
-    if o.target != "onprem" or capacity is None:
+    if o.target != ONPREM or capacity is None:
         return 0.0
     if capacity.load is not None:
         # What the job would hold on this offer: what its record, its Ray metadata and
         # `orch serve`'s queue will say it holds, should it be chosen.
-        need = job_demand(spec, {"gpu": o.gpu, "count": used})
+        need = demand_on(spec, o.gpu, used)
         capacity = dataclasses.replace(capacity.load.start(need, capacity.source),
                                        reservations=capacity.reservations)
     if capacity.can_start_now is not None:
@@ -88,7 +89,7 @@ def _free_gpus(o: Offer, capacity: Capacity) -> float:
 def _conflicts(r: _Row, capacity: Optional[Capacity]) -> tuple[Reservation, ...]:
     """The reservations (cron schedules due, queued steady work) on this pool that would
     find too few GPUs free because this job holds some until it ends."""
-    if (r.offer.target != "onprem" or r.offer.gpu is None or capacity is None
+    if (r.offer.target != ONPREM or r.offer.gpu is None or capacity is None
             or not capacity.reservations or r.hours is None):
         return ()
     end_h = r.wait / 60.0 + r.hours
@@ -176,18 +177,18 @@ def _price(offers: Sequence[Offer], used: float, est: HoursEstimator, needs: Nee
     if hours is not None and o.spot and rules.checkpoints:
         hours, basis = rules.on_spot(hours, basis)
     shared = []
-    if rules.local_only and o.target != "local":
+    if rules.local_only and o.target != LOCAL:
         shared.append(("mode", "local-only mode keeps jobs on this machine"))
     if o.target not in rules.allow:
         shared.append(("allow", f"placement.allow excludes {o.target}"))
-    if needs.use_spot and o.target == "cloud" and not o.spot:
+    if needs.use_spot and not o.owned and not o.spot:
         shared.append(("use_spot", "resources.use_spot asks for spot"))
     elif o.spot and not needs.use_spot:
         if not rules.checkpoints:
             shared.append(("spot", "spot needs checkpoint.storage: a preemption would lose the work"))
     if hours is None:
         shared.append(("speed", basis))
-    if o.target == "onprem" and capacity is not None and capacity.unreachable:
+    if o.target == ONPREM and capacity is not None and capacity.unreachable:
         shared.append(("unreachable", capacity.unreachable))
     budgets = (rules.max_hourly, rules.max_cost, rules.monthly) != (None, None, None)
     ties, tie_break, owned, rows = index.ties, index.tie_break, o.owned, []
@@ -251,10 +252,10 @@ def _apply_kind(rows: list[_Row], kind: str, rules: _Rules) -> str:
     for r in rows:
         r.score = None if r.cash is None else r.cash + r.congestion  # its dispatch
     if rules.local_only:
-        return "local"
+        return LOCAL
     if kind == "steady":
         for r in rows:
-            if r.owned and r.offer.target == "onprem":
+            if r.owned and r.offer.target == ONPREM:
                 limit, by = rules.wait_limit(r.hours)
                 if rules.deadline_h is not None and r.hours is not None and r.hours > rules.deadline_h:
                     r.blockers.append(("wait", f"{r.hours:.3g} h on {r.used:g} GPUs ends after "
@@ -361,7 +362,7 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
                   notes=tuple(dict.fromkeys(tuple(notes) + ex.notes(
                       index, len(alts), capacity, rules.local_only, alts))))
 
-    queueable = [a for a, r in zip(alts, rows) if a.offer.target == "onprem" and r.blockers
+    queueable = [a for a, r in zip(alts, rows) if a.offer.target == ONPREM and r.blockers
                  and all(code == "wait" for code, _ in r.blockers)] if not eligible else []
     if not eligible and queueable and classification.kind == "steady" and not rules.local_only:
         # Nothing can start in time and no cloud may take it: wait for the owned GPUs.
@@ -369,10 +370,10 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
         choice = dataclasses.replace(best, excluded=None)
         w = "an unknown time" if math.isinf(best.wait_minutes) else f"about {best.wait_minutes:.0f} min"
         reasons = (f"queued on-prem: the cluster is busy for {w} (longer than steady work "
-                   f"would wait), and no cloud offer is allowed ({ex.why_not(ranked, 'cloud')}), "
+                   f"would wait), and no cloud offer is allowed ({ex.why_not(ranked, CLOUD)}), "
                    "so the job waits for the owned GPUs",
                    ex.estimate_line(choice, money), ex.full_words(choice, money))
-        return Decision(target="onprem", choice=choice, reasons=reasons, **common)
+        return Decision(target=ONPREM, choice=choice, reasons=reasons, **common)
 
     if not eligible:
         refusal = ex.refusal(needs, index, alts, [r.blockers for r in rows], settings, money,
@@ -387,7 +388,7 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
     if choice.offer.spot:
         lines.append(f"spot: the job checkpoints to {rules.storage}; with its expected "
                      "preemptions spot still costs less than on-demand")
-    elif choice.offer.target == "cloud" and choice.est_cost is not None:
+    elif not choice.offer.owned and choice.est_cost is not None:
         # Both priced: an eligible offer has its hours, and so has one blocked only as spot.
         cost = choice.est_cost
         spot = next((a for a, r in zip(alts, rows) if r.blockers and a.offer.spot

@@ -6,6 +6,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
+from orchestrator.base.targets import LOCAL, ONPREM
 from orchestrator.decision.estimates import (
     Estimate,
     TeamRatios,
@@ -144,7 +145,7 @@ def job_cost(offer: Offer, hours: float, used: float, startup_minutes: float,
     its `nodes` VMs, for the run plus its start-up; owned hardware bills the share of GPUs
     used, and its marginal cost is the power alone. Marginal is None for cloud, where every
     dollar is marginal."""
-    if offer.target == "cloud":
+    if not offer.owned:
         return offer.price_per_hour * nodes * (hours + startup_minutes / 60.0), None
     share = min(used / offer.count, 1.0) if offer.gpu is not None and offer.count else 1.0
     return offer.price_per_hour * share * hours, offer.power_per_hour * share * hours
@@ -163,7 +164,7 @@ def onprem_offer(inv, electricity_price: float) -> Offer:
     am, pw = owned_hourly(inv.purchase_price, inv.lifetime_years, inv.utilization,
                           inv.watts * inv.count, electricity_price)
     cpu_pool = inv.cpu_pool
-    return Offer(target="onprem", gpu=None if cpu_pool else canonical_gpu(inv.gpu),
+    return Offer(target=ONPREM, gpu=None if cpu_pool else canonical_gpu(inv.gpu),
                  count=0 if cpu_pool else inv.count, cpus=getattr(inv, "cpus", None),
                  price_per_hour=am + pw, amortized_per_hour=am, power_per_hour=pw)
 
@@ -173,7 +174,7 @@ def local_offer(machine, electricity_price: float, gpu: Optional[str], count: fl
     """This machine's offer (settings.LocalMachine); `gpu=None` for its CPU."""
     am, pw = owned_hourly(machine.purchase_price, machine.lifetime_years, machine.utilization,
                           machine.watts, electricity_price)
-    return Offer(target="local", gpu=None if gpu is None else canonical_gpu(gpu),
+    return Offer(target=LOCAL, gpu=None if gpu is None else canonical_gpu(gpu),
                  count=count if gpu is not None else 0, price_per_hour=am + pw,
                  cpus=cpus, memory_gb=memory_gb, amortized_per_hour=am, power_per_hour=pw)
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
+from orchestrator.base.targets import LOCAL, ONPREM
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.pricing import HOURS_PER_YEAR, fmt_money, owned_hourly
+from orchestrator.records.cost import CostEntry
 
 DIFFERS = 1.5  # real against assumed cost beyond this factor, either way, earns a sentence
 
@@ -55,12 +57,12 @@ def _pct(f: float) -> str:
     return f"{f * 100:.3g}%" if f >= 0.001 else f"{f * 100:.2g}%"
 
 
-def _span(e: Mapping, end: float) -> Optional[tuple[float, float]]:
+def _span(e: CostEntry, end: float) -> Optional[tuple[float, float]]:
     """(start, end) a job held its hardware; a running one, up to `end`."""
-    began = e.get("started_at")
+    began = e.started_at
     if began is None:
         return None
-    return began, e.get("finished_at") or end
+    return began, e.finished_at or end
 
 
 def _overlap(span: tuple[float, float], start: float, end: float) -> float:
@@ -77,12 +79,12 @@ def _union_hours(spans: Iterable[tuple[float, float]], start: float, end: float)
     return total / 3600.0
 
 
-def _ran(jobs: Iterable[tuple[Mapping, tuple[float, float]]], start: float, end: float) -> int:
+def _ran(jobs: Iterable[tuple[CostEntry, tuple[float, float]]], start: float, end: float) -> int:
     return sum(_overlap(s, start, end) > 0 for _, s in jobs)
 
 
-def _gpus(e: Mapping) -> float:
-    return max(float(e.get("gpu_count") or 0), 1.0)
+def _gpus(e: CostEntry) -> float:
+    return max(float(e.gpu_count or 0), 1.0)
 
 
 def _pool(*, pool: str, target: str, gpu: Optional[str], gpus: int, unit: str, setting: str,
@@ -115,17 +117,17 @@ def _pool(*, pool: str, target: str, gpu: Optional[str], gpus: int, unit: str, s
     ownership = purchase * window_h / life_h
     power = watts_all / gpus / 1000.0 * busy * elec
     real = (ownership + power) / busy if busy > 0 else None
-    these = "this workstation" if target == "local" else "these GPUs"
+    these = "this workstation" if target == LOCAL else "these GPUs"
     if real is None:
         verdict = (f"no job ran on {these} in the {window_h / 24:.1f} days: their "
                    f"{money(ownership)} of ownership bought no work; steady work on {these}"
-                   + (", or fewer GPUs," if target == "onprem" else "") + " would put it to use")
+                   + (", or fewer GPUs," if target == ONPREM else "") + " would put it to use")
     else:
         head = (f"measured {_pct(used)} busy against the {_pct(util)} assumed: each used {hour} "
                 f"really costs {money(real)}, not {money(assumed)}")
         if real > assumed * DIFFERS:
             verdict = (f"{head}; more steady work on {these}"
-                       + (", or fewer GPUs," if target == "onprem" else "") + " would lower it")
+                       + (", or fewer GPUs," if target == ONPREM else "") + " would lower it")
         elif real * DIFFERS < assumed:
             verdict = (f"{head}; plans price {these} too high: set utilization = "
                        f"{min(used, 1.0):.2f} in {setting} to price them as they are used")
@@ -138,7 +140,7 @@ def _pool(*, pool: str, target: str, gpu: Optional[str], gpus: int, unit: str, s
                                real_per_gpu_hour_usd=real, verdict=verdict)
 
 
-def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: float, end: float,
+def owned_use(entries: Sequence[CostEntry], onprem: Sequence, local, *, start: float, end: float,
               basis: str, electricity_price: float, local_gpus: int = 0,
               currency: str = "USD", rate: float = 1.0) -> OwnedUse:
     """Measured use and real cost per used GPU-hour of each owned pool, from `ledger.entry`
@@ -152,7 +154,7 @@ def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: flo
     history = bool(entries)
     notes: list[str] = []
     spans = [(e, s) for e in entries if (s := _span(e, end)) is not None]
-    onprem_jobs = [(e, s) for e, s in spans if e.get("target") == "onprem" and e.get("gpu")]
+    onprem_jobs = [(e, s) for e, s in spans if e.target == ONPREM and e.gpu]
     lines = [inv for inv in onprem if not inv.cpu_pool]
     by_model: dict[str, int] = {}
     for inv in lines:
@@ -160,7 +162,7 @@ def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: flo
     pools: list[PoolUse] = []
     for inv in lines:
         model = canonical_gpu(inv.gpu)
-        mine = [(e, s) for e, s in onprem_jobs if canonical_gpu(e["gpu"]) == model]
+        mine = [(e, s) for e, s in onprem_jobs if canonical_gpu(e.gpu) == model]
         # Lines of one model share its jobs by GPU count: a job does not say which line ran it.
         share = inv.count / by_model[model]
 
@@ -169,7 +171,7 @@ def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: flo
                     share * sum(_overlap(s, wstart, end) * _gpus(e) for e, s in mine))
 
         pools.append(_pool(
-            pool=f"onprem {model} x{inv.count}", target="onprem", gpu=model, gpus=inv.count,
+            pool=f"onprem {model} x{inv.count}", target=ONPREM, gpu=model, gpus=inv.count,
             unit="GPU", setting=f'[[onprem]] gpu = "{inv.gpu}"', purchase=inv.purchase_price,
             lifetime=inv.lifetime_years, util=inv.utilization, watts_all=inv.watts * inv.count,
             elec=electricity_price, start=start, end=end, basis=basis, history=history,
@@ -178,14 +180,14 @@ def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: flo
     if shared:
         notes.append(f"several [[onprem]] lines hold {', '.join(shared)}: their measured use is "
                      f"split between them by GPU count")
-    stray = sorted({canonical_gpu(e["gpu"]) for e, _ in onprem_jobs} - set(by_model))
+    stray = sorted({canonical_gpu(e.gpu) for e, _ in onprem_jobs} - set(by_model))
     if stray:
         notes.append(f"on-prem jobs on {', '.join(stray)}, which no [[onprem]] line lists, are "
                      f"not counted: add the line to measure them")
 
-    ran_here = [(e, s) for e, s in spans if e.get("target") == "local"]
-    if any(e.get("target") == "local" for e in entries):
-        on_gpu = [(e, s) for e, s in ran_here if e.get("gpu")]
+    ran_here = [(e, s) for e, s in spans if e.target == LOCAL]
+    if any(e.target == LOCAL for e in entries):
+        on_gpu = [(e, s) for e, s in ran_here if e.gpu]
         n = math.ceil(max([local_gpus, *(_gpus(e) for e, _ in on_gpu)]))
         if n:
             def busy_of(wstart: float) -> tuple[int, float]:
@@ -204,9 +206,9 @@ def owned_use(entries: Sequence[Mapping], onprem: Sequence, local, *, start: flo
                 # No GPUs: the machine is busy while any job runs; overlapping jobs count once.
                 return (_ran(ran_here, wstart, end),
                         _union_hours((s for _, s in ran_here), wstart, end))
-        models = {canonical_gpu(e["gpu"]) for e, _ in on_gpu}
+        models = {canonical_gpu(e.gpu) for e, _ in on_gpu}
         pools.append(_pool(
-            pool="local", target="local", gpu=models.pop() if len(models) == 1 else None,
+            pool=LOCAL, target=LOCAL, gpu=models.pop() if len(models) == 1 else None,
             gpus=max(n, 1), unit="GPU" if n else "machine",
             setting="[local]", purchase=local.purchase_price, lifetime=local.lifetime_years,
             util=local.utilization, watts_all=local.watts, elec=electricity_price, start=start,

@@ -21,6 +21,7 @@ from typing import Iterable, Optional
 
 from orchestrator.base import skycache
 from orchestrator.base.errors import BackendError, InputError
+from orchestrator.base.targets import CLOUD
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.models import Offer
 
@@ -177,7 +178,7 @@ def _read(cloud: str, path: Path) -> list[Offer]:
 
 def _offer(cloud: str, i, price: float, spot: bool) -> Offer:
     """The offer of one catalog row (SkyPilot's InstanceTypeInfo) at one of its prices."""
-    return Offer(target="cloud", gpu=canonical_gpu(str(i.accelerator_name)),
+    return Offer(target=CLOUD, gpu=canonical_gpu(str(i.accelerator_name)),
                  count=float(i.accelerator_count), price_per_hour=price, cloud=cloud,
                  region=str(i.region), spot=spot, cpus=_num(i.cpu_count), memory_gb=_num(i.memory),
                  instance_type=None if i.instance_type is None else str(i.instance_type))

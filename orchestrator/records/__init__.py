@@ -12,7 +12,10 @@ from __future__ import annotations
 import time
 from typing import Any, Optional, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
+
+from orchestrator.records.cost import CostEntry
+from orchestrator.records.placement import PlacedOffer, Placement
 
 # What `info` holds for orch alone, and why it is not shown.
 INTERNAL_INFO = {
@@ -67,7 +70,7 @@ class RunInfo(_Public):
     infra: Optional[str] = Field(default=None, description="where SkyPilot runs it (cloud/region)")
     ledger: Optional[dict[str, Any]] = Field(default=None, description="a cloud job's launches and "
                                              "billed hours (orchestrator.decision.cloud_bill)")
-    cost: Optional[dict[str, Any]] = Field(default=None, description="its `orch cost` line, kept when "
+    cost: Optional[CostEntry] = Field(default=None, description="its `orch cost` line, kept when "
                                            "it ended (orchestrator.decision.job_ledger.entry)")
 
 
@@ -102,7 +105,7 @@ class JobRow(BaseModel):
     fingerprint: Optional[str] = None
     spec: dict[str, Any] = Field(default_factory=dict)
     source_file: Optional[str] = None
-    decision: Optional[dict[str, Any]] = None
+    decision: Optional[Placement] = None
     backend_id: Optional[str] = None
     address: Optional[str] = None
     log_path: Optional[str] = None
@@ -129,9 +132,9 @@ class JobRow(BaseModel):
         return self.target
 
     @property
-    def choice(self) -> dict[str, Any]:
-        """The offer its decision chose ({} when it has none)."""
-        return (self.decision or {}).get("choice") or {}
+    def choice(self) -> Optional[PlacedOffer]:
+        """The offer its decision chose (None when it has none)."""
+        return self.decision.choice if self.decision else None
 
 
 def with_info(rec: JobRow, drop: tuple[str, ...] = (), **changes: Any) -> dict:
@@ -168,8 +171,8 @@ class JobRecord(_Public):
     log_path: Optional[str] = None
     source_file: Optional[str] = None
     run: RunInfo = Field(default_factory=RunInfo)
-    decision: Optional[dict[str, Any]] = Field(default=None, description="the plan it was placed by "
-                                               "(the `orch plan --json` shape)")
+    decision: Optional[Placement] = Field(default=None, description="the plan it was placed by "
+                                          "(the `orch plan --json` shape)")
     owner: Optional[str] = Field(default=None, description="the token name that submitted it")
     priority: int = 0
     cost: Optional[CloudCost] = Field(default=None, description="a cloud job's real cost; None elsewhere")
@@ -225,3 +228,55 @@ class SubmittedJob(JobRecord):
 class CancelledJob(JobRecord):
     """The answer to a cancel: the record, and whether it had ended before."""
     already_ended: bool = False
+
+
+class SubmittedPipeline(BaseModel):
+    """The answer to submitting a pipeline: each stage's record, in order."""
+    pipeline: str
+    stages: list[SubmittedJob]
+
+
+
+
+class ScheduleEvent(BaseModel):
+    """One line of a schedule's log."""
+    at: Optional[str] = None
+    slot: Optional[str] = None
+    job_id: Optional[str] = None
+    message: Optional[str] = None
+
+
+class Schedule(BaseModel):
+    """A cron schedule as `orch schedule ... --json` and `GET /v1/schedules` show it (no job
+    file text): `log` only where its log was asked for, `unchanged` only on a pause or
+    resume that found it in that state already. Times are ISO 8601 UTC."""
+    id: str
+    name: str
+    owner: Optional[str] = None
+    cron: str
+    priority: int = 0
+    source_file: Optional[str] = None
+    created_at: Optional[str] = None
+    next_at: Optional[str] = None
+    last_slot: Optional[str] = None
+    paused: bool = False
+    log: Optional[list[ScheduleEvent]] = None
+    unchanged: bool = False
+
+    @model_serializer(mode="wrap")
+    def _json(self, dump: Any) -> dict[str, Any]:
+        out = dump(self)
+        if self.log is None:
+            out.pop("log", None)
+        if not self.unchanged:
+            out.pop("unchanged", None)
+        return out
+
+    def to_json(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+class Registered(BaseModel):
+    """A job file with `schedule.cron`, submitted to `orch serve`: the schedule it registered."""
+    model_config = ConfigDict(extra="forbid")
+    schedule: Schedule

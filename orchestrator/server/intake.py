@@ -6,12 +6,12 @@ service's schedule rules, after the secrets the server's environment gives its o
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.base.errors import InputError
-from orchestrator.records import SubmittedJob
+from orchestrator.records import Registered, SubmittedJob
 from orchestrator.records.caller import Caller
 from orchestrator.server.scheduler import queue_info
 from orchestrator.service import schedule_rules
@@ -45,12 +45,6 @@ class PlanIn(BaseModel):
     upload: Optional[str] = Field(None, pattern=DIGEST_PATTERN)
     env: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(default_factory=dict)
-
-
-class Registered(BaseModel):
-    """A job file with `schedule.cron`, submitted: the schedule it registered."""
-    model_config = ConfigDict(extra="forbid")
-    schedule: dict[str, Any]
 
 
 def job_file(settings, body, who: Optional[Caller] = None):
@@ -103,8 +97,9 @@ def queue_job(scheduler, body: JobIn, who: Caller, text: str, spec):
                                  "its later runs would not have them",
                                  "write the envs into the job file; a scheduled job's "
                                  "secrets come from the server's environment")
-            return {"schedule": register(orch, spec, text, body.file, who.name, body.priority,
-                                         now=scheduler.clock())}
+            schedule = register(orch, spec, text, body.file, who.name, body.priority,
+                                now=scheduler.clock())
+            return Registered.model_validate({"schedule": schedule})
         check_server_secrets(spec, orch.settings, who.name)
         key = f"api:{who.name}:{body.idempotency_key}" if body.idempotency_key else None
         extra = {"upload": body.upload} if body.upload else {}

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
 from orchestrator.base.errors import BackendError, OrchError
+from orchestrator.base.targets import ONPREM
 from orchestrator.decision import cron_slots as cron
 from orchestrator.records import JobRow
 from orchestrator.server.client_policy import check_launch
@@ -250,7 +251,7 @@ class Scheduler:
         settings say it owns when that is more (a node may be down for a while)."""
         from orchestrator.decision.queue import Demand
 
-        if target != "onprem":
+        if target != ONPREM:
             return live
         gpus = sum(inv.count for inv in self.settings.onprem if not inv.cpu_pool)
         cpus = sum(inv.cpus or 0 for inv in self.settings.onprem)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Optional
 
+from orchestrator.base.targets import rented
 from orchestrator.records import JobRow, with_info
+from orchestrator.records.placement import PlacedOffer
 from orchestrator.service.core import Core
 from orchestrator.spec import JobSpec
 
@@ -45,22 +47,20 @@ def month_spend(core: Core, exclude: Optional[str] = None) -> float:
                               core.settings.budget_basis)
 
 
-def run_budget(core: Core, spec: JobSpec, decision: Optional[dict], job_id: str) -> Optional[dict]:
+def run_budget(core: Core, spec: JobSpec, choice: Optional[PlacedOffer], job_id: str) -> Optional[dict]:
     """What the runner needs to stop itself at its budget, after a checkpoint: its
     price per hour on the budget's basis (owned hardware's power alone for cash)."""
     from orchestrator.decision import job_ledger as ledger
 
-    choice = (decision or {}).get("choice") or {}
     limit = budget_limit(core, spec.budget.model_dump(), job_id)
-    price = ledger.hourly(choice, core.settings.budget_basis)
+    price = ledger.hourly(choice, core.settings.budget_basis) if choice else None
     if limit is None or price is None:
         return None
-    target = choice.get("target")  # None for a choice no plan placed
-    rented = bool(target and core.backend_class(target).rented)
-    startup = core.settings.cloud_startup_minutes / 60.0 * price if rented else 0.0
+    target = choice.target if choice else None  # None for a choice no plan placed
+    startup = core.settings.cloud_startup_minutes / 60.0 * price if rented(target) else 0.0
     budget = {"limit_usd": round(limit[0], 6), "what": limit[1], "spent_usd": round(startup, 6),
               "price_per_hour_usd": price}
-    if not rented:
+    if not rented(target):
         # Owned hardware is held from submission on, as the ledger counts it; a cloud
         # VM bills from its start-up, which `spent_usd` covers, so its clock starts there.
         budget["t0"] = core.clock()
@@ -82,7 +82,7 @@ def enforce_budget(core: Core, rec: JobRow, provider) -> JobRow:
     spent = ledger.spend(ledger.entry(rec), basis)
     grace = 0.0
     if rec.spec.get("train"):
-        price = ledger.hourly(rec.choice, basis) or 0.0
+        price = (ledger.hourly(rec.choice, basis) if rec.choice else None) or 0.0
         grace = max(0.10 * limit[0], price * 5 / 60)
     if spent < limit[0] + grace:
         return rec

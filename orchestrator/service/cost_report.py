@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Optional
 
 from orchestrator.base.errors import InputError, OrchError
+from orchestrator.records.cost import CostReport, CostTotal, MonthSpend, PricedJob
 from orchestrator.store import TERMINAL, store_exists
 
 
@@ -23,7 +24,7 @@ def parse_since(text: Optional[str]) -> Optional[float]:
     return float(calendar.timegm(d.utctimetuple()))
 
 
-def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=None) -> dict:
+def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=None) -> CostReport:
     """What jobs really cost, grouped `by`, against their best alternatives: the
     `orch cost --json` shape. Money in settings.currency, with the USD figures beside; full
     cost and cash side by side, the month's spend on the monthly budget's basis."""
@@ -34,7 +35,7 @@ def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=
         raise InputError(f"--by {by!r}: not a grouping", f"use one of: {', '.join(ledger.GROUPS)}")
     start = parse_since(since)
     rate = settings.currency_rate
-    entries: list[dict] = []
+    entries: list[PricedJob] = []
     now = time.time()
     if store_exists(settings):  # never create the store just to say it is empty
         if orch is None:
@@ -48,28 +49,29 @@ def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=
                 pass  # priced as last known
             saved = rec.info.cost
             e = saved if saved and rec.status in TERMINAL else ledger.entry(rec, now)
-            entries.append({**e, "cash_usd": ledger.cash(e)})  # also one saved without it
-            # Owned hardware priced at power only (a cluster with no [[onprem]] inventory).
-            entries[-1]["full_cost_known"] = not ran_unpriced(rec)
+            # Its cash also for one saved without it; owned hardware priced at power only (a
+            # cluster with no [[onprem]] inventory) is not known at full cost.
+            entries.append(PricedJob(**{**e.model_dump(), "cash_usd": ledger.cash(e),
+                                        "full_cost_known": not ran_unpriced(rec)}))
     if start is not None:
-        entries = [e for e in entries if (e["finished_at"] or now) >= start]
+        entries = [e for e in entries if (e.finished_at or now) >= start]
     groups = ledger.group(entries, by)
     total = ledger.group(entries, "kind")
-    total_usd = sum(g["cost_usd"] for g in total)
-    cash_usd = sum(g["cash_usd"] for g in total)
-    alt_usd = sum(g["alternative_usd"] for g in total)
+    total_usd = sum(g.cost_usd for g in total)
+    cash_usd = sum(g.cash_usd for g in total)
+    alt_usd = sum(g.alternative_usd for g in total)
     month = None
     if settings.monthly_budget:
         basis = settings.budget_basis
-        month = {"spent": ledger.month_spend(entries, now, basis) * rate,
-                 "budget": settings.monthly_budget, "basis": basis,
-                 "month": time.strftime("%Y-%m", time.gmtime(now))}
-    conv = lambda r: {**r, **{k[:-4]: r[k] * rate for k in list(r)  # noqa: E731
-                              if k.endswith("_usd") and isinstance(r[k], (int, float))}}
-    return {"currency": settings.currency, "rate": rate, "by": by, "since": since,
-            "groups": [conv(g) for g in groups],
-            "total": {"jobs": len(entries), "cost": total_usd * rate, "cost_usd": total_usd,
-                      "cash": cash_usd * rate, "cash_usd": cash_usd,
-                      "alternative": alt_usd * rate, "alternative_usd": alt_usd,
-                      "saved": (alt_usd - total_usd) * rate},
-            "month": month, "jobs": entries}
+        month = MonthSpend(spent=ledger.month_spend(entries, now, basis) * rate,
+                           budget=settings.monthly_budget, basis=basis,
+                           month=time.strftime("%Y-%m", time.gmtime(now)))
+    for g in groups:  # in the report's currency too
+        g.cost, g.cash = g.cost_usd * rate, g.cash_usd * rate
+        g.alternative, g.saved = g.alternative_usd * rate, g.saved_usd * rate
+    return CostReport(
+        currency=settings.currency, rate=rate, by=by, since=since, groups=groups,
+        total=CostTotal(jobs=len(entries), cost=total_usd * rate, cost_usd=total_usd,
+                        cash=cash_usd * rate, cash_usd=cash_usd, alternative=alt_usd * rate,
+                        alternative_usd=alt_usd, saved=(alt_usd - total_usd) * rate),
+        month=month, jobs=entries)

@@ -126,7 +126,7 @@ def finish(core: Core, rec: JobRow, status: str, message: Optional[str]) -> JobR
     from orchestrator.decision import job_ledger as ledger
 
     # The ledger line, kept with the job: what it cost and what it passed over.
-    return core.store.update(rec.id, info=with_info(rec, cost=ledger.entry(rec)))
+    return core.store.update(rec.id, info=with_info(rec, cost=ledger.entry(rec).to_json()))
 
 
 def trust(core: Core, rec: JobRow) -> dict:

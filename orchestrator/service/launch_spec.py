@@ -8,6 +8,7 @@ import shlex
 from typing import Optional
 
 from orchestrator.records import JobRow
+from orchestrator.records.placement import Placement
 from orchestrator.service.budgets import run_budget
 from orchestrator.service.core import Core
 from orchestrator.spec import JobSpec
@@ -18,7 +19,7 @@ _RAY_TRAIN_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
 
 
 def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
-               decision: Optional[dict] = None, secrets: Optional[dict] = None,
+               decision: Optional[Placement] = None, secrets: Optional[dict] = None,
                event_key: str = "") -> Launch:
     """What the provider runs. `secrets` are the `secrets:` values (None: read them now).
     `event_key`: the job's (JobInfo.event_key), handed to a `train:` job's runner among
@@ -43,16 +44,17 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
         storage = resume["storage_path"]
     # What the job holds on the offer it was placed on: what `orch serve`'s queue
     # reserves for it and placement's wait estimate assumed.
-    holds = job_demand(spec, (decision or {}).get("choice"))
+    choice = decision.choice if decision else None
+    holds = job_demand(spec, choice)
     use_gpu = spec.scaling.use_gpu
-    if use_gpu == "auto" and (decision or {}).get("choice"):
+    if use_gpu == "auto" and choice is not None:
         use_gpu = holds.gpus > 0  # as placed and priced, not what the target happens to have
     if spec.train is not None:
         from jobs.request import ENV_VAR, Budget, RunRequest
 
         train_target = spec.train.job or spec.train.entrypoint
         assert train_target is not None  # the spec holds exactly one of them
-        budget = run_budget(core, spec, decision, job_id)
+        budget = run_budget(core, spec, choice, job_id)
         run = RunRequest(
             job_id=job_id, run_name=run_name, target=train_target,
             config=spec.train.config, num_workers=spec.scaling.num_workers, use_gpu=use_gpu,
@@ -71,7 +73,7 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
         command = f"set -e\n{spec.setup}\nset +e\n{command}"
     command = backend.shell_prelude() + command
     entrypoint = f"bash -c {shlex.quote(command)}"
-    est_hours = ((decision or {}).get("estimate") or {}).get("hours")
+    est_hours = decision.estimate.hours if decision else None
     # The cluster keeps these with the job, so any orch can estimate the queue from them.
     metadata = {"orch_job": job_id, "name": spec.name or "job", "cpus": holds.cpus,
                 "gpus": holds.gpus}
@@ -112,7 +114,7 @@ def earlier_jobs(core: Core, before: Optional[str]) -> list[JobRow]:
     return [r for r in jobs if r.id != before and r.created_at <= mine.created_at]
 
 
-def for_cloud(launch: Launch, spec: JobSpec, decision: dict) -> Launch:
+def for_cloud(launch: Launch, spec: JobSpec, decision: Placement) -> Launch:
     """What a cloud VM needs beyond the command (CloudProvider.adapt_launch): the
     offers in cost order and the file mounts; `orch plan` shows the task it makes."""
     from providers.cloud import CloudProvider

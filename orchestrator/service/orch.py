@@ -16,6 +16,7 @@ from orchestrator.service.core import Core
 if TYPE_CHECKING:
     from orchestrator.base.redact import Redactor
     from orchestrator.records import JobRow
+    from orchestrator.records.placement import PlacedOffer, Placement
     from orchestrator.settings import Settings
     from orchestrator.spec import JobSpec
     from orchestrator.store import Store
@@ -69,7 +70,7 @@ class Orch:
     def prepared(self, spec: JobSpec) -> tuple[str, bool]:
         return placing.prepared(self.core, spec)
 
-    def place(self, spec: JobSpec, fp: str, dirty: bool, owner: Optional[str] = None) -> dict:
+    def place(self, spec: JobSpec, fp: str, dirty: bool, owner: Optional[str] = None) -> Placement:
         return submitting.place(self.core, spec, fp, dirty, owner)
 
     def check(self, spec: JobSpec, owner: Optional[str] = None) -> submitting.Checked:
@@ -92,12 +93,12 @@ class Orch:
 
     # -- what a provider runs, and its budget ------------------------------------------
 
-    def launch_for(self, job_id: str, spec: JobSpec, target: str, decision: Optional[dict] = None,
+    def launch_for(self, job_id: str, spec: JobSpec, target: str, decision: Optional[Placement] = None,
                    secrets: Optional[dict] = None, event_key: str = "") -> Launch:
         return launch_spec.launch_for(self.core, job_id, spec, target, decision, secrets,
                                       event_key=event_key)
 
-    def for_cloud(self, launch: Launch, spec: JobSpec, decision: dict) -> Launch:
+    def for_cloud(self, launch: Launch, spec: JobSpec, decision: Placement) -> Launch:
         return launch_spec.for_cloud(launch, spec, decision)
 
     def resume_point(self, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:
@@ -106,8 +107,8 @@ class Orch:
     def budget_limit(self, spec_budget: dict, job_id: Optional[str] = None) -> Optional[tuple]:
         return budgets.budget_limit(self.core, spec_budget, job_id)
 
-    def run_budget(self, spec: JobSpec, decision: Optional[dict], job_id: str) -> Optional[dict]:
-        return budgets.run_budget(self.core, spec, decision, job_id)
+    def run_budget(self, spec: JobSpec, choice: Optional[PlacedOffer], job_id: str) -> Optional[dict]:
+        return budgets.run_budget(self.core, spec, choice, job_id)
 
     # -- following ---------------------------------------------------------------------
 

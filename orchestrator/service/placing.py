@@ -10,6 +10,7 @@ from typing import NamedTuple, Optional
 
 from orchestrator.base.errors import InputError
 from orchestrator.decision.models import Decision
+from orchestrator.records.placement import Placement, Plan
 from orchestrator.service import fingerprint as fingerprint_module
 from orchestrator.service import git_workdir, planning
 from orchestrator.service.core import Core
@@ -26,13 +27,13 @@ class Planned(NamedTuple):
     decision: Decision
     notes: list[str]  # what the record keeps in its reasons and warnings
 
-    def record(self) -> dict:
+    def record(self) -> Placement:
         """The decision as `orch plan --json` shows it and a job's record keeps it."""
         return planning.as_record(self.decision, self.notes)
 
-    def shown(self) -> dict:
+    def shown(self) -> Plan:
         """`orch plan --json`: the decision and the fingerprint it was made for."""
-        return {**self.record(), "fingerprint": self.fingerprint}
+        return Plan(**self.record().model_dump(), fingerprint=self.fingerprint)
 
 
 def prepared(core: Core, spec: JobSpec, client: Optional[bool] = None) -> tuple[str, bool]:
@@ -71,12 +72,12 @@ def plan(core: Core, spec: JobSpec, owner: Optional[str] = None, *,
     return decided(core, spec, *prepared(core, spec, client), owner)
 
 
-def placement(spec: JobSpec, planned: Planned) -> dict:
+def placement(spec: JobSpec, planned: Planned) -> Placement:
     """The decision a job is recorded with; InputError when it has no place to run."""
     if planned.decision.choice is None:
         raise InputError(f"{spec.source_file or spec.name}: no place to run this job: "
                          f"{planned.decision.refusal}",
                          "`orch plan FILE` lists every alternative and why it was excluded")
     record = planned.record()
-    record["alternatives"] = record["alternatives"][:10]  # the record keeps the best few
+    record.alternatives = record.alternatives[:10]  # the record keeps the best few
     return record

@@ -12,10 +12,12 @@ import time
 from contextlib import contextmanager
 from typing import Collection, Iterator, Optional, Sequence
 
+from orchestrator.base.targets import CLOUD, ONPREM, rented
 from orchestrator.decision.classify import classify
 from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
 from orchestrator.decision.placement import decide
 from orchestrator.decision.pricing import HoursEstimator, onprem_offer
+from orchestrator.records.placement import Placement
 
 
 def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None,
@@ -28,7 +30,7 @@ def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None,
     from orchestrator.offers.local import local_offers
 
     offers: list[Offer] = []
-    if settings.effective_mode != "local" and settings.clouds and "cloud" in spec.placement.allow:
+    if settings.effective_mode != "local" and settings.clouds and CLOUD in spec.placement.allow:
         from orchestrator.offers.catalog import cloud_offers
 
         rented = cloud_offers(settings.clouds, settings.catalog_dir)
@@ -61,7 +63,7 @@ class Facts:
     def with_credentials(self, enabled: Collection[str]) -> Facts:
         """The same facts, each cloud offer saying whether this machine has its credentials."""
         return dataclasses.replace(self, offers=[
-            dataclasses.replace(o, credentials=o.cloud in enabled) if o.target == "cloud" else o
+            o if o.owned else dataclasses.replace(o, credentials=o.cloud in enabled)
             for o in self.offers])
 
 
@@ -160,7 +162,7 @@ def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,
     facts = gather(spec, settings, now, fingerprint=fingerprint, history=history, store=store)
     decision, notes = _plan(spec, settings, facts, fingerprint, code_dirty, owner, now)
     carried = spec.carried()
-    if carried and decision.choice is not None and decision.target != "cloud":
+    if carried and decision.choice is not None and not rented(decision.target):
         notes.append(f"{', '.join(carried)}: for a cloud VM; on "
                      f"{decision.target} the job runs without {'them' if len(carried) > 1 else 'it'}")
     return decision, notes
@@ -170,7 +172,7 @@ def _plan(spec, settings, facts: Facts, fingerprint: str, code_dirty: bool,
           owner: Optional[str], now: float) -> tuple[Decision, list[str]]:
     decision = decide_on(spec, settings, facts, fingerprint=fingerprint, now=now,
                          code_dirty=code_dirty, owner=owner)
-    if decision.target != "cloud" or decision.choice is None:
+    if not rented(decision.target) or decision.choice is None:
         return decision, []
     from providers.cloud import enabled_clouds
 
@@ -189,14 +191,14 @@ def _plan(spec, settings, facts: Facts, fingerprint: str, code_dirty: bool,
     if again.choice is None:
         refusal = f"the cheapest place for this job is {cloud}, but {which} ({off}); {again.refusal}"
         return dataclasses.replace(again, refusal=refusal, reasons=(refusal,)), []
-    where = again.choice.offer.cloud if again.target == "cloud" else again.target
+    where = again.choice.offer.cloud if rented(again.target) else again.target
     return again, [f"{which} ({off}); `sky check` enables a cloud. Instead: {where}"]
 
 
 def _credentials_checked(decision: Decision) -> Decision:
     """The decision with each cloud offer marked as having credentials here: all did."""
     def mark(a):
-        if a is None or a.offer.target != "cloud":
+        if a is None or a.offer.owned:
             return a
         return dataclasses.replace(a, offer=dataclasses.replace(a.offer, credentials=True))
 
@@ -204,17 +206,17 @@ def _credentials_checked(decision: Decision) -> Decision:
                                alternatives=tuple(mark(a) for a in decision.alternatives))
 
 
-def as_record(decision: Decision, notes: Sequence[str]) -> dict:
+def as_record(decision: Decision, notes: Sequence[str]) -> Placement:
     """The decision as `orch plan --json` shows it and a job's record keeps it."""
     record = decision.to_dict()
     record["reasons"] = [*notes, *record["reasons"]]
     record["warnings"] = list(notes)
-    return record
+    return Placement.model_validate(record)
 
 
 def wants_cluster(spec, settings) -> bool:
     return bool(settings.ray_address and settings.effective_mode != "local"
-                and "onprem" in spec.placement.allow)
+                and ONPREM in spec.placement.allow)
 
 
 def _read_cluster(settings):

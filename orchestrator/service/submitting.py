@@ -11,6 +11,7 @@ from typing import NamedTuple, Optional
 from orchestrator.base import failpoints, redact
 from orchestrator.base.errors import BackendError
 from orchestrator.records import JobRow, with_info
+from orchestrator.records.placement import Placement
 from orchestrator.service import placing
 from orchestrator.service.core import Core
 from orchestrator.service.launch_spec import launch_for
@@ -31,7 +32,7 @@ class Checked(NamedTuple):
     """A job that passed every check before recording: its secrets, code and placement."""
     secrets: dict  # the `secrets:` values, for its launch only: never stored
     fingerprint: str
-    decision: dict  # the plan it is placed by (`orch plan --json`'s shape)
+    decision: Placement  # the plan it is placed by (`orch plan --json`'s shape)
 
 
 class Submitted(NamedTuple):
@@ -40,7 +41,7 @@ class Submitted(NamedTuple):
     existing: bool
 
 
-def place(core: Core, spec: JobSpec, fp: str, dirty: bool, owner: Optional[str] = None) -> dict:
+def place(core: Core, spec: JobSpec, fp: str, dirty: bool, owner: Optional[str] = None) -> Placement:
     """Where a prepared job runs and why: the decision `orch plan` shows (placing.decided),
     refused (InputError) when it has no place to run."""
     return placing.placement(spec, placing.decided(core, spec, fp, dirty, owner))
@@ -95,7 +96,7 @@ def record(core: Core, spec: JobSpec, idempotency_key: Optional[str] = None, *,
                     secret_lengths=redact.lengths(hidden.values()))
     rec = core.store.create_job(
         name=spec.name or "job", spec=redact.redact_spec(spec.model_dump(mode="json")),
-        kind=decision["kind"], target=decision["target"], fingerprint=fp, decision=decision,
+        kind=decision.kind, target=decision.target, fingerprint=fp, decision=decision,
         source_file=str(Path(spec.source_file).resolve()) if spec.source_file else None,
         idempotency_key=idempotency_key or f"auto-{job_id}", job_id=job_id, info=info,
         owner=owner, priority=priority)
@@ -106,7 +107,7 @@ def record(core: Core, spec: JobSpec, idempotency_key: Optional[str] = None, *,
 def launch(core: Core, rec: JobRow, spec: JobSpec, secrets: Optional[dict] = None) -> JobRow:
     """Launch a recorded job as it was planned; `secrets` None: read them now."""
     secrets = spec.secret_strings() if secrets is None else secrets
-    decision = rec.decision or {}
+    decision = rec.decision
     target = rec.placed_on
     provider = core.provider(target)
     core.secrets[rec.id] = redact.secret_env(spec.envs, secrets)
@@ -124,7 +125,7 @@ def launch(core: Core, rec: JobRow, spec: JobSpec, secrets: Optional[dict] = Non
         raise
     extra = provider.launch_info(backend_id) if isinstance(provider, HasLaunchInfo) else {}
     if made.offers:  # what the cloud ledger prices each launch with
-        extra = {**extra, "offers": list(made.offers)}
+        extra = {**extra, "offers": [o.model_dump(mode="json") for o in made.offers]}
     # One write: the backend's id and what is needed to follow the job arrive together.
     info = with_info(rec, drop=("queued",), entrypoint=made.entrypoint,
                      storage_path=made.metadata.get("storage_path"),

@@ -78,7 +78,7 @@ def summary(core: Core, limit: int = 50) -> dict:
         jobs.append({"id": pub.id, "name": pub.name, "status": pub.status,
                      "target": pub.target, "kind": pub.kind, "owner": pub.owner,
                      "created_at": pub.created_at, "message": pub.message,
-                     "cost": entry["cost_usd"] * rate, "verdict": verdict.get("kind"),
+                     "cost": entry.cost_usd * rate, "verdict": verdict.get("kind"),
                      "advice": verdict.get("advice") or []})
     queue: list[dict] = []
     line: dict[Optional[str], int] = {}

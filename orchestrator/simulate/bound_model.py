@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
+from orchestrator.base.targets import ONPREM
 from orchestrator.decision.pricing import job_cost
 from orchestrator.simulate.jobs import owned_cost
 
@@ -120,7 +121,7 @@ def build(sim: Simulation, end_h: float, bucket_h: float, one_piece: bool = True
     `one_piece`: add the rows that hold for runs that never pause (see the docstring)."""
     from scipy.sparse import coo_matrix
 
-    pools = [o for o in sim.offers if o.target == "onprem"]
+    pools = [o for o in sim.offers if o.target == ONPREM]
     pool_ix = {p: i for i, p in enumerate(pools)}
     startup = sim.settings.cloud_startup_minutes
     horizon = max([1.0, end_h] + [sj.job.due_h for sj in sim.jobs if math.isfinite(sj.job.due_h)])
@@ -132,11 +133,11 @@ def build(sim: Simulation, end_h: float, bucket_h: float, one_piece: bool = True
         a = sj.job.arrival_h
         cloud = min((job_cost(o, sim.hours(sj, o.gpu, u), u, startup)[0]
                      for o, u in sj.candidates
-                     if o.target == "cloud" and (sj.job.checkpoints or not o.spot)), default=math.inf)
+                     if not o.owned and (sj.job.checkpoints or not o.spot)), default=math.inf)
         end = sj.job.due_h if math.isfinite(cloud) and math.isfinite(sj.job.due_h) else end_h
         opts = []
         for o, u in sj.candidates:
-            if o.target != "onprem":
+            if o.target != ONPREM:
                 continue
             h = sim.hours(sj, o.gpu, u)
             full, c = owned_cost(o, h, u)

@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, cast
 
+from orchestrator.base.targets import ONPREM
 from orchestrator.decision.capacity import Running, estimate_start
 from orchestrator.decision.estimates import TeamRatios, learn_ratios
 from orchestrator.decision.models import Capacity, Offer, PastRun, Reservation
@@ -217,7 +218,7 @@ class Simulation:
                        estimate_gpu=None if sj.ask.estimate_h is None else sj.job.gpu)
 
     def run(self, name: str, policy: Policy) -> PolicyRun:
-        pools = [Pool(o, float(o.count)) for o in self.offers if o.target == "onprem"]
+        pools = [Pool(o, float(o.count)) for o in self.offers if o.target == ONPREM]
         view = View(self.settings, self.index, self.trace.start, pools, self.scheduled)
         busy: list[tuple[float, float, float]] = []  # (start_h, finish_h, used) on owned GPUs
         startup_h = self.settings.cloud_startup_minutes / 60.0
@@ -265,9 +266,9 @@ class Simulation:
                 continue
             o.target = choice.offer.target
             o.where = (f"{choice.offer.cloud}/{choice.offer.gpu}x{choice.used:g}"
-                       f"{' spot' if choice.offer.spot else ''}" if choice.offer.target == "cloud"
+                       f"{' spot' if choice.offer.spot else ''}" if not choice.offer.owned
                        else f"{choice.offer.target}/{choice.offer.gpu}x{choice.used:g}")
-            if choice.offer.target == "cloud":
+            if not choice.offer.owned:
                 h = self.hours(sj, choice.offer.gpu, choice.used)
                 k = (preemptions(self.seed, sj.job.index, h, self.spot_rate, LOST_WORK_H)
                      if choice.offer.spot else 0)

@@ -133,7 +133,7 @@ def accelerators(job: TraceJob, offers: Sequence[Offer],
         if o.gpu is None:
             continue
         g = canonical_gpu(o.gpu)
-        if o.target == "cloud":
+        if not o.owned:
             cloud.setdefault(g, set()).add(o.count)
         else:
             owned[g] = max(owned.get(g, 0.0), o.count)
@@ -218,7 +218,7 @@ def _believed(ask: Ask, seen: dict, trace, settings) -> Ask:
                     False, hours).kind
     rent = min((job_cost(o, believed_hours(ask, o.gpu, u, speeds, default_h), u,
                          settings.cloud_startup_minutes)[0]
-                for o, u in ask.candidates if o.target == "cloud" and (ask.checkpoints or not o.spot)),
+                for o, u in ask.candidates if not o.owned and (ask.checkpoints or not o.spot)),
                default=None)
     slack = math.inf if ask.deadline_h is None else max(0.0, ask.deadline_h - hours)
     return replace(ask, kind=kind, rent_usd=rent, slack_h=slack)

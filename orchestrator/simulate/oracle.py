@@ -38,6 +38,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from orchestrator.base.targets import CLOUD, ONPREM
+
 if TYPE_CHECKING:
     from orchestrator.simulate.bound_mip import WholeJobBound
     from orchestrator.simulate.engine import Simulation
@@ -107,7 +109,7 @@ class OracleResult:
                 "deadline_misses": 0, "deadline_miss_rate": 0.0,
                 "onprem_utilization": (round(self.busy_gpu_h / self.owned_gpu_h, 4)
                                        if self.owned_gpu_h else None),
-                "jobs_by_target": {"onprem": round(owned, 2), "cloud": round(n_jobs - owned, 2)},
+                "jobs_by_target": {ONPREM: round(owned, 2), CLOUD: round(n_jobs - owned, 2)},
                 "lower_bound": True, "solver": self.status, "bound": self.bound()}
 
 
@@ -151,7 +153,7 @@ def lower_bound(sim: Simulation, end_h: float, *, bucket_minutes: float = BUCKET
     per_job = np.bincount(prog.job, weights=prog.cost * x, minlength=prog.n_jobs)
     owned_frac = np.bincount(prog.job[owned], weights=(prog.per_job * x)[owned], minlength=prog.n_jobs)
     busy = float((x * prog.in_span)[owned].sum())
-    owned_gpu_h = sum(p.count for p in sim.offers if p.target == "onprem") * sim.span_h
+    owned_gpu_h = sum(p.count for p in sim.offers if p.target == ONPREM) * sim.span_h
     mip = None if mip_seconds is None else whole_job_bound(prog, mip_seconds)
     return OracleResult(power=power, cloud_spend=cloud_spend, ownership=sim.ownership_usd,
                         chargeback=float(prog.full @ x), job_cash=per_job.tolist(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
+from orchestrator.base.targets import ONPREM
 from orchestrator.decision.classify import classify
 from orchestrator.decision.gpus import relative_speed
 from orchestrator.decision.models import Offer
@@ -51,14 +52,14 @@ def _cloud(a: Ask, view: View, clouds=None, spot: Optional[bool] = None) -> Opti
     """Cheapest price per hour in the cloud; spot only for a job that checkpoints (a
     preemption would lose an unsaved run), as anyone renting spot by hand would."""
     spot_ok = a.checkpoints if spot is None else spot
-    best = _per_hour(((o, u) for o, u in a.candidates if o.target == "cloud"
+    best = _per_hour(((o, u) for o, u in a.candidates if not o.owned
                       and (spot_ok or not o.spot) and (clouds is None or o.cloud in clouds)),
                      view.settings.gpu_speeds)
     return None if best is None else Choice(best[0], best[1])
 
 
 def _owned(a: Ask) -> list[tuple[Offer, float]]:
-    return [(o, u) for o, u in a.candidates if o.target == "onprem"]
+    return [(o, u) for o, u in a.candidates if o.target == ONPREM]
 
 
 def cloud_cheapest(a: Ask, view: View) -> Optional[Choice]:
@@ -100,7 +101,7 @@ def _cheapest_per_job(a: Ask, view: View) -> Optional[Choice]:
     best = min(((job_cost(o, view.hours(a, o.gpu, u), u, startup)[0], o.cloud or "",
                  o.region or "", o.instance_type or "", i)
                 for i, (o, u) in enumerate(a.candidates)
-                if o.target == "cloud" and (a.checkpoints or not o.spot)), default=None)
+                if not o.owned and (a.checkpoints or not o.spot)), default=None)
     return None if best is None else Choice(*a.candidates[best[-1]])
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from orchestrator.base.errors import InputError
+from orchestrator.base.targets import ONPREM
 from orchestrator.decision.models import Offer
 from orchestrator.decision.pricing import fmt_money, onprem_offer
 
@@ -26,7 +27,7 @@ class Scenario:
 
     @property
     def owned_offers(self) -> tuple[Offer, ...]:
-        return tuple(o for o in self.offers if o.target == "onprem")
+        return tuple(o for o in self.offers if o.target == ONPREM)
 
     def describe(self, currency: str = "USD", rate: float = 1.0) -> str:
         pools = []

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.base.inputs import clip
+from orchestrator.base.targets import TARGETS, Target
 
-Target = Literal["local", "onprem", "cloud"]
-TARGETS: tuple[Target, ...] = ("local", "onprem", "cloud")
+__all__ = ["TARGETS", "Strict", "Target", "plain"]
 
 
 class Strict(BaseModel):

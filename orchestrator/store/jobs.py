@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from orchestrator.base.errors import NotFound
 from orchestrator.records import JobInfo, JobRow
+from orchestrator.records.placement import Placement
 from orchestrator.store.base import Row, StoreBase, iso
 
 STATUSES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
@@ -38,11 +39,16 @@ def _assignments(fields: dict[str, Any]) -> tuple[list[str], list[Any]]:
     return cols, values
 
 
+def _decision_json(decision: Optional[Placement]) -> Optional[str]:
+    placed = Placement.read(decision)  # a test's dict, too
+    return None if placed is None else json.dumps(placed.to_json())
+
+
 class Jobs(StoreBase):
     """The store's jobs. (`builtins.list` in the signatures: `list` in the class is a method.)"""
 
     def create_job(self, *, name: str, spec: dict, kind: Optional[str], target: Optional[str],
-                   fingerprint: Optional[str], decision: Optional[dict] = None,
+                   fingerprint: Optional[str], decision: Optional[Placement] = None,
                    source_file: Optional[str] = None, address: Optional[str] = None,
                    idempotency_key: Optional[str] = None, job_id: Optional[str] = None,
                    message: str = "recorded", info: Optional[dict] = None,
@@ -54,7 +60,7 @@ class Jobs(StoreBase):
         row = {"id": job_id, "name": name, "status": "PENDING", "kind": kind, "target": target,
                "fingerprint": fingerprint, "spec_json": json.dumps(spec),
                "source_file": source_file,
-               "decision_json": json.dumps(decision) if decision is not None else None,
+               "decision_json": _decision_json(decision),
                "address": address, "idempotency_key": idempotency_key,
                "info_json": json.dumps(info or {}), "created_at": now, "updated_at": now}
         if owner is not None or priority:  # columns of schema 2; left to their defaults else

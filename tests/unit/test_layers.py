@@ -35,7 +35,7 @@ BELOW: dict[str, set[str]] = {
     "decision": {"base", "config", "records"},
     "store": {"base", "records"},
     "offers": {"base", "decision"},
-    "backends": {"base", "config", "decision", "offers", "runner"},
+    "backends": {"base", "config", "records", "decision", "offers", "runner"},
     "service": {"base", "config", "records", "decision", "store", "offers", "backends", "runner"},
     "client": {"base", "config", "records", "decision", "store", "service", "package"},
     "server": {"base", "config", "records", "decision", "store", "service", "package"},

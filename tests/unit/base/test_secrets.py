@@ -14,6 +14,7 @@ import pytest
 from orchestrator.base import redact
 from orchestrator.base.errors import StoreError
 from orchestrator.records import JobRecord
+from orchestrator.records.placement import Placement
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
 from providers.cloud import task_yaml
@@ -163,7 +164,7 @@ def test_emitted_sky_task_names_secrets_without_values(orch):  # noqa: F811
     spec = load_spec_text(JOB.format(accel="H100:1") + f"envs: {{HF_TOKEN: {TOKEN}}}\n", "e.yaml")
     choice = {"target": "cloud", "cloud": "runpod", "region": "US", "gpu": "H100", "count": 1,
               "spot": False, "instance_type": None, "price_per_hour": 2.0, "excluded": None}
-    decision = {"choice": choice, "alternatives": [choice]}
+    decision = Placement(choice=choice, alternatives=[choice])
     launch = orch.for_cloud(orch.launch_for("orch-x", spec, "cloud", decision), spec, decision)
     config = task_yaml(launch)
     assert config["secrets"] == {"HF_TOKEN": None} and TOKEN not in json.dumps(config, default=str)

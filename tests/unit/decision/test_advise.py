@@ -11,6 +11,7 @@ import pytest
 from orchestrator.decision.advise import DAYS_PER_MONTH, WhatIf, advise
 from orchestrator.decision.models import Offer
 from orchestrator.decision.utilization import owned_use
+from orchestrator.records.cost import CostEntry
 from orchestrator.settings import LocalMachine, OwnedGpus, Settings
 from orchestrator.store import Store
 from tests.conftest import job_row, run_json, run_orch, store_at
@@ -320,10 +321,10 @@ RTX = OwnedGpus(gpu="RTX4090", count=4, purchase_price=12000)  # 3 years, 60%, 3
 WORKSTATION = LocalMachine(purchase_price=2500, utilization=0.3, watts=150)
 
 
-def job(target, gpu, count, start_h, end_h=None) -> dict:
+def job(target, gpu, count, start_h, end_h=None) -> CostEntry:
     """A ledger entry: hours from T0; end None while it runs."""
-    return {"target": target, "gpu": gpu, "gpu_count": count, "started_at": T0 + start_h * H,
-            "finished_at": None if end_h is None else T0 + end_h * H}
+    return CostEntry(target=target, gpu=gpu, gpu_count=count, started_at=T0 + start_h * H,
+                     finished_at=None if end_h is None else T0 + end_h * H)
 
 
 CLOUD_ONLY = [job("cloud", "H100", 1, 0, 5)]

@@ -13,6 +13,7 @@ from orchestrator.decision.capacity import ClusterLoad, Running
 from orchestrator.decision.demand import Demand, job_demand
 from orchestrator.decision.models import Capacity
 from orchestrator.decision.pricing import onprem_offer
+from orchestrator.records.placement import PlacedOffer, Placement
 from orchestrator.server.scheduler import queued_job
 from orchestrator.service.orch import Orch
 from orchestrator.service.planning import cluster_capacity, plan_job
@@ -86,8 +87,9 @@ def test_every_path_agrees_on_what_a_job_holds(tmp_path, text, choice, holds):
     spec = load_spec_text("name: j\n" + text)
     stored = redact.redact_spec(spec.model_dump(mode="json"))  # what the job store keeps
     decision = {"choice": choice, "estimate": {"hours": 1.0}}
-    assert job_demand(spec, choice) == holds
-    assert job_demand(stored, choice) == holds
+    placed = None if choice is None else PlacedOffer(**choice)
+    assert job_demand(spec, placed) == holds
+    assert job_demand(stored, placed) == holds
     # What `orch serve`'s queue reserves for the recorded job.
     rec = {"id": "orch-j", "name": "j", "status": "PENDING", "target": "onprem", "spec": stored,
            "decision": decision, "priority": 0, "created_at": 0.0}
@@ -95,7 +97,7 @@ def test_every_path_agrees_on_what_a_job_holds(tmp_path, text, choice, holds):
     # What orch submits as the Ray job's metadata, and what any orch reads back from the
     # cluster (for its wait estimate and, for another store's jobs, the queue).
     orch = Orch(Settings(home=tmp_path / "home", mode="hybrid"))
-    meta = orch.launch_for("orch-j", spec, "onprem", decision, secrets={}).metadata
+    meta = orch.launch_for("orch-j", spec, "onprem", Placement.read(decision), secrets={}).metadata
     assert (meta["cpus"], meta["gpus"]) == (holds.cpus, holds.gpus)
     seen = _job({"submission_id": "orch-j", "status": "RUNNING",
                  "metadata": {k: str(v) for k, v in meta.items()}})  # as Ray keeps it
@@ -146,7 +148,8 @@ def _agrees(tmp_path, spec, settings, d):
     """The chosen offer's wait was estimated with exactly what the Ray metadata records
     and the queue reserves."""
     decision = d.to_dict()
-    meta = Orch(settings).launch_for("orch-j", spec, "onprem", decision, secrets={}).metadata
+    meta = Orch(settings).launch_for("orch-j", spec, "onprem", Placement.read(decision),
+                                     secrets={}).metadata
     holds = Demand(meta["cpus"], meta["gpus"])
     rec = {"id": "orch-j", "name": "j", "status": "PENDING", "target": "onprem",
            "decision": decision, "priority": 0, "created_at": 0.0,
@@ -170,7 +173,7 @@ def test_the_cluster_estimate_reads_each_jobs_holdings_from_its_ray_metadata(tmp
     now = 1_700_000_000.0
     spec = load_spec_text("name: big\nrun: python t.py\nresources: {accelerators: A100:8}\n")
     meta = Orch(Settings(home=tmp_path / "home")).launch_for(
-        "orch-old", spec, "onprem", {"choice": on("A100", 8), "estimate": {"hours": 1.0}},
+        "orch-old", spec, "onprem", Placement(choice=on("A100", 8), estimate={"hours": 1.0}),
         secrets={}).metadata
     running = _job({"submission_id": "orch-old", "status": "RUNNING",
                     "start_time": (now - 3000) * 1000,  # 50 of its 60 minutes gone

@@ -13,6 +13,7 @@ from jobs.request import Budget
 from orchestrator.decision import Offer
 from orchestrator.decision import job_ledger as ledger
 from orchestrator.decision.pricing import local_offer
+from orchestrator.records.placement import PlacedOffer
 from orchestrator.service.planning import month_spend, plan_job
 from orchestrator.settings import LocalMachine, Settings
 from orchestrator.spec import load_spec_text
@@ -42,12 +43,12 @@ def owned_record(**kw) -> dict:
 def test_owned_hardware_costs_amortized_plus_power_for_the_time_held():
     e = ledger.entry(job_row(owned_record()))
     # Ray held it 7200 s = 2 h at 0.5 USD/h (0.4 amortized + 0.1 power).
-    assert e["hours"] == pytest.approx(2.0)
-    assert e["cost_usd"] == pytest.approx(1.0)
-    assert (e["amortized_usd"], e["power_usd"]) == (pytest.approx(0.8), pytest.approx(0.2))
+    assert e.hours == pytest.approx(2.0)
+    assert e.cost_usd == pytest.approx(1.0)
+    assert (e.amortized_usd, e.power_usd) == (pytest.approx(0.8), pytest.approx(0.2))
     # The cloud option passed over: estimated 0.8 for 1 h; the job took 2 h, so 1.6.
-    assert e["alternative"]["where"] == "runpod/CA"
-    assert e["alternative"]["cost_usd"] == pytest.approx(1.6)
+    assert e.alternative.where == "runpod/CA"
+    assert e.alternative.cost_usd == pytest.approx(1.6)
 
 
 def test_an_older_record_is_priced_from_the_price_it_showed_in_its_currency():
@@ -58,8 +59,8 @@ def test_an_older_record_is_priced_from_the_price_it_showed_in_its_currency():
     rec["decision"]["estimate"] = {"hours": 1.0, "cost": 700.0, "cost_usd": 0.5}  # 1400 KRW/USD
     rec["info"] = {}  # no backend times: orch's own start and finish
     e = ledger.entry(job_row(rec))
-    assert e["hours"] == pytest.approx(7270 / 3600)
-    assert e["cost_usd"] == pytest.approx(0.5 * 7270 / 3600)
+    assert e.hours == pytest.approx(7270 / 3600)
+    assert e.cost_usd == pytest.approx(0.5 * 7270 / 3600)
 
 
 def cloud_record(**kw) -> dict:
@@ -92,19 +93,19 @@ def _old_owned() -> dict:
 ], ids=["cloud", "local", "onprem", "old-owned-record", "running"])
 def test_cash_is_the_cloud_bill_or_owned_hardwares_power(rec, cost, cash):
     e = ledger.entry(job_row(rec), now=T0 + 1800)
-    assert (e["cost_usd"], e["cash_usd"]) == (pytest.approx(cost), pytest.approx(cash))
+    assert (e.cost_usd, e.cash_usd) == (pytest.approx(cost), pytest.approx(cash))
     assert ledger.spend(e, "full") == pytest.approx(cost)
     assert ledger.spend(e, "cash") == pytest.approx(cash)
 
 
 def test_an_entry_saved_before_cash_existed_reads_its_cash_from_its_power():
     saved = ledger.entry(job_row(owned_record()))
-    saved.pop("cash_usd")
+    saved.cash_usd = None
     assert ledger.cash(saved) == pytest.approx(0.2)
     cloud = ledger.entry(job_row(cloud_record()))
-    cloud.pop("cash_usd")
+    cloud.cash_usd = None
     assert ledger.cash(cloud) == pytest.approx(3.0)
-    assert ledger.group([saved, cloud], "target")[0]["cash_usd"] == pytest.approx(3.0)
+    assert ledger.group([saved, cloud], "target")[0].cash_usd == pytest.approx(3.0)
 
 
 @pytest.mark.parametrize("basis, spent", [("cash", 3.0 + 0.2 + 0.1), ("full", 3.0 + 1.0 + 0.5)])
@@ -132,13 +133,13 @@ def test_a_budget_basis_orch_does_not_know_is_an_error():
     ({"target": "cloud"}, "cash", None),
 ])
 def test_the_hourly_rate_a_running_job_counts_against_its_budget(choice, basis, rate):
-    assert ledger.hourly(choice, basis) == (None if rate is None else pytest.approx(rate))
+    assert ledger.hourly(PlacedOffer(**choice), basis) == (None if rate is None else pytest.approx(rate))
 
 
 def test_a_running_job_costs_what_it_has_used_so_far():
     rec = owned_record(status="RUNNING", finished_at=None, info={"backend_start": T0})
     e = ledger.entry(job_row(rec), now=T0 + 1800)
-    assert e["running"] and e["cost_usd"] == pytest.approx(0.25)
+    assert e.running and e.cost_usd == pytest.approx(0.25)
 
 
 def test_group_month_spend_and_csv():
@@ -150,13 +151,13 @@ def test_group_month_spend_and_csv():
     c = ledger.entry(job_row(owned_record(id="orch-3", info={"backend_start": T0 - 90 * 86400,
                                                              "backend_end": T0 - 90 * 86400 + 3600},
                                           finished_at=T0 - 90 * 86400 + 3600)), now)
-    by_kind = {g["kind"]: g for g in ledger.group([a, b, c], "kind")}
-    assert by_kind["steady"]["jobs"] == 2
-    assert by_kind["steady"]["cost_usd"] == pytest.approx(1.0 + 0.5)
-    assert by_kind["exploratory"]["cost_usd"] == pytest.approx(0.5)
+    by_kind = {g.key: g for g in ledger.group([a, b, c], "kind")}
+    assert by_kind["steady"].jobs == 2
+    assert by_kind["steady"].cost_usd == pytest.approx(1.0 + 0.5)
+    assert by_kind["exploratory"].cost_usd == pytest.approx(0.5)
     months = ledger.group([a, b, c], "month")
-    assert [m["month"] for m in months] == sorted(m["month"] for m in months) and len(months) == 2
-    assert by_kind["steady"]["cash_usd"] == pytest.approx(0.2 + 0.1)  # power alone
+    assert [m.key for m in months] == sorted(m.key for m in months) and len(months) == 2
+    assert by_kind["steady"].cash_usd == pytest.approx(0.2 + 0.1)  # power alone
     # This month: a (ended in it) and b (running); c ended three months ago.
     assert ledger.month_spend([a, b, c], now, "full") == pytest.approx(1.5)
     assert ledger.month_spend([a, b, c], now) == pytest.approx(0.3)  # cash by default
@@ -237,7 +238,7 @@ def test_a_running_cloud_job_is_stopped_at_its_budget(orch):  # noqa: F811
     assert "budget.max_cost 2.50 USD reached" in rec.message
     rec = orch.refresh(orch.get(rec.id))
     assert rec.status == "CANCELLED" and "budget.max_cost" in rec.message
-    assert rec.info.cost["cost_usd"] == pytest.approx(rec.info.ledger["cost_usd"])
+    assert rec.info.cost.cost_usd == pytest.approx(rec.info.ledger["cost_usd"])
 
 
 def test_orch_cost_groups_writes_csv_and_refuses_bad_flags(tmp_path):

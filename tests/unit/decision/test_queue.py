@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.decision.queue import Demand, Queued, Room, job_demand, ordinal, plan_queue, queue_order
+from orchestrator.records.placement import PlacedOffer
 
 CPU2, GPU1, GPU2 = Demand(cpus=2), Demand(gpus=1), Demand(gpus=2)
 
@@ -125,7 +126,7 @@ def test_an_unreadable_target_holds_its_jobs_and_says_why():
      None, Demand(cpus=1)),
 ])
 def test_what_a_job_holds(spec, choice, demand):
-    assert job_demand(spec, choice) == demand
+    assert job_demand(spec, None if choice is None else PlacedOffer(**choice)) == demand
 
 
 def test_ordinals():

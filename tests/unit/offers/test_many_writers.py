@@ -41,4 +41,4 @@ def test_eight_writers_leave_exactly_200_consistent_records(tmp_path):
         assert [ORDER[s] for s in statuses] == sorted(ORDER[s] for s in statuses), statuses
         assert statuses.count("SUCCEEDED") == 1
         assert [e["ts"] for e in h] == sorted(e["ts"] for e in h)
-        assert r.backend_id == r.id and r.info.cost["cost_usd"] > 0
+        assert r.backend_id == r.id and r.info.cost.cost_usd > 0

@@ -65,7 +65,7 @@ def test_task_round_trips_through_skypilot_yaml(orch, accel):
 
     spec = load_spec_text(JOB.format(accel=accel), "explore.yaml")
     decision = orch.place(spec, "fp", False)
-    assert decision["target"] == "cloud"
+    assert decision.target == "cloud"
     launch = orch.for_cloud(orch.launch_for("orch-t", spec, "cloud", decision), spec, decision)
     task = build_task(launch)
     cfg = task.to_yaml_config()
@@ -73,10 +73,10 @@ def test_task_round_trips_through_skypilot_yaml(orch, accel):
     again = sky.Task.from_yaml_config(copy.deepcopy(cfg)).to_yaml_config()
     assert strip(again) == strip(cfg)
     ordered = cfg["resources"]["ordered"]
-    first = decision["choice"]
-    assert ordered[0]["infra"] == f"{first['cloud']}/{first['region']}"
-    assert ordered[0]["accelerators"] == {first["gpu"]: first["count"]}
-    assert ordered[0]["use_spot"] is first["spot"]
+    first = decision.choice
+    assert ordered[0]["infra"] == f"{first.cloud}/{first.region}"
+    assert ordered[0]["accelerators"] == {first.gpu: first.count}
+    assert ordered[0]["use_spot"] is first.spot
     assert len(ordered) >= 2  # fallbacks in cost order
     allowed = {c.name for c in spec.resources.accelerator_choices()}
     assert all(next(iter(r["accelerators"])) in allowed for r in ordered)
@@ -121,9 +121,9 @@ def test_recovery_cost_is_summed_over_both_runs(orch):
     assert ledger["recoveries"] == 1
     assert ledger["cost_usd"] == pytest.approx(1.75 * (600 / 3600 + 0.1) + 1.75 * (1800 / 3600 + 0.1))
     cost = rec.info.cost  # orch cost's ledger line, kept with the job when it finished
-    assert cost["cost_usd"] == pytest.approx(ledger["cost_usd"]) and cost["recoveries"] == 1
-    assert cost["hours"] == pytest.approx((600 + 360 + 1800 + 360) / 3600)
-    assert cost["target"] == "cloud" and cost["alternative"]["cost_usd"] > 0
+    assert cost.cost_usd == pytest.approx(ledger["cost_usd"]) and cost.recoveries == 1
+    assert cost.hours == pytest.approx((600 + 360 + 1800 + 360) / 3600)
+    assert cost.target == "cloud" and cost.alternative.cost_usd > 0
 
 
 def test_recovering_is_reported_while_it_happens(orch):
@@ -210,8 +210,8 @@ def test_a_multi_node_train_job_rents_n_vms_and_joins_them_in_one_ray_cluster(or
         {"status": "SUCCEEDED", "start_at": T0, "end_at": T0 + 1800, "cloud": "runpod",
          "region": "US", "resources": "2x runpod([Spot], {'H100': 1})"}])
     rec = orch.submit(spec).rec
-    choice = rec.decision["choice"]
-    assert (choice["target"], choice["count"], choice["nodes"]) == ("cloud", 1, 2)
+    choice = rec.choice
+    assert (choice.target, choice.count, choice.nodes) == ("cloud", 1, 2)
     task = fake.launched[0][0]
     assert task.num_nodes == 2
     assert "python3 -m _orch_runner.multinode -- python3 -m _orch_runner.runner" in task.run
@@ -230,7 +230,7 @@ def test_a_multi_node_run_job_runs_its_own_command_on_every_node(orch):
                           "resources: {accelerators: H100:1}\nestimate: {hours: 1, gpu: H100}\n",
                           "mpi.yaml")
     decision = orch.place(spec, "fp", False)
-    assert decision["target"] == "cloud" and decision["choice"]["nodes"] == 2
+    assert decision.target == "cloud" and decision.choice.nodes == 2
     launch = orch.for_cloud(orch.launch_for("orch-t", spec, "cloud", decision), spec, decision)
     task = build_task(launch)
     assert task.num_nodes == 2 and "mpirun ./a.out" in task.run

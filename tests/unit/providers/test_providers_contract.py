@@ -10,6 +10,7 @@ import inspect
 import pytest
 
 from orchestrator.base.errors import InputError
+from orchestrator.base.targets import CLOUD, TARGETS, rented
 from orchestrator.settings import Settings
 from providers.base import Backend, HasCapacity, HasLaunchInfo, KeepsLogs
 from providers.cloud import CloudProvider
@@ -52,8 +53,10 @@ def test_what_a_launch_looks_like_is_known_per_backend_class(tmp_path):
         assert cls.train_command(2) == cls.runner_command()
     assert CloudProvider.train_command(1) == "python3 -m _orch_runner.runner"
     assert CloudProvider.train_command(2) == "python3 -m _orch_runner.multinode -- python3 -m _orch_runner.runner"
-    assert (CloudProvider.launch_grace_s, CloudProvider.rented) == (600.0, True)
-    assert (OnPremProvider.launch_grace_s, LocalProvider.rented) == (0.0, False)
+    assert (CloudProvider.launch_grace_s, OnPremProvider.launch_grace_s) == (600.0, 0.0)
+    # Which targets rent their machines is one registry's answer (base.targets), and every
+    # backend serves one of its names.
+    assert [t for t in BACKENDS if rented(t)] == [CLOUD] and set(BACKENDS) == set(TARGETS)
 
 
 def test_the_cloud_prelude_puts_the_shipped_runner_on_pythonpath(tmp_path):

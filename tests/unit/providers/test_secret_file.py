@@ -227,7 +227,7 @@ def test_a_train_worker_sets_the_values_and_drops_its_nodes_copy(tmp_path, monke
     monkeypatch.delenv("HF_TOKEN")
     secret_env.write(tmp_path / ".orch-env-5", {"HF_TOKEN": "stale"})  # this node's unpacked copy
     monkeypatch.setattr(context, "install", lambda options: seen.update(options=options) or
-                        types.SimpleNamespace(rank=0))
+                        types.SimpleNamespace(rank=0, device=None))  # a CPU worker
     monkeypatch.setattr(ray, "get_runtime_context",
                         lambda: types.SimpleNamespace(get_node_id=lambda: "n1"))
     monkeypatch.setattr(runner, "imported", lambda target: lambda config: seen.update(

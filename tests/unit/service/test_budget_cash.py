@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from orchestrator.records.placement import PlacedOffer
 from orchestrator.service.orch import Orch
 from orchestrator.service.planning import plan_job
 from orchestrator.settings import Settings
@@ -110,7 +111,7 @@ def test_a_running_job_may_spend_what_the_months_cash_leaves(tmp_path, basis, le
 def test_an_owned_jobs_runner_counts_its_power_on_the_cash_basis(tmp_path, basis, rate):
     spec = load_spec_text(STEP + "budget: {max_cost: 1}\n")
     budget = Orch(Settings(home=tmp_path, budget_basis=basis)).run_budget(
-        spec, onprem_decision(4.0, 0.05), "orch-x")
+        spec, PlacedOffer(**onprem_decision(4.0, 0.05)["choice"]), "orch-x")
     assert budget["price_per_hour_usd"] == pytest.approx(rate) and budget["limit_usd"] == 1.0
 
 

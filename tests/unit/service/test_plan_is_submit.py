@@ -123,7 +123,7 @@ def test_the_recorded_decision_is_the_plan(case, tmp_path, monkeypatch):
     local = Local(_settings(case, tmp_path / "home"))
     try:
         spec = load_spec_text(case.job, "job.yaml")
-        planned = _outcome(lambda: local.plan_spec(spec))
+        planned = _outcome(lambda: local.plan_spec(spec).to_json())
         recorded = _outcome(lambda: local.orch.record(spec).rec)
         if planned[0] == "ok" and planned[1]["target"] is None:  # a plan shows its refusal;
             assert recorded[0] == "refused" and case.want == "refused", recorded  # submit stops on it
@@ -139,9 +139,10 @@ def test_the_recorded_decision_is_the_plan(case, tmp_path, monkeypatch):
         plan, rec = planned[1], recorded[1]
         assert plan["target"] == case.want, "\n".join(plan["reasons"])
         assert (rec.kind, rec.target) == (plan["kind"], plan["target"])
+        kept = rec.decision.to_json()
         for key in SAME:
-            assert rec.decision.get(key) == plan.get(key), key
-        assert rec.decision["alternatives"] == plan["alternatives"][:10]
+            assert kept.get(key) == plan.get(key), key
+        assert kept["alternatives"] == plan["alternatives"][:10]
     finally:
         local.close()
 
@@ -255,5 +256,5 @@ def test_one_plan_reads_the_store_once_and_the_months_spend_once(tmp_path, monke
         plan = local.plan_spec(load_spec_text(EXPLORE, "job.yaml"))
     finally:
         local.close()
-    assert plan["target"] == "cloud" and "runpod has no credentials here" in plan["warnings"][0]
+    assert plan.target == "cloud" and "runpod has no credentials here" in plan.warnings[0]
     assert counts == {"store": 1, "spend": 1, "catalog": 1}

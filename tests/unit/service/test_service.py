@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from jobs.request import RunRequest
+from orchestrator.records.placement import Placement
 from orchestrator.service import following
 from orchestrator.service.orch import Orch
 from orchestrator.settings import Settings
@@ -32,7 +33,7 @@ def test_launch_for_a_train_job(tmp_path):
     # Placed: the workers use GPUs exactly when the offer priced has one for each.
     for choice, gpus in (({"gpu": "A100", "count": 2}, True), ({"gpu": "A100", "count": 1}, False),
                          ({"gpu": None, "count": 0}, False)):
-        launch = orch.launch_for("orch-abc", spec, "onprem", {"choice": choice})
+        launch = orch.launch_for("orch-abc", spec, "onprem", Placement(choice=choice))
         assert RunRequest.from_json(launch.env["ORCH_RUN"]).use_gpu is gpus, choice
         assert launch.metadata["gpus"] == (2 if gpus else 0), choice
     asked = load_spec_text("train:\n  job: image-classification\nscaling: {num_workers: 2}\n"
@@ -77,8 +78,8 @@ def test_submit_uses_the_planner_and_history_makes_a_job_steady(tmp_path, monkey
     spec = load_spec_text("train:\n  job: image-classification\n", "nightly.yaml")
     fp, dirty = fingerprint(spec)
     first = orch.place(spec, fp, dirty)
-    assert first["target"] == "local" and first["kind"] == "exploratory"
-    assert any("local-only mode" in r for r in first["reasons"])
+    assert first.target == "local" and first.kind == "exploratory"
+    assert any("local-only mode" in r for r in first.reasons)
     def run_once():
         rec = orch.store.create_job(name="nightly", spec={}, kind="exploratory", target="local",
                                     fingerprint=fp)
@@ -87,15 +88,15 @@ def test_submit_uses_the_planner_and_history_makes_a_job_steady(tmp_path, monkey
 
     for _ in range(3):  # three successful runs just now: one occasion, not yet steady
         run_once()
-    assert orch.place(spec, fp, dirty)["kind"] == "exploratory"
+    assert orch.place(spec, fp, dirty).kind == "exploratory"
     real = time.time()
     for days_ago in (2, 1):  # the same job on two more days
         with monkeypatch.context() as m:
             m.setattr(time, "time", lambda d=days_ago: real - d * 86400)
             run_once()
     again = orch.place(spec, fp, dirty)
-    assert again["kind"] == "steady" and again["target"] == "local"
-    assert any("on 3 occasions" in r for r in again["reasons"])
+    assert again.kind == "steady" and again.target == "local"
+    assert any("on 3 occasions" in r for r in again.reasons)
 
 
 def test_a_job_this_machine_cannot_hold_is_refused_before_recording(tmp_path):

@@ -283,14 +283,14 @@ def test_a_client_sends_the_upload_again_when_the_collector_removed_it_meanwhile
     first = client.submit(job)
     root = upload.uploads_root(settings.home)
     (digest,) = set(os.listdir(root)) - {".owners"}
-    assert first["run"]["upload"] == digest and notes[-1].startswith("sending the workdir")
+    assert first.run.upload == digest and notes[-1].startswith("sending the workdir")
 
     def collector_runs_now(text: str):
         notes.append(text)
         if "the server has these files already" in text:  # between the check and the submit
             store = store_at(settings.home)
             try:
-                store.set_status(first["id"], "SUCCEEDED")
+                store.set_status(first.id, "SUCCEEDED")
                 assert collect(settings.home, store, 1, time.time() + 3 * HOUR) == [digest]
             finally:
                 store.close()
@@ -298,7 +298,7 @@ def test_a_client_sends_the_upload_again_when_the_collector_removed_it_meanwhile
     notes.clear()
     client.on_note = collector_runs_now
     second = client.submit(job)
-    assert second["run"]["upload"] == digest and second["id"] != first["id"]
+    assert second.run.upload == digest and second.id != first.id
     assert notes == [f"workdir {code}: the server has these files already (1 files, 17 bytes); "
                      "nothing sent",
                      "the server removed its copy of the workdir meanwhile (unused for "

@@ -169,7 +169,7 @@ def test_the_second_stage_starts_only_once_the_first_succeeded(orch):  # noqa: F
     history = [h["message"] for h in orch.store.history(second.id)]
     assert f"stage 1 ({first.id}) succeeded: launching" in history
     # Each stage was placed on its own, as its own job file would be.
-    hours = [orch.get(r.id).decision["estimate"]["hours"] for r in (first, second)]
+    hours = [orch.get(r.id).decision.estimate.hours for r in (first, second)]
     assert hours[1] == pytest.approx(hours[0] / 3)  # 0.5 h of A100 work against 1.5 h
 
 

@@ -1,0 +1,68 @@
+"""Decisions, cost entries and client results are read as typed records, never by key.
+
+A placement decision is `records.placement.Placement` (a job row's `decision`, `orch plan
+--json`), a job's cost is `records.cost.CostEntry`, and the client returns `records` models
+(`JobRecord`, `SubmittedJob`, `CostReport`, ...). Reading one of them as a loose dict
+(`.get("choice")`, `entry["cash_usd"]`) hides the contract: a renamed field then fails only
+when a user runs the command. This test greps orch's source for such reads."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Names that hold one of those records wherever orch's code uses them.
+_HOLDERS = r"decision|choice|chosen|chose|placement|placed|estimate|entry|report|plan|planned"
+# Keys only those records have: a read by one of them is a read of such a record.
+_KEYS = ("choice|alternatives|decided_by|refusal|classification|warnings|decision|"
+         "price_per_hour_usd|amortized_per_hour_usd|power_per_hour_usd|est_hours|est_cost|"
+         "marginal_cost|congestion_cost|full_cost_known|offer_count|hours_basis|"
+         "cash_usd|gpu_hours|amortized_usd|power_usd|estimate_usd|alternative_usd|saved_usd|"
+         "already_ended|existing")
+BY_NAME = re.compile(rf"\b({_HOLDERS})\b(\s+or\s+\{{\}}\))?\s*(\.get\(|\[[\"'])")
+BY_KEY = re.compile(rf"(\.get\(|\[)[\"']({_KEYS})[\"'](?!\]\s*=[^=])")  # a read, not a write
+
+# Files that may read these keys from a dict, each with why.
+# Ray's and SkyPilot's JSON (providers/) use other keys and pass as they are; the lenient
+# reader of rows written by older orch versions is pydantic's (Placement.read, CostEntry).
+ALLOWED = {
+    # A trace imported from a CSV file is external input: its columns are the file's.
+    "orchestrator/simulate/trace.py": "parses an imported CSV trace",
+}
+
+
+def _reads() -> list[str]:
+    found = []
+    for top in ("orchestrator", "providers"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            for no, line in enumerate(path.read_text().splitlines(), 1):
+                code = line.split("#", 1)[0]
+                if BY_NAME.search(code) or BY_KEY.search(code):
+                    found.append(f"{rel}:{no}: {line.strip()}")
+    return found
+
+
+def test_no_decision_cost_entry_or_client_result_is_read_by_key():
+    found = [f for f in _reads() if f.split(":", 1)[0] not in ALLOWED]
+    assert not found, ("read a decision, cost entry or client result through its typed "
+                       "record (records.placement, records.cost, records), not by key:\n"
+                       + "\n".join(found))
+
+
+def test_the_grep_finds_what_it_is_for():
+    for line in ('choice = (decision or {}).get("choice") or {}', 'e["cash_usd"]',
+                 'hours = ((decision or {}).get("estimate") or {}).get("hours")',
+                 'if rec["already_ended"]:', 'plan["alternatives"]'):
+        assert BY_NAME.search(line) or BY_KEY.search(line), line
+    for line in ('metadata["est_hours"] = round(h, 4)', 'spec.get("estimate")',
+                 'ledger["cost_usd"]', 'ev.get("chosen")'):
+        assert not (BY_NAME.search(line) or BY_KEY.search(line)), line
+
+
+def test_the_list_of_allowed_files_is_current():
+    reading = {f.split(":", 1)[0] for f in _reads()}
+    stale = sorted(set(ALLOWED) - reading)
+    assert not stale, f"no longer read by key, remove from ALLOWED: {stale}"

@@ -4,8 +4,11 @@ workdir sent with it when the server does not have those files yet."""
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional, TypeVar
+
+from pydantic import BaseModel
 
 from orchestrator import records
 from orchestrator.base.errors import BackendError, InputError, NotFound, OrchError
@@ -17,6 +20,30 @@ if TYPE_CHECKING:
     from orchestrator.spec import Overrides
 
 MiB = 1 << 20
+M = TypeVar("M", bound=BaseModel)
+
+
+def read(cls: type[M], answer: Any) -> M:
+    """A server's answer as this client's record. A newer `orch serve` may add fields: they
+    are left out (at every level) rather than refused, so an older client still reads it."""
+    return cls.model_validate(known(cls, answer))
+
+
+def known(ann: Any, data: Any) -> Any:
+    """`data` without the keys that the annotation's models forbid and do not know."""
+    if isinstance(data, list):
+        args = typing.get_args(ann)
+        return [known(args[0] if args else Any, x) for x in data]
+    if not isinstance(data, dict):
+        return data
+    models = [a for a in (ann, *typing.get_args(ann)) if isinstance(a, type) and issubclass(a, BaseModel)]
+    if not models:
+        return data
+    cls = models[0]
+    fields = cls.model_fields
+    strict = cls.model_config.get("extra") == "forbid"
+    return {k: known(fields[k].annotation, v) if k in fields else v for k, v in data.items()
+            if k in fields or not strict}
 
 
 class Remote:
@@ -99,10 +126,10 @@ class Remote:
             "spec": Path(file).read_text(encoding="utf-8"), "file": str(Path(file).resolve()),
             "idempotency_key": key, "priority": priority, **_given(given)})
         if "schedule" in answer:
-            return records.Registered.model_validate(answer)
+            return read(records.Registered, answer)
         if "stages" in answer:
-            return records.SubmittedPipeline.model_validate(answer)
-        return records.SubmittedJob.model_validate(answer)
+            return read(records.SubmittedPipeline, answer)
+        return read(records.SubmittedJob, answer)
 
     def plan(self, file: Path, given: Optional[Overrides] = None) -> Planned:
         # The workdir is sent for a plan too: the fingerprint that history is matched on
@@ -113,7 +140,7 @@ class Remote:
         answer = self._with_workdir(spec, "/v1/plan", {
             "spec": Path(file).read_text(encoding="utf-8"), "file": str(Path(file).resolve()),
             **_given(given)})
-        return PipelinePlan.model_validate(answer) if "stages" in answer else Plan.model_validate(answer)
+        return read(PipelinePlan, answer) if "stages" in answer else read(Plan, answer)
 
     def _with_workdir(self, spec, path: str, body: dict) -> dict:
         """POST `body` with the job's workdir as {"upload": digest}, sent first unless the
@@ -176,10 +203,10 @@ class Remote:
             json.loads(resp.read())
 
     def jobs(self, limit: int = 50) -> list[records.JobRecord]:
-        return [records.JobRecord.model_validate(j) for j in self._json("GET", f"/v1/jobs?limit={int(limit)}")]
+        return [read(records.JobRecord, j) for j in self._json("GET", f"/v1/jobs?limit={int(limit)}")]
 
     def job(self, job_id: str) -> records.JobDetail:
-        return records.JobDetail.model_validate(self._json("GET", f"/v1/jobs/{self._id(job_id)}"))
+        return read(records.JobDetail, self._json("GET", f"/v1/jobs/{self._id(job_id)}"))
 
     def logs(self, job_id: str) -> str:
         with self._request("GET", f"/v1/jobs/{self._id(job_id)}/logs") as resp:
@@ -202,7 +229,7 @@ class Remote:
                                 "re-attaches") from None
 
     def cancel(self, job_id: str) -> records.CancelledJob:
-        return records.CancelledJob.model_validate(self._json("POST", f"/v1/jobs/{self._id(job_id)}/cancel"))
+        return read(records.CancelledJob, self._json("POST", f"/v1/jobs/{self._id(job_id)}/cancel"))
 
     def cost(self, by: str = "target", since: Optional[str] = None) -> CostReport:
         from urllib.parse import urlencode
@@ -211,17 +238,17 @@ class Remote:
         return CostReport.read(self._json("GET", "/v1/cost?" + urlencode(query)))
 
     def schedules(self) -> list[records.Schedule]:
-        return [records.Schedule.model_validate(s) for s in self._json("GET", "/v1/schedules")]
+        return [read(records.Schedule, s) for s in self._json("GET", "/v1/schedules")]
 
     def schedule(self, sched_id: str) -> records.Schedule:
-        return records.Schedule.model_validate(self._json("GET", f"/v1/schedules/{self._id(sched_id)}"))
+        return read(records.Schedule, self._json("GET", f"/v1/schedules/{self._id(sched_id)}"))
 
     def pause_schedule(self, sched_id: str, paused: bool = True) -> records.Schedule:
-        return records.Schedule.model_validate(self._json("POST", f"/v1/schedules/{self._id(sched_id)}/"
+        return read(records.Schedule, self._json("POST", f"/v1/schedules/{self._id(sched_id)}/"
                                                   f"{'pause' if paused else 'resume'}"))
 
     def remove_schedule(self, sched_id: str) -> records.Schedule:
-        return records.Schedule.model_validate(self._json("DELETE", f"/v1/schedules/{self._id(sched_id)}"))
+        return read(records.Schedule, self._json("DELETE", f"/v1/schedules/{self._id(sched_id)}"))
 
 
 def _given(given: Optional[Overrides]) -> dict:

@@ -4,12 +4,6 @@ from __future__ import annotations
 
 import sys
 
-import typer
-
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="orch: run training jobs where they cost least - this workstation, "
-                       "your Ray cluster, or the cheapest cloud GPU.")
-
 
 def _click_errors():
     """click's exception classes, and typer's own copies of them (typer >= 0.16 vendors click)."""
@@ -31,7 +25,7 @@ def main() -> None:
     from rich.markup import escape
 
     from orchestrator.base.errors import OrchError
-    from orchestrator.cli import commands  # noqa: F401  (registers the commands)
+    from orchestrator.cli.commands import app
     from orchestrator.cli.render import err
 
     exit_, abort, click_error = _click_errors()

@@ -1,8 +1,7 @@
-"""Registers every command on the app; each command lives in its own short module."""
+"""The `orch` app with every command on it; each command lives in its own short module."""
 
 import typer
 
-from orchestrator.cli import app
 from orchestrator.cli.advise import advise
 from orchestrator.cli.artifacts import artifacts
 from orchestrator.cli.cluster import cluster_app
@@ -18,6 +17,9 @@ from orchestrator.cli.simulate import simulate
 from orchestrator.cli.submit import submit
 from orchestrator.cli.token import token_app
 
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="orch: run training jobs where they cost least - this workstation, "
+                       "your Ray cluster, or the cheapest cloud GPU.")
 config_app = typer.Typer(no_args_is_help=True, help="Show orch's settings.")
 config_app.command("show")(config_show)
 

@@ -18,8 +18,8 @@ from typing import Optional
 
 from orchestrator.spec import JobSpec
 
-_SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache",
-              ".pytest_cache", ".ipynb_checkpoints"}
+SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache",
+             ".pytest_cache", ".ipynb_checkpoints"}
 _BIG_FILE = 16 * 1024 * 1024  # a file over it counts by its size and mtime
 _READ_TOTAL = 256 * 1024 * 1024  # bytes read in all; the files after it count as big ones
 _CHUNK = 1024 * 1024
@@ -72,7 +72,7 @@ def content_hash(workdir: Path, read_total: int = _READ_TOTAL) -> str:
     h = hashlib.sha256()
     left = read_total
     for root, dirs, files in os.walk(workdir):
-        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS]
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
         links = [d for d in dirs if os.path.islink(os.path.join(root, d))]  # listed, not walked
         dirs[:] = sorted(d for d in dirs if d not in links)
         for name in sorted(files + links):

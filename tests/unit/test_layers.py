@@ -82,6 +82,11 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _is_module(name: str) -> bool:
+    path = REPO.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def imports() -> dict[str, set[str]]:
     """Each module of orchestrator/, providers/ and jobs/ -> the project modules it imports
     (at any depth: a function-level import counts as much as a top-level one)."""
@@ -93,8 +98,10 @@ def imports() -> dict[str, set[str]]:
                 if isinstance(node, ast.Import):
                     names = [a.name for a in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                    # `from orchestrator import store` imports orchestrator.store
-                    names = [f"{node.module}.{a.name}" if node.module in ("orchestrator", "providers", "jobs")
+                    # `from orchestrator.spec import sky_schema` imports the module
+                    # orchestrator.spec.sky_schema; `from orchestrator.spec import JobSpec`, the
+                    # package orchestrator.spec
+                    names = [f"{node.module}.{a.name}" if _is_module(f"{node.module}.{a.name}")
                              else node.module for a in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.level:
                     # relative (the runner's, which runs under another name on a target):
@@ -125,6 +132,73 @@ def test_every_layer_imports_only_what_is_below_it():
     new = sorted(_crossings() - DEBTS)
     assert not new, ("imports across the layers of docs/architecture.md: "
                      + "; ".join(f"{m} imports the {layer} layer" for m, layer in new))
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _module_edges() -> dict[str, set[str]]:
+    graph = imports()
+    known = set(graph)
+
+    def resolve(name: str) -> str:  # `import orchestrator.spec.load.X`: its module
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name
+
+    return {m: {r for t in ts if (r := resolve(t)) and r != m} for m, ts in graph.items()}
+
+
+def _folder(module: str) -> str:
+    """The folder a module's file is in (a package's `__init__` is in its own)."""
+    path = REPO.joinpath(*module.split("."))
+    return module if (path / "__init__.py").is_file() else module.rpartition(".")[0]
+
+
+def test_no_import_cycle_between_files_or_folders():
+    """A file never imports (at any depth) a file that imports it back, nor a folder a folder
+    that imports it back: what depends on what reads one way."""
+    edges = _module_edges()
+    assert not _cycles(edges), f"import cycles between files: {_cycles(edges)}"
+    folders: dict[str, set[str]] = {}
+    for m, ts in edges.items():
+        # a folder's subfolder is part of it (service/upload is the service's)
+        folders.setdefault(_folder(m), set()).update(
+            f for t in ts if (f := _folder(t)) != _folder(m) and not _folder(t).startswith(_folder(m) + ".")
+            and not _folder(m).startswith(_folder(t) + "."))
+    assert not _cycles(folders), f"import cycles between folders: {_cycles(folders)}"
 
 
 def test_the_list_of_known_exceptions_is_current():

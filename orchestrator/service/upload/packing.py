@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import BinaryIO, Optional
 
 from orchestrator.base.errors import InputError
-from orchestrator.service.fingerprint import _SKIP_DIRS as SKIP_DIRS  # the same folders, both places
+from orchestrator.service.fingerprint import SKIP_DIRS  # the same folders, both places
 from orchestrator.service.upload.limits import IGNORE_FILE, MAX_FILES, MiB, TooLarge, human, link_inside
 
 

@@ -53,7 +53,7 @@ def test_unknown_job_id(orch_home):
 
 def test_help_is_fast_and_imports_no_sdk():
     code = ("import sys, time; t=time.perf_counter();"
-            "from orchestrator.cli import app, commands;"
+            "from orchestrator.cli.commands import app;"
             "print([m for m in ('ray','torch','sky','boto3') if m in sys.modules]);"
             "print(time.perf_counter()-t)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

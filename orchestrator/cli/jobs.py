@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from orchestrator.cli.render import (
+    device_summary,
     duration,
     err,
     metric_summary,
@@ -84,6 +85,12 @@ def status(
             out.print(f"  {'step time':12} data {metrics['time_data_s'] * 1000:.1f} ms, copy "
                       f"{metrics['time_copy_s'] * 1000:.1f} ms, compute "
                       f"{metrics['time_compute_s'] * 1000:.1f} ms")
+        device = device_summary(metrics)
+        if device:
+            out.print(f"  {'devices':12} {device}")
+        idle = (metrics.get("telemetry") or {}).get("idle")
+        if idle:
+            out.print(f"  {'idle':12} {idle}")
         verdict = metrics.get("verdict")
         if verdict:
             out.print(f"  {'verdict':12} {verdict['kind']}: " + "; ".join(verdict["advice"]))

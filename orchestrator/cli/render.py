@@ -85,6 +85,26 @@ def phase_summary(phases: dict) -> str:
     return "  ".join(parts) + f"  (fixed {fixed:.1f}s of {total:.1f}s)"
 
 
+def device_summary(metrics: dict) -> Optional[str]:
+    """How busy a job's devices were (the runner's telemetry, jobs/telemetry.py): over the
+    whole run once it ended, else each worker's latest 30 s; None when none was measured."""
+    s = (metrics.get("telemetry") or {}).get("summary") or {}
+    if s.get("mean_util") is not None:
+        what = "GPU" if s.get("source") == "nvml" else "CPU"
+        of = f" of {s['mem_total_gb']:.0f}" if s.get("mem_total_gb") and what == "GPU" else ""
+        workers = int(s.get("workers") or 1)
+        text = (f"{what} busy {s['mean_util']:.0f}% (p10 {s.get('p10_util', 0):.0f}%), peak "
+                f"{s.get('peak_mem_gb', 0):.2f} GiB{of}, {workers} worker{'s' if workers != 1 else ''}")
+        if s.get("energy_wh") is not None:
+            text += f", {s['energy_wh']:.1f} Wh ({s.get('energy_basis')})"
+        return text + (f" [{s.get('device')}]" if what == "GPU" and s.get("device") else "")
+    now = metrics.get("device_now") or {}
+    if now:
+        return "now: " + ", ".join(f"rank {r} {p.get('util', 0):.0f}% busy, {p.get('mem_gb', 0):.2f} GiB"
+                                   for r, p in sorted(now.items()))
+    return None
+
+
 def metric_summary(metrics: dict) -> str:
     parts = []
     if "epoch" in metrics and "epochs" in metrics:

@@ -63,7 +63,8 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
             storage_path=storage, num_to_keep=spec.checkpoint.num_to_keep,
             max_failures=spec.checkpoint.max_failures, placement=spec.scaling.placement,
             s3_endpoint_url=endpoint if endpoint and storage and storage.startswith("s3://") else None,
-            budget=Budget(**budget) if budget else None)
+            budget=Budget(**budget) if budget else None,
+            telemetry_interval_s=core.settings.telemetry_interval_seconds)
         env[ENV_VAR] = run.to_json()
         command = backend.train_command(spec.num_nodes)
     else:

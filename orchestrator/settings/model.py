@@ -72,6 +72,9 @@ class Settings(BaseSettings):
         None, ge=0, le=1440, description="exploratory work may wait this long for owned GPUs "
         "expected to free by then (renting takes the cloud's start-up anyway); default: half of "
         "cloud_startup_minutes, the other half a margin for a run ending later than estimated")
+    telemetry_interval_seconds: float = Field(
+        5.0, ge=0.1, le=3600, description="how often each training worker reads its device (a "
+        "GPU through NVML, else its own CPU and memory) for the job's record")
     turnaround_value_per_hour: float = Field(0.0, ge=0, description="what an hour sooner is "
                                              "worth to you, in `currency`: exploratory options "
                                              "rank by cost + this x (wait + run hours)")

@@ -35,7 +35,10 @@ def _assignments(fields: dict[str, Any]) -> tuple[list[str], list[Any]]:
     for key, value in fields.items():
         column = next((c for c, k in _JSON_COLUMNS.items() if k == key), key)
         cols.append(f"{column} = ?")
-        values.append(json.dumps(value) if column in _JSON_COLUMNS else value)
+        if column == "decision_json":  # a Placement (or an old row's dict, read leniently)
+            values.append(_decision_json(value))
+        else:
+            values.append(json.dumps(value) if column in _JSON_COLUMNS else value)
     return cols, values
 
 

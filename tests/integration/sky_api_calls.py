@@ -38,6 +38,7 @@ def answer(fn, seconds: dict, name: str) -> dict:
 
 def main(out: Path, home: Path) -> None:
     import providers.cloud as cloud
+    from orchestrator.records.placement import PlacedOffer
     from orchestrator.service.orch import Orch
     from orchestrator.settings import Settings
     from orchestrator.spec import load_spec_text
@@ -45,7 +46,7 @@ def main(out: Path, home: Path) -> None:
 
     sdk = cloud.SkySDK()
     provider = cloud.CloudProvider(sdk=sdk)
-    offer = {"cloud": "lambda", "region": "us-east-1", "gpu": "H100", "count": 1, "spot": False}
+    offer = PlacedOffer(target="cloud", cloud="lambda", region="us-east-1", gpu="H100", count=1, spot=False)
     task = cloud.build_task(Launch(job_id="orch-none", entrypoint="true", offers=(offer,)))
     seconds: dict[str, float] = {}
     calls = {

@@ -103,6 +103,7 @@ def test_quickstart_trains_with_two_workers_in_the_precision_it_measured_on_warm
     assert m["phases"]["submit_to_recorded"] < 30, m["phases"]
     shown = run_orch(ray_home, "status", rec["id"]).stdout
     assert "submit→recorded" in shown and "last step→ended" in shown, shown
+    assert "devices      CPU busy " in shown and ", 2 workers" in shown, shown
     listed = {j["id"]: j for j in run_json(ray_home, "status")}
     assert listed[rec["id"]]["target"] == "local" and listed[rec["id"]]["status"] == "SUCCEEDED"
     logs = run_orch(ray_home, "logs", rec["id"])

@@ -101,9 +101,10 @@ def test_plan_shows_the_ratio_two_measured_runs_give(ray_home, tmp_path):
                 rec = store.get(job_id)
                 metrics = {**rec.metrics, "run_settings": {**rec.metrics.get("run_settings", {}),
                                                            "gpu_name": name}}
-                choice = {**rec.choice, "gpu": name.split()[1][:4], "count": 1}  # the faked device
-                runs.append(PastRun.from_row(store.update(job_id, metrics=metrics,
-                                                          decision={**(rec.decision or {}), "choice": choice})))
+                assert rec.choice is not None and rec.decision is not None
+                choice = rec.choice.model_copy(update={"gpu": name.split()[1][:4], "count": 1})  # the faked device
+                decision = rec.decision.model_copy(update={"choice": choice})
+                runs.append(PastRun.from_row(store.update(job_id, metrics=metrics, decision=decision)))
         finally:
             store.close()
     a100, h100 = runs

@@ -159,3 +159,21 @@ def test_a_runs_workers_combine_and_orch_keeps_them_from_the_log():
     assert m["verdict"]["kind"] == "input-bound"
     assert m["verdict"]["reasons"][0] == "GPUs busy 50% of the run (p10 10%)"
     assert any("pin_memory" in a for a in m["verdict"]["advice"])
+
+
+def test_orch_status_says_how_busy_the_devices_were_or_are():
+    from orchestrator.cli.render import device_summary
+
+    ended = {"telemetry": {"summary": {"source": "nvml", "device": "NVIDIA H100", "workers": 2,
+                                       "mean_util": 58.2, "p10_util": 21.0, "peak_mem_gb": 31.0,
+                                       "mem_total_gb": 80.0, "energy_wh": 22.0,
+                                       "energy_basis": "counter"}}}
+    assert device_summary(ended) == ("GPU busy 58% (p10 21%), peak 31.00 GiB of 80, 2 workers, "
+                                     "22.0 Wh (counter) [NVIDIA H100]")
+    cpu = {"telemetry": {"summary": {"source": "psutil", "device": "cpu", "workers": 1,
+                                     "mean_util": 3.0, "p10_util": 1.0, "peak_mem_gb": 0.5}}}
+    assert device_summary(cpu) == "CPU busy 3% (p10 1%), peak 0.50 GiB, 1 worker"
+    running = {"device_now": {"1": {"since_s": 30.0, "util": 35.0, "mem_gb": 31.0},
+                              "0": {"since_s": 30.0, "util": 65.0, "mem_gb": 30.0}}}
+    assert device_summary(running) == "now: rank 0 65% busy, 30.00 GiB, rank 1 35% busy, 31.00 GiB"
+    assert device_summary({}) is None

@@ -198,10 +198,7 @@ def test_a_pipeline_with_a_stage_that_cannot_run_records_nothing(orch):  # noqa:
 def test_plan_and_status_show_the_pipeline(orch, tmp_path, monkeypatch):  # noqa: F811
     from typer.testing import CliRunner
 
-    from orchestrator.cli import (
-        app,
-        commands,  # noqa: F401  (registers the commands)
-    )
+    from orchestrator.cli.commands import app
     from orchestrator.client import Local
 
     monkeypatch.setattr("orchestrator.client.connect", lambda **kw: Local(orch.settings, orch=orch))

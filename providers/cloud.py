@@ -352,7 +352,7 @@ class CloudProvider(Backend, HasLaunchInfo):
         if rec.get("failure_reason") and sky_status.startswith("FAILED"):
             message = f"{_WHY.get(sky_status, sky_status)}: {rec['failure_reason']}"
         return BackendState(_STATES.get(sky_status, "FAILED"), message,
-                            info={"ledger": ledger, "sky_status": sky_status,
+                            info={"ledger": ledger.model_dump(mode="json"), "sky_status": sky_status,
                                   "sky_job_id": rec.get("job_id"), "infra": rec.get("infra")})
 
     def logs(self, backend_id: str) -> str:

@@ -58,6 +58,13 @@ def cost(
     paid = "" if cash_usd is None else f" ({money(cash_usd)} in cash: cloud rental and power)"
     out.print(f"total: {money(total_usd)} for {len(entries)} jobs at full cost{paid}; their best "
               f"alternatives would have cost {money(alt_usd)}")
+    measured = [e for e in entries if e.power_basis == "measured"]
+    if measured:
+        got = sum(e.power_usd or 0.0 for e in measured)
+        rated = sum(e.power_rated_usd or 0.0 for e in measured)
+        out.print(f"power of {len(measured)} owned job{'s' if len(measured) > 1 else ''}: "
+                  f"{money(got)} from the energy their GPUs drew (NVML), where rated watts x "
+                  f"hours says {money(rated)}")
     unpriced = sum(not e.full_cost_known for e in entries)
     if unpriced:
         from rich.markup import escape

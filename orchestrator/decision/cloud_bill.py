@@ -7,7 +7,9 @@ placed with, so every poll (however rare) moves it forward the same way.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from orchestrator.records.cost import CloudBill
 
 _CLOSED_BY = {"SUCCEEDED": "succeeded", "CANCELLED": "cancelled", "FAILED": "failed",
               "FAILED_SETUP": "setup failed", "FAILED_PRECHECKS": "prechecks failed",
@@ -27,11 +29,13 @@ def price_for(offers: Sequence[dict], cloud: Optional[str], region: Optional[str
     return offers[0] if offers else None
 
 
-def update_ledger(ledger: Optional[dict], record: dict, offers: Sequence[dict], now: float,
-                  startup_minutes: float) -> dict:
-    """The ledger after seeing `record` (a managed-job record: status, cloud, region,
-    start_at, end_at, last_recovered_at, recovery_count, resources)."""
-    launches = [dict(x) for x in (ledger or {}).get("launches", [])]
+def update_ledger(ledger: Union[CloudBill, Mapping[str, Any], None], record: dict,
+                  offers: Sequence[dict], now: float, startup_minutes: float) -> CloudBill:
+    """The bill after seeing `record` (a managed-job record, SkyPilot's JSON: status, cloud,
+    region, start_at, end_at, last_recovered_at, recovery_count, resources). `ledger`: the
+    bill so far, as kept in a job's info (a `CloudBill`, or its stored JSON)."""
+    bill = ledger if isinstance(ledger, CloudBill) else CloudBill.model_validate(ledger or {})
+    launches = [x.model_dump() for x in bill.launches]
     status = str(record.get("status") or "")
     status = status.split(".")[-1]  # an enum's str() may carry its class name
     recoveries = int(record.get("recovery_count") or 0)
@@ -66,7 +70,7 @@ def update_ledger(ledger: Optional[dict], record: dict, offers: Sequence[dict], 
     return summarize(launches, now, startup_minutes)
 
 
-def summarize(launches: list[dict], now: float, startup_minutes: float) -> dict:
+def summarize(launches: list[dict], now: float, startup_minutes: float) -> CloudBill:
     """Billed time x price over every launch, each with its start-up time."""
     cost = hours = 0.0
     for x in launches:
@@ -74,5 +78,5 @@ def summarize(launches: list[dict], now: float, startup_minutes: float) -> dict:
         billed = max(run_h, 0.0) + startup_minutes / 60.0
         hours += billed
         cost += billed * float(x.get("price_per_hour") or 0.0)
-    return {"launches": launches, "billed_hours": round(hours, 6), "cost_usd": round(cost, 6),
-            "recoveries": max(0, len(launches) - 1)}
+    return CloudBill.model_validate({"launches": launches, "billed_hours": round(hours, 6),
+                                     "cost_usd": round(cost, 6), "recoveries": max(0, len(launches) - 1)})

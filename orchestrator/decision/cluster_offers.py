@@ -85,7 +85,8 @@ def _offer(gpu: Optional[str], count: float, cpus: float, watts: float,
            electricity_price: float, note: str) -> Offer:
     _, power = owned_hourly(0.0, 1.0, 1.0, watts, electricity_price)
     return Offer(target=ONPREM, gpu=gpu, count=count, cpus=cpus, price_per_hour=power,
-                 amortized_per_hour=0.0, power_per_hour=power, unpriced=note)
+                 amortized_per_hour=0.0, power_per_hour=power, unpriced=note,
+                 kwh_price=electricity_price)
 
 
 def unread_offers(needs: Needs, capacity: Optional[Capacity], has_onprem: bool, allow: set,

@@ -24,7 +24,8 @@ from orchestrator.records.placement import PlacedOffer, Placement
 GROUPS = ("name", "target", "kind", "month", "day")
 CSV_FIELDS = ("id", "name", "status", "kind", "target", "where", "gpu", "gpu_count", "started",
               "finished", "hours", "gpu_hours", "cost_usd", "cash_usd", "amortized_usd", "power_usd",
-              "estimate_usd", "recoveries", "alternative", "alternative_usd", "saved_usd")
+              "estimate_usd", "recoveries", "alternative", "alternative_usd", "saved_usd",
+              "power_basis", "power_rated_usd")
 BASES = ("cash", "full")  # what a budget counts: settings.budget_basis
 
 
@@ -53,11 +54,24 @@ def best_alternative(decision: Placement) -> Optional[PlacedOffer]:
     return min(pool, key=lambda a: a.est_cost or 0.0) if pool else None
 
 
+def measured_wh(metrics: dict) -> Optional[float]:
+    """The energy a job's GPUs drew over its run, as NVML measured it (the runner's
+    telemetry, jobs/telemetry.py); None where nothing was measured (a CPU job, a GPU
+    without NVML, a run that has not ended)."""
+    summary = ((metrics or {}).get("telemetry") or {}).get("summary") or {}
+    energy = summary.get("energy_wh")
+    if summary.get("source") != "nvml" or not isinstance(energy, (int, float)) or energy < 0:
+        return None
+    return float(energy)
+
+
 def entry(rec: JobRow, now: Optional[float] = None) -> CostEntry:
     """The ledger entry of one job; for a running job, what it has cost so far.
 
     `cost_usd` is the full cost; `cash_usd` what was paid out for it: a cloud job's bill,
-    an owned job's power. A job planned before orch split an owned price into amortized
+    an owned job's power: the energy its GPUs drew where the runner measured it (NVML:
+    `power_basis` "measured", the rated figure beside it in `power_rated_usd`), else its
+    hardware's rated watts x hours ("rated"). A job planned before orch split an owned price into amortized
     purchase and power has no power figure, so its cash is its full cost: an overstatement
     (the budget is reached sooner), never a job shown as cheaper than it was."""
     now = time.time() if now is None else now
@@ -69,14 +83,15 @@ def entry(rec: JobRow, now: Optional[float] = None) -> CostEntry:
     hours = 0.0 if start is None else max(0.0, ((end or now) - start) / 3600.0)
     target = rec.target or chose.target
     count = chose.count or 0
-    amortized = power = None
+    amortized = power = rated = None
+    basis: Optional[str] = None
     recoveries = 0
     if rented(target):
-        ledger = rec.info.ledger or {}  # the cloud bill (decision.cloud_bill)
-        cost = float(ledger.get("cost_usd") or 0.0)
-        recoveries = int(ledger.get("recoveries") or 0)
-        if ledger.get("billed_hours") is not None:
-            hours = float(ledger["billed_hours"])
+        bill = rec.info.ledger  # the cloud bill (decision.cloud_bill)
+        cost = bill.cost_usd if bill else 0.0
+        recoveries = bill.recoveries if bill else 0
+        if bill and "billed_hours" in bill.model_fields_set:
+            hours = bill.billed_hours
     else:
         price = chose.price_per_hour_usd
         if price is None:  # planned by an older orch: the price shown, in its currency
@@ -85,6 +100,11 @@ def entry(rec: JobRow, now: Optional[float] = None) -> CostEntry:
         if chose.amortized_per_hour_usd is not None:
             amortized = chose.amortized_per_hour_usd * hours
             power = (chose.power_per_hour_usd or 0.0) * hours
+            basis = "rated"
+            energy = measured_wh(rec.metrics)
+            if energy is not None and chose.kwh_price_usd:
+                rated, power, basis = power, energy / 1000.0 * chose.kwh_price_usd, "measured"
+                cost += power - rated
     cash = cost if rented(target) or power is None else power
     out = CostEntry(
         id=rec.id, name=rec.name, status=rec.status, kind=rec.kind, target=target,
@@ -95,6 +115,7 @@ def entry(rec: JobRow, now: Optional[float] = None) -> CostEntry:
         cost_usd=round(cost, 6), cash_usd=round(cash, 6),
         amortized_usd=None if amortized is None else round(amortized, 6),
         power_usd=None if power is None else round(power, 6),
+        power_basis=basis, power_rated_usd=None if rated is None else round(rated, 6),
         estimate_usd=decision.estimate.cost_usd, recoveries=recoveries, alternative=None)
     alt = best_alternative(decision)
     if alt is not None and alt.est_cost is not None:

@@ -36,6 +36,9 @@ class Offer:
     amortized_per_hour: float = 0.0
     power_per_hour: float = 0.0
     instance_type: Optional[str] = None
+    # Owned hardware: the electricity price (USD per kWh) its power_per_hour assumes, so that
+    # a job's measured energy can be priced the same way (decision.job_ledger); 0: unknown.
+    kwh_price: float = 0.0
     # Owned hardware whose purchase price orch was not told (a Ray cluster found by its
     # address alone): what is missing and how to give it; the full cost then counts power only.
     unpriced: Optional[str] = None
@@ -275,6 +278,7 @@ def _alt_dict(a: Alternative, m) -> dict:
             "price_per_hour": m(price), "price_per_hour_usd": price,
             "amortized_per_hour_usd": _share(a, o.amortized_per_hour) if own else None,
             "power_per_hour_usd": _share(a, o.power_per_hour) if own else None,
+            "kwh_price_usd": o.kwh_price if own and o.kwh_price else None,
             "est_hours": a.est_hours,
             "est_cost": m(a.est_cost), "marginal_cost": m(a.marginal_cost),
             "power_cost": m(a.power_cost), "congestion_cost": m(a.congestion),

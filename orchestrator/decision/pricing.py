@@ -166,7 +166,8 @@ def onprem_offer(inv, electricity_price: float) -> Offer:
     cpu_pool = inv.cpu_pool
     return Offer(target=ONPREM, gpu=None if cpu_pool else canonical_gpu(inv.gpu),
                  count=0 if cpu_pool else inv.count, cpus=getattr(inv, "cpus", None),
-                 price_per_hour=am + pw, amortized_per_hour=am, power_per_hour=pw)
+                 price_per_hour=am + pw, amortized_per_hour=am, power_per_hour=pw,
+                 kwh_price=electricity_price)
 
 
 def local_offer(machine, electricity_price: float, gpu: Optional[str], count: float,
@@ -176,7 +177,8 @@ def local_offer(machine, electricity_price: float, gpu: Optional[str], count: fl
                           machine.watts, electricity_price)
     return Offer(target=LOCAL, gpu=None if gpu is None else canonical_gpu(gpu),
                  count=count if gpu is not None else 0, price_per_hour=am + pw,
-                 cpus=cpus, memory_gb=memory_gb, amortized_per_hour=am, power_per_hour=pw)
+                 cpus=cpus, memory_gb=memory_gb, amortized_per_hour=am, power_per_hour=pw,
+                 kwh_price=electricity_price)
 
 
 def fmt_money(usd: Optional[float], currency: str = "USD", rate: float = 1.0) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Optional, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
-from orchestrator.records.cost import CostEntry
+from orchestrator.records.cost import CloudBill, CostEntry
 from orchestrator.records.placement import PlacedOffer, Placement
 
 # What `info` holds for orch alone, and why it is not shown.
@@ -68,8 +68,8 @@ class RunInfo(_Public):
     sky_status: Optional[str] = Field(default=None, description="SkyPilot's managed-job status")
     sky_job_id: Optional[Union[int, str]] = Field(default=None, description="SkyPilot's managed-job id")
     infra: Optional[str] = Field(default=None, description="where SkyPilot runs it (cloud/region)")
-    ledger: Optional[dict[str, Any]] = Field(default=None, description="a cloud job's launches and "
-                                             "billed hours (orchestrator.decision.cloud_bill)")
+    ledger: Optional[CloudBill] = Field(default=None, description="a cloud job's launches and "
+                                        "billed hours (orchestrator.decision.cloud_bill)")
     cost: Optional[CostEntry] = Field(default=None, description="its `orch cost` line, kept when "
                                            "it ended (orchestrator.decision.job_ledger.entry)")
 
@@ -184,8 +184,9 @@ class JobRecord(_Public):
         ledger = rec.info.ledger
         cost = None
         if ledger:
-            cost = CloudCost(usd=ledger["cost_usd"], billed_hours=ledger["billed_hours"],
-                             recoveries=ledger["recoveries"], launches=ledger["launches"])
+            cost = CloudCost(usd=ledger.cost_usd, billed_hours=ledger.billed_hours,
+                             recoveries=ledger.recoveries,
+                             launches=[x.model_dump(mode="json", exclude_unset=True) for x in ledger.launches])
         public = rec.info.model_dump(include=set(RunInfo.model_fields), exclude_unset=True)
         return cls(
             id=rec.id, name=rec.name, status=rec.status, kind=rec.kind, target=rec.target,

@@ -19,6 +19,28 @@ class _Kept(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class BilledLaunch(_Kept):
+    """One launch of a cloud job, or one recovery: where, at what price, from when to when."""
+    cloud: Optional[str] = None
+    region: Optional[str] = None
+    gpu: Optional[str] = None
+    count: Optional[Num] = None
+    spot: Optional[bool] = None
+    price_per_hour: Optional[float] = None  # USD
+    started_at: float = 0.0
+    ended_at: Optional[float] = None  # None: still running
+    reason: Optional[str] = None  # why it ended: preempted, succeeded, ...
+
+
+class CloudBill(_Kept):
+    """What a cloud job's launches were billed (`decision.cloud_bill`), kept in its `info`:
+    every launch with its start-up, at its offer's price."""
+    launches: list[BilledLaunch] = []
+    billed_hours: float = 0.0
+    cost_usd: float = 0.0
+    recoveries: int = 0
+
+
 class CostAlternative(_Kept):
     """The best option a job passed over, priced for the work it did."""
     where: str = ""
@@ -47,6 +69,11 @@ class CostEntry(_Kept):
     cash_usd: Optional[float] = None  # what was paid out; None: saved before entries had it
     amortized_usd: Optional[float] = None
     power_usd: Optional[float] = None
+    # How power_usd was had: "measured" (the energy the job's GPUs drew, NVML) or "rated"
+    # (the hardware's rated watts x hours); power_rated_usd is the rated figure beside a
+    # measured one.
+    power_basis: Optional[str] = None
+    power_rated_usd: Optional[float] = None
     estimate_usd: Optional[float] = None
     recoveries: int = 0
     alternative: Optional[CostAlternative] = None

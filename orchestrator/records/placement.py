@@ -40,6 +40,7 @@ class PlacedOffer(_Kept):
     price_per_hour_usd: Optional[Num] = None
     amortized_per_hour_usd: Optional[Num] = None  # owned: its share of the purchase
     power_per_hour_usd: Optional[Num] = None  # owned: its share of the power
+    kwh_price_usd: Optional[Num] = None  # owned: the electricity price that power assumes
     est_hours: Optional[Num] = None
     est_cost: Optional[Num] = None
     marginal_cost: Optional[Num] = None

@@ -51,6 +51,29 @@ def test_owned_hardware_costs_amortized_plus_power_for_the_time_held():
     assert e.alternative.cost_usd == pytest.approx(1.6)
 
 
+def _measured(energy_wh, source="nvml", kwh=0.15) -> dict:
+    rec = owned_record(metrics={"telemetry": {"summary": {"source": source, "energy_wh": energy_wh}}})
+    rec["decision"]["choice"]["kwh_price_usd"] = kwh
+    return rec
+
+
+@pytest.mark.parametrize("rec, power, basis, rated", [
+    # 2 h; rated 0.1 USD/h of power is 0.2; the GPU drew 400 Wh at 0.15 USD/kWh: 0.06
+    (_measured(400.0), 0.06, "measured", 0.2),
+    (_measured(400.0, source="psutil"), 0.2, "rated", None),  # a CPU's figure has no energy
+    (_measured(None), 0.2, "rated", None),  # a GPU without an energy reading
+    (_measured(400.0, kwh=None), 0.2, "rated", None),  # planned before orch kept the kWh price
+    (owned_record(), 0.2, "rated", None),
+], ids=["measured", "cpu", "no-energy", "old-plan", "no-telemetry"])
+def test_an_owned_jobs_power_is_the_energy_it_drew_where_measured(rec, power, basis, rated):
+    e = ledger.entry(job_row(rec))
+    assert (e.power_usd, e.power_basis) == (pytest.approx(power), basis)
+    assert e.power_rated_usd == (None if rated is None else pytest.approx(rated))
+    assert e.cash_usd == pytest.approx(power)  # cash is the power, however had
+    assert e.cost_usd == pytest.approx(0.8 + power)  # the purchase's share, plus that power
+    assert e.amortized_usd == pytest.approx(0.8)
+
+
 def test_an_older_record_is_priced_from_the_price_it_showed_in_its_currency():
     rec = owned_record()
     for a in rec["decision"]["alternatives"]:
@@ -238,7 +261,24 @@ def test_a_running_cloud_job_is_stopped_at_its_budget(orch):  # noqa: F811
     assert "budget.max_cost 2.50 USD reached" in rec.message
     rec = orch.refresh(orch.get(rec.id))
     assert rec.status == "CANCELLED" and "budget.max_cost" in rec.message
-    assert rec.info.cost.cost_usd == pytest.approx(rec.info.ledger["cost_usd"])
+    assert rec.info.cost.cost_usd == pytest.approx(rec.info.ledger.cost_usd)
+
+
+def test_orch_cost_prints_measured_and_rated_power_where_they_differ(tmp_path):
+    home = tmp_path / "home"
+    store = store_at(home)
+    for rec in (_measured(400.0), owned_record()):
+        job = store.create_job(name="m", spec={}, kind="steady", target="local", fingerprint="f",
+                               decision=rec["decision"])
+        store.update(job.id, info=rec["info"], metrics=rec["metrics"])
+        store.set_status(job.id, "SUCCEEDED")
+    store.close()
+    table = run_orch(home, "cost")
+    assert table.returncode == 0, table.stderr
+    assert ("power of 1 owned job: 0.06 USD from the energy their GPUs drew (NVML), where "
+            "rated watts x hours says 0.20 USD") in " ".join(table.stdout.split()), table.stdout
+    d = json.loads(run_orch(home, "cost", "--jobs", "--json").stdout)
+    assert sorted(j["power_basis"] for j in d["jobs"]) == ["measured", "rated"]
 
 
 def test_orch_cost_groups_writes_csv_and_refuses_bad_flags(tmp_path):

@@ -96,8 +96,8 @@ def test_pending_starting_running_succeeded(orch):
     rec, seen = statuses(orch, rec, 4)
     assert seen == ["PENDING", "PENDING", "RUNNING", "SUCCEEDED"]
     ledger = rec.info.ledger
-    assert len(ledger["launches"]) == 1 and ledger["launches"][0]["price_per_hour"] == 1.75
-    assert ledger["cost_usd"] == pytest.approx(1.75 * (0.5 + 0.1))
+    assert len(ledger.launches) == 1 and ledger.launches[0].price_per_hour == 1.75
+    assert ledger.cost_usd == pytest.approx(1.75 * (0.5 + 0.1))
     assert rec.metrics["accuracy"] == 0.95
 
 
@@ -115,13 +115,13 @@ def test_recovery_cost_is_summed_over_both_runs(orch):
     rec, seen = statuses(orch, rec, 4)
     assert seen == ["RUNNING", "RUNNING", "RUNNING", "SUCCEEDED"]
     ledger = rec.info.ledger
-    first, second = ledger["launches"]
-    assert (first["started_at"], first["ended_at"], first["reason"]) == (T0, T0 + 600, "preempted")
-    assert (second["started_at"], second["ended_at"]) == (T0 + 900, T0 + 2700)
-    assert ledger["recoveries"] == 1
-    assert ledger["cost_usd"] == pytest.approx(1.75 * (600 / 3600 + 0.1) + 1.75 * (1800 / 3600 + 0.1))
+    first, second = ledger.launches
+    assert (first.started_at, first.ended_at, first.reason) == (T0, T0 + 600, "preempted")
+    assert (second.started_at, second.ended_at) == (T0 + 900, T0 + 2700)
+    assert ledger.recoveries == 1
+    assert ledger.cost_usd == pytest.approx(1.75 * (600 / 3600 + 0.1) + 1.75 * (1800 / 3600 + 0.1))
     cost = rec.info.cost  # orch cost's ledger line, kept with the job when it finished
-    assert cost.cost_usd == pytest.approx(ledger["cost_usd"]) and cost.recoveries == 1
+    assert cost.cost_usd == pytest.approx(ledger.cost_usd) and cost.recoveries == 1
     assert cost.hours == pytest.approx((600 + 360 + 1800 + 360) / 3600)
     assert cost.target == "cloud" and cost.alternative.cost_usd > 0
 
@@ -180,8 +180,14 @@ def test_ledger_misses_no_recovery_between_polls():
     ledger = update_ledger(ledger, {"status": "RUNNING", "start_at": T0, "recovery_count": 1,
                                     "last_recovered_at": T0 + 1200, "cloud": "runpod",
                                     "region": "US"}, offers, T0 + 1800, 0)
-    assert len(ledger["launches"]) == 2 and ledger["launches"][0]["ended_at"] == T0 + 1200
-    assert ledger["cost_usd"] == pytest.approx(2.0 * (1200 + 600) / 3600)
+    assert len(ledger.launches) == 2 and ledger.launches[0].ended_at == T0 + 1200
+    assert ledger.launches[0].reason == "preempted" and ledger.recoveries == 1
+    assert ledger.cost_usd == pytest.approx(2.0 * (1200 + 600) / 3600)
+    # As a job's info keeps it (JSON), the next poll reads it back the same.
+    again = update_ledger(ledger.model_dump(mode="json"), {"status": "SUCCEEDED", "end_at": T0 + 2400,
+                                                          "recovery_count": 1}, offers, T0 + 3000, 0)
+    assert again.launches[1].reason == "succeeded" and again.launches[1].ended_at == T0 + 2400
+    assert again.cost_usd == pytest.approx(2.0 * (1200 + 1200) / 3600)
 
 
 def test_no_cloud_credentials_is_a_clear_refusal(orch_home, tmp_path):
@@ -222,7 +228,7 @@ def test_a_multi_node_train_job_rents_n_vms_and_joins_them_in_one_ray_cluster(or
     rec, seen = statuses(orch, rec, 2)
     assert seen == ["RUNNING", "SUCCEEDED"]
     # The ledger bills both VMs: the choice's price is per job, num_nodes x the offer's.
-    assert rec.info.ledger["cost_usd"] == pytest.approx(2 * 1.75 * (0.5 + 0.1))
+    assert rec.info.ledger.cost_usd == pytest.approx(2 * 1.75 * (0.5 + 0.1))
 
 
 def test_a_multi_node_run_job_runs_its_own_command_on_every_node(orch):

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from orchestrator.base.targets import ONPREM, TIE_ORDER
+from orchestrator.base.targets import ONPREM, OWNED, TIE_ORDER
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.models import Offer
 
@@ -109,7 +109,7 @@ class Needs:
     def nodes_on(self, o: Offer) -> int:
         """The machines the job takes on this offer: num_nodes VMs of a cloud offer (each
         with the offer's GPUs, as SkyPilot counts them); owned hardware is one pool."""
-        return 1 if o.owned else self.nodes
+        return 1 if o.target in OWNED else self.nodes  # o.owned, inline (a hot path)
 
     def describe(self) -> str:
         parts = [", ".join(f"{g}:{c:g}" for g, c in self.choices) or "no accelerator"]

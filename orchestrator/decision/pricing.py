@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
-from orchestrator.base.targets import LOCAL, ONPREM
+from orchestrator.base.targets import LOCAL, ONPREM, OWNED
 from orchestrator.decision.estimates import (
     Estimate,
     TeamRatios,
@@ -145,7 +145,7 @@ def job_cost(offer: Offer, hours: float, used: float, startup_minutes: float,
     its `nodes` VMs, for the run plus its start-up; owned hardware bills the share of GPUs
     used, and its marginal cost is the power alone. Marginal is None for cloud, where every
     dollar is marginal."""
-    if not offer.owned:
+    if offer.target not in OWNED:  # not offer.owned, inline: this runs for every alternative
         return offer.price_per_hour * nodes * (hours + startup_minutes / 60.0), None
     share = min(used / offer.count, 1.0) if offer.gpu is not None and offer.count else 1.0
     return offer.price_per_hour * share * hours, offer.power_per_hour * share * hours

@@ -36,15 +36,12 @@ def budget_limit(core: Core, spec_budget: dict, job_id: Optional[str] = None) ->
 
 def month_spend(core: Core, exclude: Optional[str] = None) -> float:
     """What every job but `exclude` spent this calendar month, on the budget's basis."""
-    from orchestrator.decision import job_ledger as ledger
+    from orchestrator.service.planning import month_spent
 
     store = core.store_if_exists()
     if store is None:
         return 0.0
-    now = core.clock()
-    recs = store.list(limit=1_000_000, since=ledger.month_start(now))
-    return ledger.month_spend((ledger.entry(r, now) for r in recs if r.id != exclude), now,
-                              core.settings.budget_basis)
+    return month_spent(store, core.clock(), core.settings.budget_basis, exclude)
 
 
 def run_budget(core: Core, spec: JobSpec, choice: Optional[PlacedOffer], job_id: str) -> Optional[dict]:

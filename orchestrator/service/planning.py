@@ -298,10 +298,16 @@ def month_spend(settings, now: float, store=None) -> float:
 def _month_spend(store, settings, now: float) -> float:
     if not settings.monthly_budget or store is None:
         return 0.0
+    return month_spent(store, now, settings.budget_basis)
+
+
+def month_spent(store, now: float, basis: str, exclude: Optional[str] = None) -> float:
+    """USD every job in `store` but `exclude` spent in `now`'s calendar month (running ones
+    so far), counted on `basis` (settings.budget_basis)."""
     from orchestrator.decision import job_ledger as ledger
 
     recs = store.list(limit=1_000_000, since=ledger.month_start(now))
-    return ledger.month_spend((ledger.entry(r, now) for r in recs), now, settings.budget_basis)
+    return ledger.month_spend((ledger.entry(r, now) for r in recs if r.id != exclude), now, basis)
 
 
 # The team's runs that teach a job's speed on other GPU models (decision.estimates): the

@@ -9,7 +9,7 @@ from typing import Optional
 
 from orchestrator.base.errors import BackendError
 from orchestrator.records import CancelledJob, JobDetail, JobRecord, JobRow
-from orchestrator.service import following
+from orchestrator.service import following, planning
 from orchestrator.service.core import Core
 from orchestrator.store import TERMINAL, iso, public_schedule
 
@@ -70,8 +70,8 @@ def summary(core: Core, limit: int = 50) -> dict:
     settings, store = core.settings, core.store
     rate, now = settings.currency_rate, time.time()
     jobs = []
-    for pub in job_records(core, limit):  # each checked with its backend, as `orch status` does
-        rec = store.get(pub.id)
+    for rec in following.list_jobs(core, limit):  # each checked with its backend, as `orch status` does
+        pub = JobRecord.from_row(shown(core, rec))
         saved = rec.info.cost
         entry = saved if saved and rec.status in TERMINAL else ledger.entry(rec, now)
         verdict = (pub.metrics or {}).get("verdict") or {}
@@ -88,9 +88,8 @@ def summary(core: Core, limit: int = 50) -> dict:
                       "priority": r.priority or 0, "created_at": iso(r.created_at),
                       "target": r.target, "in_line": line[r.target],
                       "waiting_for": r.message})
-    month_recs = store.list(limit=1_000_000, since=ledger.month_start(now))
     basis = settings.budget_basis  # the month counted as the monthly budget counts it
-    spent = ledger.month_spend((ledger.entry(r, now) for r in month_recs), now, basis) * rate
+    spent = planning.month_spent(store, now, basis) * rate
     return {"now": iso(now), "currency": settings.currency, "jobs": jobs, "queue": queue,
             "month": {"month": time.strftime("%Y-%m", time.gmtime(now)), "spent": spent,
                       "budget": settings.monthly_budget, "basis": basis},

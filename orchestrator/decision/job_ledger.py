@@ -147,9 +147,12 @@ def _check(basis: str) -> None:
 
 
 def spend(e: CostEntry, basis: str = "cash") -> float:
-    """What an entry counts against a budget: its cash, or its full cost."""
+    """What an entry counts against a budget: its cash, or its full cost. A measured power
+    comes from the job's own workers, whose lines are not signed (they run the job's code),
+    so it never counts less than the rated figure: the job's output cannot lower its budget."""
     _check(basis)
-    return cash(e) if basis == "cash" else e.cost_usd
+    under = (e.power_rated_usd or 0.0) - (e.power_usd or 0.0) if e.power_basis == "measured" else 0.0
+    return (cash(e) if basis == "cash" else e.cost_usd) + max(0.0, under)
 
 
 def hourly(choice: PlacedOffer, basis: str = "cash") -> Optional[float]:

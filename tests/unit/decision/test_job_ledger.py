@@ -70,6 +70,9 @@ def test_an_owned_jobs_power_is_the_energy_it_drew_where_measured(rec, power, ba
     assert (e.power_usd, e.power_basis) == (pytest.approx(power), basis)
     assert e.power_rated_usd == (None if rated is None else pytest.approx(rated))
     assert e.cash_usd == pytest.approx(power)  # cash is the power, however had
+    # A budget never counts less than the rated power: the job's own workers measured it.
+    assert ledger.spend(e, "cash") == pytest.approx(max(power, rated or 0.0))
+    assert ledger.spend(e, "full") == pytest.approx(0.8 + max(power, rated or 0.0))
     assert e.cost_usd == pytest.approx(0.8 + power)  # the purchase's share, plus that power
     assert e.amortized_usd == pytest.approx(0.8)
 

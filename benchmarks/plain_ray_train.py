@@ -97,7 +97,7 @@ def floor(address: str, env: dict, workers: int, runs: int, storage: str) -> lis
     any driver start, Jobs API, data or model. In a process of its own, as above."""
     import subprocess
 
-    from jobs.runner import TRAIN_ENV
+    from jobs.trainer import TRAIN_ENV
     from orchestrator.service.launch_spec import _RAY_TRAIN_ENV
 
     # Ray Train's settings as orch's jobs get them (the job's environment over the
@@ -124,12 +124,12 @@ def _floor(address: str, workers: int, runs: int, storage: str) -> int:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from jobs.runner import _trainer_class
+    from jobs.trainer import trainer_class
 
     host = address.rsplit(":", 1)[0]
     ray.init(address=address, log_to_driver=False,
              **({"_node_ip_address": host} if host.startswith("127.") else {}))
-    trainer_class = _trainer_class(TorchTrainer)
+    trainer_class = trainer_class(TorchTrainer)
     for i in range(runs):
         start = time.time()
         trainer_class(_noop, scaling_config=ScalingConfig(num_workers=workers),

@@ -8,10 +8,11 @@ back for it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
-from typing import Any
+from typing import Any, Optional
 
 # Ray's worker setup hook: a process started with this variable imports the module and
 # calls the function before it takes work.
@@ -66,3 +67,43 @@ def controller_class() -> type:
             super().__init__(*args, **kwargs)
 
     return TrainController
+
+
+def start(init_kwargs: dict, log_path: Optional[str] = None, env: Optional[dict] = None) -> Any:
+    """A run's Ray Train controller on this node, started as TorchTrainer starts it (Ray
+    Train 2.60), so that the runner holds its handle (to abort the run): a hosted run's
+    (`log_path` given) with its output in the job's log and the host's `env` as env_vars;
+    else with the env_vars TorchTrainer gives it."""
+    import ray
+
+    node = {ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()}
+    if log_path is not None:
+        return ray.remote(num_cpus=0, label_selector=node, runtime_env={"env_vars": env or {}})(
+            controller_class()).remote(log_path, **init_kwargs)
+    from ray._common.constants import RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
+    from ray.train.v2._internal.constants import (
+        DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
+        get_env_vars_to_propagate,
+    )
+    from ray.train.v2._internal.execution.controller import TrainController
+
+    env_vars = get_env_vars_to_propagate()
+    env_vars.setdefault(RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
+                        DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE)
+    return ray.remote(num_cpus=0, label_selector=node, runtime_env={"env_vars": env_vars})(
+        TrainController).remote(**init_kwargs)
+
+
+def abort(controller: Any) -> None:
+    """Stop a run as Ray Train's own Ctrl-C does (its workers and placement group go);
+    killed outright when that does not finish."""
+    import ray
+
+    try:
+        ray.get(controller.abort.remote(), timeout=30)
+    except ray.exceptions.RayActorError:
+        return  # the abort ends with the controller's exit
+    except Exception:  # noqa: BLE001
+        pass
+    with contextlib.suppress(Exception):
+        ray.kill(controller)

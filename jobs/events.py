@@ -41,7 +41,8 @@ def stream(err: bool = False) -> IO[str]:
     return sys.stderr if err else sys.stdout
 
 
-def _key() -> Optional[str]:
+def current_key() -> Optional[str]:
+    """The key this thread signs its state events with (`signing`), for a thread it starts."""
     key: Optional[str] = getattr(_OUT, "key", None)
     return key
 
@@ -50,7 +51,7 @@ def _key() -> Optional[str]:
 def signing(key: Optional[str]) -> Iterator[None]:
     """Sign this thread's state events with `key` (the job's event key) while the block
     runs; None: leave them unsigned (a job recorded before keys, or none handed over)."""
-    before = _key()
+    before = current_key()
     _OUT.key = key
     try:
         yield
@@ -120,7 +121,7 @@ def event_line(event: str, key: Optional[str], /, **fields: Any) -> str:
 def emit(event: str, /, **fields: Any) -> None:
     """Print one event line; flushed at once so a follower sees it live. A state event is
     signed with this thread's key (`signing`), where it has one."""
-    text = event_line(event, _key(), **fields)
+    text = event_line(event, current_key(), **fields)
     out = stream()
     with _WRITE:
         out.write(text + "\n")

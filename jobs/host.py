@@ -35,7 +35,7 @@ import traceback
 from typing import Any, Optional
 
 from . import events, secret_env
-from .controller import LIGHT_ENV, SETUP_HOOK_VAR
+from .controller import LIGHT_ENV, SETUP_HOOK_VAR, abort
 from .hosted import pid_file
 from .request import BadRequest, RunRequest
 
@@ -79,7 +79,7 @@ def controller_env() -> dict:
         RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
     )
 
-    from .runner import TRAIN_ENV
+    from .trainer import TRAIN_ENV
 
     return {**TRAIN_ENV, "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2",
             RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR: DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
@@ -166,7 +166,8 @@ class Host:
             key: Optional[str] = None) -> int:
         """Run one job in this thread: its events go to its log, its state events signed
         with its event key `key` (its runner's alone: never in `env`, which its workers get)."""
-        from .runner import Hosted, run
+        from .runner import run
+        from .trainer import Hosted
 
         done = threading.Event()
         cancelled = threading.Event()
@@ -175,7 +176,7 @@ class Host:
         def on_controller(controller: Any) -> None:
             controllers.append(controller)
             if cancelled.is_set():
-                _abort(controller)
+                abort(controller)
 
         def watch() -> None:  # the runner sends nothing more: a read ends when it is gone
             with contextlib.suppress(OSError):
@@ -184,7 +185,7 @@ class Host:
             if not done.is_set():
                 cancelled.set()
                 for controller in controllers:
-                    _abort(controller)
+                    abort(controller)
 
         threading.Thread(target=watch, daemon=True, name=f"watch-{req.job_id}").start()
         with self.lock:
@@ -211,21 +212,6 @@ class Host:
             # beside the run, their imports would slow its first steps and skew the
             # precision trial it times then.
             self.pool.add(1, req.num_workers)
-
-
-def _abort(controller: Any) -> None:
-    """Stop a run as Ray Train's own Ctrl-C does (its workers and placement group go);
-    killed outright when that does not finish."""
-    import ray
-
-    try:
-        ray.get(controller.abort.remote(), timeout=30)
-    except ray.exceptions.RayActorError:
-        return  # the abort ends with the controller's exit
-    except Exception:  # noqa: BLE001
-        pass
-    with contextlib.suppress(Exception):
-        ray.kill(controller)
 
 
 def _release(controllers: list) -> None:

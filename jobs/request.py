@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional, TypeGuard, Union
 
+from .telemetry import IdlePolicy
+
 ENV_VAR = "ORCH_RUN"
 AUTO = "auto"
 
@@ -55,6 +57,8 @@ class RunRequest:
     max_failures: int = 0
     budget: Optional[Budget] = None
     telemetry_interval_s: float = 5.0  # how often each worker reads its device (jobs/telemetry.py)
+    # utilization_policy (jobs/utilization.py): warn about or stop a run left idle
+    utilization_policy: Optional[IdlePolicy] = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -88,6 +92,8 @@ class RunRequest:
             if bad:
                 raise BadRequest(f"{ENV_VAR}.budget has unknown fields: {', '.join(bad)}")
             data["budget"] = Budget(**budget)
+        if data.get("utilization_policy") is not None:
+            data["utilization_policy"] = _policy(data["utilization_policy"])
         req = cls(**data)
         req._check()
         return req
@@ -121,6 +127,13 @@ class RunRequest:
         if isinstance(self.telemetry_interval_s, bool) or not isinstance(self.telemetry_interval_s, (int, float)) \
                 or not 0.1 <= self.telemetry_interval_s <= 3600:
             raise bad("telemetry_interval_s", "seconds between 0.1 and 3600")
+        policy = self.utilization_policy
+        if policy is not None and not (
+                _is_number(policy.min_utilization) and 0 < policy.min_utilization <= 100
+                and _is_number(policy.window_minutes) and policy.window_minutes > 0
+                and policy.action in ("warn", "stop")):
+            raise bad("utilization_policy", "min_utilization in (0, 100], window_minutes > 0 and "
+                                            "action warn or stop")
         for name in ("run_name", "storage_path", "s3_endpoint_url"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise bad(name, "a string or null")
@@ -148,13 +161,29 @@ class WorkerOptions:
     log_path: Optional[str] = None
     cwd: Optional[str] = None
     telemetry_interval_s: float = 5.0
+    utilization_policy: Optional[IdlePolicy] = None
+    utilization_board: Optional[str] = None  # the run's board (jobs/utilization.py)
 
     @classmethod
     def of(cls, req: RunRequest, budget: Optional[Budget], env: Any = None) -> WorkerOptions:
         return cls(job_id=req.job_id, target=req.target, precision=req.precision,
                    loader_workers=req.loader_workers, pin_memory=req.pin_memory,
                    cpus_per_worker=req.cpus_per_worker, budget=budget, env=env,
-                   telemetry_interval_s=req.telemetry_interval_s)
+                   telemetry_interval_s=req.telemetry_interval_s,
+                   utilization_policy=req.utilization_policy)
+
+
+def _policy(raw: Any) -> IdlePolicy:
+    fields = {f.name for f in dataclasses.fields(IdlePolicy)}
+    if not isinstance(raw, dict) or set(raw) - fields or "min_utilization" not in raw \
+            or "window_minutes" not in raw:
+        raise BadRequest(f"{ENV_VAR}.utilization_policy is {raw!r}; want an object of "
+                         f"{', '.join(sorted(fields))}")
+    return IdlePolicy(**raw)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _is_int(v: Any) -> TypeGuard[int]:

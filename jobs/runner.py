@@ -18,14 +18,16 @@ import functools
 import os
 import sys
 import time
-from dataclasses import dataclass
+import uuid
 from typing import Any, Callable, Optional
 
-from . import events, secret_env, telemetry
+from . import controller as train_controller
+from . import events, secret_env, telemetry, utilization
 from .controller import to_log
 from .events import KEY_VAR
 from .request import ENV_VAR, BadRequest, Budget, RunRequest, WorkerOptions
 from .targets import check_target, failure_text, imported, offer_public_name
+from .trainer import TRAIN_ENV, Hosted, reporter, trainer_class
 
 _OPTIONS_KEY = "__orch__"
 
@@ -58,13 +60,42 @@ def worker_entry(config: dict) -> Any:
     fn = imported(options.target)
     # The device over the run: a point of its series every 30 s while it runs, the summary
     # and the whole (bounded) series at its end, whether the loop returns or raises.
+    post = _board(options, ctx.rank)
     sampler = telemetry.Sampler(telemetry.reader_for(ctx.device), options.telemetry_interval_s,
+                                policy=options.utilization_policy if post else None,
                                 on_point=functools.partial(_device_point, ctx.rank))
+    if post is not None:
+        sampler.on_idle = functools.partial(_idle, post, sampler, ctx.rank, options.utilization_policy)
     sampler.start()
     try:
         return fn(config)
     finally:
         events.emit("telemetry", rank=ctx.rank, **sampler.stop())
+
+
+def _board(options: WorkerOptions, rank: int) -> Optional[Callable[[Optional[float]], None]]:
+    """Where this worker posts whether its device is idle (utilization_policy), once it has
+    said it is not (a restarted worker's earlier post goes); None without a policy, or
+    when the board cannot be reached (the run goes on, unwatched, and says so)."""
+    if options.utilization_policy is None or not options.utilization_board:
+        return None
+    post = functools.partial(utilization.post, options.utilization_board, rank)
+    try:
+        post(None)
+    except Exception as e:  # noqa: BLE001
+        events.say(f"orch runner: utilization_policy is not applied to worker {rank}: {e}", err=True)
+        return None
+    return post
+
+
+def _idle(post: Callable[[Optional[float]], None], sampler: telemetry.Sampler, rank: int,
+          policy: Optional[telemetry.IdlePolicy], peak: Optional[float]) -> None:
+    """This worker's device turned idle (`peak`) or busy again (None): posted to the run's
+    board. Where the run may be stopped for it, the device's summary so far goes to the log
+    first, since a stopped worker ends without its own last word."""
+    if peak is not None and policy is not None and policy.action == "stop":
+        events.emit("telemetry", rank=rank, **sampler.snapshot())
+    post(peak)
 
 
 def _device_point(rank: int, point: dict) -> None:
@@ -96,39 +127,6 @@ def _threads_as_ray_sets_them() -> None:
     torch.set_num_threads(max(1, cpus))
 
 
-@dataclass(frozen=True)
-class Hosted:
-    """A run inside the runner host (jobs/host.py): one long-lived driver with torch and Ray
-    Train imported, whose warm worker processes each run takes its controller and workers from."""
-    env: dict  # the job's environment: its public values and its secrets
-    cwd: Optional[str]  # the job's working_dir on this node
-    log_path: str  # the job's log, which its controller and workers write to
-    controller_env: dict  # the controller's env_vars, as the host's warm processes have them
-    on_controller: Callable[[Any], None]  # handed the run's controller (to abort it on cancel)
-
-
-def _make_reporter(where: Callable[[Any], Any] = lambda path: path):
-    from ray.train import UserCallback
-
-    class OrchReporter(UserCallback):
-        """Runs on the controller: every report of rank 0 becomes a `report` event."""
-
-        def __init__(self):
-            self.count = 0
-
-        def after_report(self, run_context, metrics, checkpoint):
-            self.count += 1
-            m = metrics[0] if metrics else {}
-            events.emit("report", index=self.count, metrics=m,
-                        checkpoint=where(getattr(checkpoint, "path", None)))
-
-        def after_exception(self, run_context, worker_exceptions):
-            for rank, exc in worker_exceptions.items():
-                events.emit("worker_error", rank=rank, error=f"{type(exc).__name__}: {exc}")
-
-    return OrchReporter()
-
-
 def _use_gpu(requested: Any, num_workers: int) -> bool:
     import ray
 
@@ -149,86 +147,6 @@ def _fresh_package(hidden: dict) -> dict:
         return {}
     os.environ["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"  # this working_dir wins over the job's
     return {"runtime_env": {"working_dir": os.getcwd()}}
-
-
-# Ray Train settings the runner starts with, unless the job's environment sets them (Ray
-# Train hands them on to its controller and workers). Measured on a 2-core machine, a
-# near-empty two-worker job (benchmarks/bench_runner_overhead.py):
-# - the preemption watcher is one more actor process per run, started while the workers
-#   import torch; it acts on a node being drained (an autoscaler's or a spot VM's notice),
-#   which neither a workstation nor orch's on-prem cluster sends, and a lost node is still
-#   caught by the health check;
-# - the controller checks its workers every 2 s by default, and a run's first step and its
-#   end are noticed only at such a check.
-TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-             "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
-
-
-# Ray Train's fixed-size scaling policy (2.60) tells Ray Data's AutoscalingCoordinator, a
-# detached actor it creates on the cluster's first run, what the workers need, every 20 s,
-# so that a Ray autoscaler can add nodes for them. orch's targets have no Ray autoscaler (a
-# workstation, an on-prem cluster of fixed nodes, a SkyPilot cluster SkyPilot sized): the
-# request changes nothing there, yet the actor is one more process importing Ray Data, and
-# under CPU load its first answer takes over the 5 s Ray Train waits, which printed a
-# GetTimeoutError traceback into the job's log at every scaling decision until it answered.
-def without_autoscaler_requests(policy: Any) -> Any:
-    """`policy`, or, when it is Ray Train's FixedScalingPolicy, one that sends no resource
-    requests (an elastic policy, or another Ray version's, is left as it is)."""
-    try:
-        from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
-    except ImportError:
-        return policy
-    if type(policy) is not FixedScalingPolicy:
-        return policy
-
-    class Fixed(FixedScalingPolicy):
-        def after_controller_start(self, train_run_context):
-            pass  # the request it would send; nothing is left to cancel at shutdown
-
-        def _maybe_send_resource_request(self):
-            pass
-
-    return Fixed(policy.scaling_config)
-
-
-# Ray Train callbacks the runner leaves out, each one actor process fewer per run (Ray
-# Train 2.50-2.60; another version without them is left as it is):
-# - DatasetsCallback starts a DatasetManager actor for the run's Ray Datasets, even when
-#   there are none, as here (the loop builds its own DataLoader);
-# - PlacementGroupCleanerCallback starts a detached actor that removes the workers'
-#   placement group should the controller die while its driver lives on (as under Ray
-#   Tune); the runner's driver ends with its run, and Ray removes a finished job's groups.
-def _trainer_class(base: type, hosted: Optional[Hosted] = None) -> type:
-    class Trainer(base):  # a subclass of the class given (TorchTrainer)
-        def _create_default_callbacks(self):
-            left_out = {"PlacementGroupCleanerCallback"}
-            if not getattr(self, "datasets", None):  # Ray Datasets would need their manager
-                left_out.add("DatasetsCallback")
-            return [c for c in super()._create_default_callbacks()
-                    if type(c).__name__ not in left_out]
-
-        def _initialize_and_run_controller(self, **controller_init_kwargs):
-            policy = controller_init_kwargs.get("scaling_policy")
-            controller_init_kwargs["scaling_policy"] = without_autoscaler_requests(policy)
-            if hosted is None:
-                return super()._initialize_and_run_controller(**controller_init_kwargs)
-            # As TorchTrainer does (Ray Train 2.60), with the controller's runtime env fixed
-            # to what the host's warm processes were started with, its output in the job's
-            # log, and its handle kept so that a cancel can abort the run.
-            import ray
-
-            from .controller import controller_class
-
-            node = {ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()}
-            controller: Any = ray.remote(
-                num_cpus=0, label_selector=node,
-                runtime_env={"env_vars": hosted.controller_env},
-            )(controller_class()).remote(hosted.log_path, **controller_init_kwargs)
-            hosted.on_controller(controller)
-            ray.get(controller.run.remote())
-            return ray.get(controller.get_result.remote())
-
-    return Trainer
 
 
 def run(req: RunRequest, hidden: Optional[dict] = None, hosted: Optional[Hosted] = None) -> int:
@@ -287,13 +205,17 @@ def _fit(req: RunRequest, options: WorkerOptions, hosted: Optional[Hosted], star
     from .storage import display_path, storage_args
 
     use_gpu = _use_gpu(req.use_gpu, req.num_workers)
+    held: list = []  # the run's controller, once started: what the watch aborts
+    watch = _watch(req, held)
+    if watch is not None:
+        options = dataclasses.replace(options, utilization_board=watch.board)
     config = dict(req.config)
     config[_OPTIONS_KEY] = options
     events.emit("start", num_workers=req.num_workers, use_gpu=use_gpu, target=req.target,
                 storage_path=req.storage_path, run_name=req.name)
     storage = storage_args(req.storage_path, req.s3_endpoint_url)
     where = functools.partial(display_path, args=storage)
-    trainer = _trainer_class(TorchTrainer, hosted)(
+    trainer = trainer_class(TorchTrainer, hosted, None if watch is None else held.append)(
         worker_entry,
         train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=req.num_workers, use_gpu=use_gpu,
@@ -305,16 +227,25 @@ def _fit(req: RunRequest, options: WorkerOptions, hosted: Optional[Hosted], star
             **storage,  # storage_path None: Ray's default on the cluster
             checkpoint_config=CheckpointConfig(num_to_keep=req.num_to_keep),
             failure_config=FailureConfig(max_failures=req.max_failures),
-            callbacks=[_make_reporter(where)],
+            callbacks=[reporter(where)],
         ),
     )
+    if watch is not None:
+        watch.start()
     try:
         result = trainer.fit()
     except Exception as e:  # TrainingFailedError and friends: say why, exit non-zero
-        events.emit("result", ok=False, error=failure_text(e),
+        stopped = watch.stopped if watch is not None else None
+        events.emit("result", ok=False, error=stopped or failure_text(e),
                     wall_s=round(time.monotonic() - started, 2))
-        events.say(f"orch runner: training failed: {e}", err=True)
+        if not stopped:
+            events.say(f"orch runner: training failed: {e}", err=True)
         return 1
+    finally:
+        if watch is not None:
+            watch.close()
+            with contextlib.suppress(Exception):
+                utilization.clear(watch.board)
     checkpoint = getattr(result, "checkpoint", None)
     _prune(checkpoint, req.num_to_keep)
     events.emit("result", ok=True, metrics=result.metrics or {},
@@ -322,6 +253,21 @@ def _fit(req: RunRequest, options: WorkerOptions, hosted: Optional[Hosted], star
                 wall_s=round(time.monotonic() - started, 2))
     _print_verdict(result.metrics or {})
     return 0
+
+
+def _watch(req: RunRequest, held: list) -> Optional[utilization.Watch]:
+    """The run's utilization_policy, watched from here over all its workers: stopping the
+    run aborts the controllers in `held`. None without a policy."""
+    if req.utilization_policy is None:
+        return None
+
+    def stop(reason: str) -> None:
+        for controller in list(held):
+            train_controller.abort(controller)
+
+    board = f"{req.job_id}/{uuid.uuid4().hex[:8]}"  # this run's alone: a rerun posts afresh
+    return utilization.Watch(req.utilization_policy, board, req.num_workers, on_stop=stop,
+                             poll_s=min(1.0, req.telemetry_interval_s))
 
 
 def _prune(checkpoint, keep: int) -> None:

@@ -8,7 +8,7 @@ tested on a machine without a GPU. Reading one sample costs tens of microseconds
 and well under a millisecond through NVML; at one sample every few seconds the thread
 costs far less than 1% of a step.
 
-Pure parts (`Series`, `Totals`, `idle_reason`) take samples and return figures; the
+Pure parts (`Series`, `Totals`, `idle_peak`) take samples and return figures; the
 readers and `Sampler` are the thin I/O around them.
 """
 
@@ -47,29 +47,38 @@ class IdlePolicy:
     action: str = "warn"  # warn | stop
 
 
-def idle_reason(policy: IdlePolicy, devices: Sequence[Sequence[Sample]], now_s: float) -> Optional[str]:
-    """Why the run counts as idle at `now_s` (seconds since start), or None.
+def idle_peak(policy: IdlePolicy, samples: Sequence[Sample], now_s: float) -> Optional[float]:
+    """One device's highest utilization over the policy's last window, when it stayed below
+    `min_utilization` for the whole window; else None.
 
-    Idle means every device stayed below `min_utilization` for the whole last window. Never
-    within the first window after start (loading data, compiling), and never without a
-    sample of every device that covers the window's start: a device with no reading is not
-    known to be idle."""
+    Never within the first window after start (loading data, compiling), and never without
+    readings that cover the window's start: a device with no reading is not known to be
+    idle."""
     window_s = policy.window_minutes * 60.0
-    if now_s < window_s or not devices:
+    if now_s < window_s or not samples:
         return None
     since = now_s - window_s
-    peaks = []
-    for samples in devices:
-        inside = [s for s in samples if s.t >= since]
-        if not inside or min(s.t for s in samples) > since + 1e-9:
-            return None  # this device's readings do not reach back over the window
-        peak = max(s.util for s in inside)
-        if peak >= policy.min_utilization:
-            return None
-        peaks.append(peak)
-    which = "the device" if len(devices) == 1 else f"all {len(devices)} devices"
-    return (f"{which} stayed below {policy.min_utilization:g}% busy for {policy.window_minutes:g} min "
-            f"(highest {max(peaks):.0f}%): utilization_policy")
+    inside = [s.util for s in samples if s.t >= since]
+    if not inside or min(s.t for s in samples) > since + 1e-9:
+        return None  # the readings do not reach back over the window
+    peak = max(inside)
+    return peak if peak < policy.min_utilization else None
+
+
+def idle_text(policy: IdlePolicy, devices: int, peak: float) -> str:
+    """What an idle run is told: how many devices, below what, for how long."""
+    which = "the device" if devices == 1 else f"all {devices} devices"
+    return (f"{which} stayed below {policy.min_utilization:g}% busy for "
+            f"{policy.window_minutes:g} min (highest {peak:.0f}%)")
+
+
+def idle_reason(policy: IdlePolicy, devices: Sequence[Sequence[Sample]], now_s: float) -> Optional[str]:
+    """Why the run counts as idle at `now_s` (seconds since start), or None: idle means
+    every device stayed below `min_utilization` for the whole last window (`idle_peak`)."""
+    peaks = [idle_peak(policy, samples, now_s) for samples in devices]
+    if not peaks or any(p is None for p in peaks):
+        return None
+    return idle_text(policy, len(peaks), max(p for p in peaks if p is not None))
 
 
 class Series:
@@ -301,17 +310,20 @@ class Sampler:
     """Reads a device every `interval_s` seconds in a daemon thread; keeps every sample
     for the policy's window and the summary, and a bounded `Series` for the record.
     `on_point(point)` is called with each point of the series as it closes (a running job's
-    latest figures); `on_idle(reason)` once, when the policy finds the run idle."""
+    latest figures); with a policy, `on_idle(peak)` each time this device turns idle for the
+    policy (`idle_peak`: its highest utilization over the window) and `on_idle(None)` each
+    time it turns busy again. Whether the run is idle is the driver's to judge, over all
+    its workers (jobs/utilization.py)."""
 
     def __init__(self, reader: Any, interval_s: float = 5.0, policy: Optional[IdlePolicy] = None,
-                 on_idle: Optional[Callable[[str], None]] = None,
+                 on_idle: Optional[Callable[[Optional[float]], None]] = None,
                  on_point: Optional[Callable[[dict], None]] = None,
                  clock: Callable[[], float] = time.monotonic):
         self.reader, self.interval_s, self.policy, self.on_idle = reader, interval_s, policy, on_idle
         self.on_point = on_point
         self.series = Series()
         self.samples: list[Sample] = []
-        self.idle: Optional[str] = None
+        self.idle: Optional[float] = None  # the window's peak while this device is idle
         self._clock = clock
         self._t0 = clock()
         self._stop = threading.Event()
@@ -345,20 +357,27 @@ class Sampler:
                 self.samples = [x for x in self.samples if x.t >= s.t - self._keep_s]
         if closed is not None and self.on_point is not None:
             self._quietly(self.on_point, closed)
-        if self.policy is not None and self.idle is None:
-            reason = idle_reason(self.policy, [self.samples], s.t)
-            if reason is not None:
-                self.idle = reason
-                if self.on_idle is not None:
-                    self._quietly(self.on_idle, reason)
+        if self.policy is not None:
+            peak = idle_peak(self.policy, self.samples, s.t)
+            turned = (peak is None) != (self.idle is None)
+            self.idle = peak
+            if turned and self.on_idle is not None:
+                self._quietly(self.on_idle, peak)
         return s
 
     @staticmethod
-    def _quietly(fn: Callable[[Any], None], arg: Any) -> None:
+    def _quietly(fn: Callable[[Any], Any], arg: Any) -> None:
         try:
             fn(arg)
         except Exception:  # a callback that fails (a closed stream) never stops the sampling
             pass
+
+    def snapshot(self) -> dict:
+        """The summary and series so far."""
+        with self._lock:
+            summary = self.totals.summary(self.reader.source, self.reader.device,
+                                          getattr(self.reader, "mem_total_gb", None))
+            return {"summary": summary, "series": self.series.dump()}
 
     def stop(self) -> dict:
         """Stops the thread (after one last reading) and returns the summary and series."""
@@ -366,8 +385,4 @@ class Sampler:
         if self._thread is not None:
             self._thread.join(timeout=self.interval_s + 1.0)
         self.sample()
-        with self._lock:
-            summary = self.totals.summary(self.reader.source, self.reader.device,
-                                          getattr(self.reader, "mem_total_gb", None))
-            return {"summary": summary, "series": self.series.dump(),
-                    **({"idle": self.idle} if self.idle else {})}
+        return self.snapshot()

@@ -41,6 +41,7 @@ UNITS = {
     "tests/integration/test_serve_security_secrets.py": "local-ray",
     "tests/integration/test_speed.py": "local-ray",
     "tests/integration/test_status_page.py": "local-ray",
+    "tests/integration/test_utilization_policy.py": "local-ray",
     "tests/integration/test_onprem.py": "two-node-cluster",
     "tests/integration/test_secrets_travel.py::test_on_prem_jobs_see_their_secrets_and_nothing_keeps_them": "two-node-cluster",
     # Its last test reads what the file's fuzz tests recorded in this process.

@@ -80,7 +80,8 @@ def status(
             out.print(f"  {label:12} {value}")
     metrics = rec.metrics or {}
     if metrics:
-        out.print(f"  {'metrics':12} {metric_summary(metrics)}")
+        if metric_summary(metrics):  # a run stopped before its first report has none
+            out.print(f"  {'metrics':12} {metric_summary(metrics)}")
         if "time_data_s" in metrics:
             out.print(f"  {'step time':12} data {metrics['time_data_s'] * 1000:.1f} ms, copy "
                       f"{metrics['time_copy_s'] * 1000:.1f} ms, compute "
@@ -88,9 +89,9 @@ def status(
         device = device_summary(metrics)
         if device:
             out.print(f"  {'devices':12} {device}")
-        idle = (metrics.get("telemetry") or {}).get("idle")
+        idle = metrics.get("utilization")
         if idle:
-            out.print(f"  {'idle':12} {idle}")
+            out.print(f"  {'idle':12} {idle.get('reason')} (utilization_policy, {idle.get('action')})")
         verdict = metrics.get("verdict")
         if verdict:
             out.print(f"  {'verdict':12} {verdict['kind']}: " + "; ".join(verdict["advice"]))

@@ -7,11 +7,12 @@ from __future__ import annotations
 import shlex
 from typing import Optional
 
+from jobs.telemetry import IdlePolicy
 from orchestrator.records import JobRow
 from orchestrator.records.placement import Placement
 from orchestrator.service.budgets import run_budget
 from orchestrator.service.core import Core
-from orchestrator.spec import JobSpec
+from orchestrator.spec import JobSpec, UtilizationPolicy
 from providers.base import Launch
 
 # Ray Train's controller drains reports on its health check; 0.2 s keeps reports cheap.
@@ -64,7 +65,8 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
             max_failures=spec.checkpoint.max_failures, placement=spec.scaling.placement,
             s3_endpoint_url=endpoint if endpoint and storage and storage.startswith("s3://") else None,
             budget=Budget(**budget) if budget else None,
-            telemetry_interval_s=core.settings.telemetry_interval_seconds)
+            telemetry_interval_s=core.settings.telemetry_interval_seconds,
+            utilization_policy=_idle_policy(spec.utilization_policy or core.settings.utilization_policy))
         env[ENV_VAR] = run.to_json()
         command = backend.train_command(spec.num_nodes)
     else:
@@ -130,3 +132,11 @@ def _cpus_per_worker(spec: JobSpec) -> Optional[int]:
 
     cpus = quantity_min(spec.resources.cpus)
     return None if cpus is None else max(1, int(cpus // spec.scaling.num_workers))
+
+
+def _idle_policy(policy: Optional[UtilizationPolicy]) -> Optional[IdlePolicy]:
+    """The job file's (or the team's default) utilization_policy, as the runner reads it."""
+    if policy is None:
+        return None
+    return IdlePolicy(min_utilization=policy.min_utilization, window_minutes=policy.window_minutes,
+                      action=policy.action)

@@ -64,6 +64,8 @@ def from_log(text: str, previous: Optional[dict] = None, *, key: Optional[str] =
         elif kind == "telemetry":  # a worker's device over the whole run, at its end
             workers = metrics.setdefault("telemetry", {}).setdefault("workers", {})
             workers[str(ev.get("rank", 0))] = {k: v for k, v in _fields(ev).items() if k != "rank"}
+        elif kind == "utilization":  # the runner found every device idle (utilization_policy)
+            metrics["utilization"] = _fields(ev)
         elif kind == "result":
             metrics.update(_metrics(ev))
             metrics["wall_s"] = ev.get("wall_s")
@@ -73,9 +75,6 @@ def from_log(text: str, previous: Optional[dict] = None, *, key: Optional[str] =
     tel = metrics.get("telemetry")
     if tel and tel.get("workers"):
         tel["summary"] = combine({r: w.get("summary") or {} for r, w in tel["workers"].items()})
-        idle = sorted({w["idle"] for w in tel["workers"].values() if w.get("idle")})
-        if idle:
-            tel["idle"] = idle[0]
         metrics.pop("device_now", None)  # the run is over: its summary says more
         if metrics.get("verdict") and "data_fraction" in metrics:  # the verdict, with how busy
             metrics["verdict"] = diagnose(metrics) or metrics["verdict"]

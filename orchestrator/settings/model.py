@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from orchestrator.base.inputs import clip, storage_problem
 from orchestrator.settings.hardware import BuyCandidate, LocalMachine, OwnedGpus
+from orchestrator.spec.sections import UtilizationPolicy
 
 
 def _split_list(v: Any) -> Any:
@@ -75,6 +76,9 @@ class Settings(BaseSettings):
     telemetry_interval_seconds: float = Field(
         5.0, ge=0.1, le=3600, description="how often each training worker reads its device (a "
         "GPU through NVML, else its own CPU and memory) for the job's record")
+    utilization_policy: Optional[UtilizationPolicy] = Field(
+        None, description="the team's default for a train job's utilization_policy (a job's "
+        "own key wins): {min_utilization, window_minutes, action: warn|stop}")
     turnaround_value_per_hour: float = Field(0.0, ge=0, description="what an hour sooner is "
                                              "worth to you, in `currency`: exploratory options "
                                              "rank by cost + this x (wait + run hours)")

@@ -22,11 +22,12 @@ from orchestrator.spec.sections import (
     Scaling,
     Schedule,
     Train,
+    UtilizationPolicy,
 )
 
 __all__ = [
     "MAX_BYTES", "MAX_DEPTH", "MAX_VALUES", "TARGETS", "AcceleratorChoice", "AutoBool", "AutoCount",
     "Budget", "Checkpoint", "Data", "Estimate", "JobSpec", "Overrides", "Placement", "Resources", "Scaling",
-    "Schedule", "SourceMap", "Strict", "Target", "Train", "load_spec", "load_spec_text", "overrides",
+    "Schedule", "SourceMap", "Strict", "Target", "Train", "UtilizationPolicy", "load_spec", "load_spec_text", "overrides",
     "parse_accelerator", "quantity_min",
 ]

@@ -16,7 +16,17 @@ from orchestrator.base.inputs import clip
 from orchestrator.spec.base import Strict, plain
 from orchestrator.spec.document import SourceMap
 from orchestrator.spec.resources import CLOUD_ONLY, Resources
-from orchestrator.spec.sections import Budget, Checkpoint, Data, Estimate, Placement, Scaling, Schedule, Train
+from orchestrator.spec.sections import (
+    Budget,
+    Checkpoint,
+    Data,
+    Estimate,
+    Placement,
+    Scaling,
+    Schedule,
+    Train,
+    UtilizationPolicy,
+)
 
 # SkyPilot's task-level keys for a cloud VM, passed to its task as they are: `config` (its
 # config overrides for this task), `inputs`/`outputs` (data sizes its optimizer weighs),
@@ -30,7 +40,7 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # orch's own keys; the rest of a job file is SkyPilot's task, checked by its schema.
 ORCH_KEYS = ("train", "scaling", "precision", "data", "schedule", "budget", "placement",
-             "checkpoint", "estimate")
+             "checkpoint", "estimate", "utilization_policy")
 
 
 class GitWorkdir(Strict):
@@ -98,6 +108,7 @@ class JobSpec(Strict):
     placement: Placement = Field(default_factory=Placement)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     estimate: Optional[Estimate] = None
+    utilization_policy: Optional[UtilizationPolicy] = None
 
     # Set by the loader; None for a spec built in code (errors then name no line).
     _source: Optional[SourceMap] = PrivateAttr(default=None)
@@ -142,6 +153,10 @@ class JobSpec(Strict):
         if self.train is not None and self.run is not None:
             raise ValueError("give one of 'train:' (a built-in job or entrypoint) or 'run:' "
                              "(a shell command), not both")
+        if self.utilization_policy is not None and self.train is None:
+            raise ValueError("utilization_policy needs 'train:': orch's runner measures a train "
+                             "job's devices, and a 'run:' command has no runner; drop the key, or "
+                             "run the loop as train: {entrypoint: 'module:function'}")
         return self
 
     def extra_task_keys(self) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """orch's own job-file sections, beside SkyPilot's keys: train, scaling, data, schedule,
-budget, placement, checkpoint and estimate."""
+budget, placement, checkpoint, estimate and utilization_policy."""
 
 from __future__ import annotations
 
@@ -145,3 +145,15 @@ class Checkpoint(Strict):
 class Estimate(Strict):
     hours: PositiveFloat
     gpu: Optional[str] = None
+
+
+class UtilizationPolicy(Strict):
+    """dstack's `utilization_policy`: a run whose every device stays below `min_utilization`
+    percent busy for `window_minutes` is warned about or stopped (never within its first
+    window); on a CPU worker the figure is its CPU use."""
+
+    min_utilization: float = Field(gt=0, le=100, description="percent busy (a GPU's utilization, "
+                                   "or a CPU worker's CPU use) below which a device counts idle")
+    window_minutes: PositiveFloat = Field(description="how long every device must stay below it")
+    action: Literal["warn", "stop"] = Field("warn", description="warn: a log line and a note in "
+                                            "the job's record; stop: the run ends FAILED")

@@ -203,3 +203,24 @@ def test_lost_node_without_failures_allowed_fails_clearly(cluster, home, tmp_pat
         assert rec["message"] and ("died" in rec["message"] or "Worker" in rec["message"]), rec
     finally:
         cluster.start_node()
+
+
+def test_a_run_idle_on_both_nodes_is_stopped_by_its_utilization_policy(cluster, home, tmp_path):
+    # The runner's own driver on the cluster (no runner host there): it starts the run's
+    # controller itself to hold its handle, and stops the run once both workers, one per
+    # node, have posted an idle device.
+    (tmp_path / "userjob").symlink_to(ROOT / "tests" / "fixtures" / "userjob")
+    job = tmp_path / "idle.yaml"
+    job.write_text("name: idle\nworkdir: userjob\nschedule: {kind: steady}\nplacement: {allow: [onprem]}\n"
+                   "train:\n  entrypoint: mytrain:sleeps\n  config: {seconds: 600}\n"
+                   "scaling: {num_workers: 2, placement: spread}\n"
+                   "utilization_policy: {min_utilization: 20, window_minutes: 0.25, action: stop}\n")
+    job_id = orch(cluster, home, "submit", str(job), "--detach",
+                  ORCH_TELEMETRY_INTERVAL_SECONDS="1").stdout.strip()
+    rec = wait_end(cluster, home, job_id, timeout=240)
+    assert rec["status"] == "FAILED", rec
+    assert rec["message"].startswith("stopped by utilization_policy: all 2 devices stayed below 20% "
+                                     "busy for 0.25 min"), rec["message"]
+    evs = list(events.parse(orch(cluster, home, "logs", job_id).stdout))
+    assert len({e["node_id"] for e in evs if e["event"] == "worker"}) == 2
+    wait_until("its workers gone", lambda: not train_processes(cluster.temp_dir), timeout=30)

@@ -72,7 +72,7 @@ def test_the_runners_trainer_starts_no_dataset_manager_and_no_placement_group_cl
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from jobs.runner import _trainer_class
+    from jobs.trainer import trainer_class
 
     def loop(config):
         pass
@@ -80,7 +80,7 @@ def test_the_runners_trainer_starts_no_dataset_manager_and_no_placement_group_cl
     kw = dict(scaling_config=ScalingConfig(num_workers=1),
               run_config=RunConfig(name="t", storage_path=str(tmp_path)))
     plain = {type(c).__name__ for c in TorchTrainer(loop, **kw)._create_default_callbacks()}
-    ours = {type(c).__name__ for c in _trainer_class(TorchTrainer)(loop, **kw)._create_default_callbacks()}
+    ours = {type(c).__name__ for c in trainer_class(TorchTrainer)(loop, **kw)._create_default_callbacks()}
     assert {"DatasetsCallback", "PlacementGroupCleanerCallback"} <= plain
     assert ours == plain - {"DatasetsCallback", "PlacementGroupCleanerCallback"}
     assert "BackendSetupCallback" in ours
@@ -96,7 +96,7 @@ def test_the_runners_scaling_policy_sends_no_autoscaler_requests():
         create_scaling_policy,
     )
 
-    from jobs.runner import without_autoscaler_requests
+    from jobs.trainer import without_autoscaler_requests
 
     plain = create_scaling_policy(ScalingConfig(num_workers=3))
     assert type(plain) is FixedScalingPolicy

@@ -145,7 +145,7 @@ def test_a_job_through_the_host(tmp_path, monkeypatch, capfdbinary):
 
     the_host, sock = _serve(tmp_path, monkeypatch, fake_run)
     aborted = []
-    monkeypatch.setattr(host, "_abort", aborted.append)
+    monkeypatch.setattr(host, "abort", aborted.append)
     monkeypatch.setattr(host, "_release", lambda controllers: None)
     monkeypatch.setenv(hosted.HOST_VAR, sock)
     monkeypatch.setenv("MY_VALUE", "public")
@@ -174,7 +174,7 @@ def test_a_runner_that_goes_away_aborts_its_run(tmp_path, monkeypatch):
 
     _, sock = _serve(tmp_path, monkeypatch, fake_run)
     aborted = []
-    monkeypatch.setattr(host, "_abort", lambda c: (aborted.append(c), release.set()))
+    monkeypatch.setattr(host, "abort", lambda c: (aborted.append(c), release.set()))
     monkeypatch.setattr(host, "_release", lambda controllers: None)
     log = tmp_path / "job.log"
     log.write_text("")

@@ -44,7 +44,8 @@ def test_the_policy_decides_idle_only_when_every_device_stayed_below_for_the_win
     reason = idle_reason(POLICY, devices, now_s)
     assert (reason is not None) == idle
     if idle:
-        assert "below 20% busy for 1 min" in reason and "utilization_policy" in reason
+        assert "below 20% busy for 1 min" in reason
+        assert reason.startswith("the device" if len(devices) == 1 else "all 2 devices")
 
 
 def test_the_series_is_bounded_and_keeps_the_whole_span():
@@ -102,14 +103,14 @@ def test_nvml_without_a_driver_raises_nvmls_own_error_and_the_reader_falls_back_
     assert isinstance(reader_for(Cuda()), CpuReader)
 
 
-def test_the_sampler_calls_the_policy_once_and_summarizes_the_whole_run():
+def test_the_sampler_says_when_its_device_turns_idle_and_busy_again_and_summarizes_the_run():
     now = [0.0]
 
     class Idle:
         source, device, mem_total_gb = "psutil", "cpu", 8.0
 
         def read(self):
-            return 2.0, 0.5, None, None
+            return (2.0 if not 120 <= now[0] < 130 else 50.0), 0.5, None, None
 
     fired = []
     sampler = Sampler(Idle(), interval_s=5, policy=POLICY, on_idle=fired.append, clock=lambda: now[0])
@@ -117,10 +118,12 @@ def test_the_sampler_calls_the_policy_once_and_summarizes_the_whole_run():
         now[0] = float(t)
         sampler.sample()
     out = sampler.stop()
-    assert len(fired) == 1 and out["idle"] == fired[0]
+    # idle at 60 s (the first window over), busy at 120 s, idle again a window later
+    assert fired == [2.0, None, 2.0]
+    assert sampler.idle == 2.0 and "idle" not in out
     assert len(sampler.samples) <= 60 / 5 + 5  # the window and two intervals, not the whole run
     assert out["summary"]["samples"] == 41 and out["summary"]["seconds"] == 195
-    assert out["summary"]["mean_util"] == 2.0 and out["series"][0]["util"] == 2.0
+    assert out["series"][0]["util"] == 2.0
 
 
 def test_a_runs_workers_combine_and_orch_keeps_them_from_the_log():
@@ -151,11 +154,14 @@ def test_a_runs_workers_combine_and_orch_keeps_them_from_the_log():
                                                          "loader_workers": 4, "device": "cuda:0"}),
                        line("verdict", kind="input-bound", reasons=["40% of each step waits"], advice=[]),
                        line("telemetry", rank=0, summary=w0, series=[{"t": 0.0, "util": 60.0, "mem_gb": 30.0}]),
-                       line("telemetry", rank=1, summary=w1, series=[], idle="the device stayed below")])
+                       line("telemetry", rank=1, summary=w1, series=[]),
+                       line("utilization", action="warn", reason="all 2 devices stayed below 20% busy",
+                            min_utilization=20, window_minutes=1)])
     m = from_log(ended)
     assert "device_now" not in m and m["telemetry"]["summary"]["mean_util"] == 50.0
     assert m["telemetry"]["workers"]["0"]["series"] == [{"t": 0.0, "util": 60.0, "mem_gb": 30.0}]
-    assert m["telemetry"]["idle"] == "the device stayed below"
+    assert m["utilization"] == {"action": "warn", "reason": "all 2 devices stayed below 20% busy",
+                                "min_utilization": 20, "window_minutes": 1}
     assert m["verdict"]["kind"] == "input-bound"
     assert m["verdict"]["reasons"][0] == "GPUs busy 50% of the run (p10 10%)"
     assert any("pin_memory" in a for a in m["verdict"]["advice"])

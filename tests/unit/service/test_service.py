@@ -41,6 +41,23 @@ def test_launch_for_a_train_job(tmp_path):
     assert RunRequest.from_json(orch.launch_for("orch-c", asked, "local").env["ORCH_RUN"]).cpus_per_worker == 4
 
 
+def test_a_jobs_utilization_policy_or_the_teams_default_reaches_the_runner(tmp_path):
+    from jobs.telemetry import IdlePolicy
+
+    def policy(orch, text):
+        return RunRequest.from_json(orch.launch_for("orch-u", load_spec_text(text), "local")
+                                    .env["ORCH_RUN"]).utilization_policy
+
+    own = "train:\n  job: image-classification\nutilization_policy: {min_utilization: 5, window_minutes: 10}\n"
+    plain = "train:\n  job: image-classification\n"
+    assert policy(_orch(tmp_path), plain) is None
+    assert policy(_orch(tmp_path), own) == IdlePolicy(5, 10, "warn")
+    team = Orch(Settings(home=tmp_path / "home", mode="local",
+                         utilization_policy={"min_utilization": 15, "window_minutes": 30, "action": "stop"}))
+    assert policy(team, plain) == IdlePolicy(15, 30, "stop")
+    assert policy(team, own) == IdlePolicy(5, 10, "warn")  # the job's own key wins
+
+
 def test_a_job_whose_submit_died_before_launch_is_marked_failed(tmp_path):
     orch = _orch(tmp_path)
     rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",

@@ -64,6 +64,7 @@ schedule: {kind: steady, cron: "0 3 * * *"}
 budget: {max_cost: 12.5, max_hourly: 3}
 placement: {allow: [local, cloud]}
 checkpoint: {storage: "s3://bucket/ckpt", max_failures: 2}
+utilization_policy: {min_utilization: 10, window_minutes: 30, action: stop}
 """, "j.yaml")
     assert spec.name == "j"
     assert spec.train.job == "image-classification" and spec.train.config == {"epochs": 2}
@@ -72,10 +73,13 @@ checkpoint: {storage: "s3://bucket/ckpt", max_failures: 2}
     assert spec.schedule.cron == "0 3 * * *" and spec.budget.max_cost == 12.5
     assert spec.placement.allow == ["local", "cloud"]
     assert spec.checkpoint.max_failures == 2
+    assert (spec.utilization_policy.min_utilization, spec.utilization_policy.window_minutes,
+            spec.utilization_policy.action) == (10, 30, "stop")
 
     plain = load_spec_text("train:\n  job: image-classification\n")
     assert plain.scaling.num_workers == 1 and plain.precision == "auto"
     assert plain.placement.allow == ["local", "onprem", "cloud"]
+    assert plain.utilization_policy is None
 
 
 BAD = [
@@ -96,6 +100,14 @@ BAD = [
     ("run: echo\nplacement:\n  allow: [local, moon]\n", 3, "placement.allow.1", "local"),
     ("run: echo\nplacement:\n  allow: []\n", 3, "placement.allow", "at least one"),
     ("run: echo\nbudget:\n  max_cost: -5\n", 3, "budget.max_cost", "greater than 0"),
+    ("train:\n  job: image-classification\nutilization_policy:\n  min_utilization: 120\n  window_minutes: 5\n",
+     4, "utilization_policy.min_utilization", "less than or equal to 100"),
+    ("train:\n  job: image-classification\nutilization_policy:\n  min_utilization: 10\n  window_minutes: 5\n"
+     "  action: kill\n", 6, "utilization_policy.action", "'warn' or 'stop'"),
+    ("train:\n  job: image-classification\nutilization_policy: {min_utilization: 10}\n", 3,
+     "utilization_policy.window_minutes", "this key is required"),
+    ("run: sleep 600\nutilization_policy: {min_utilization: 10, window_minutes: 5}\n", None, None,
+     "utilization_policy needs 'train:'"),
     ("train:\n  job: nope\n", 2, "train.job", "built-in jobs: image-classification"),
     ("train:\n  entrypoint: not a path\n", 2, "train.entrypoint", "package.module:function"),
     ("train:\n  config: {}\n", 1, "train", "exactly one of 'job'"),

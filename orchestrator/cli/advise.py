@@ -160,6 +160,28 @@ def _render_owned(u, money) -> None:
         out.print(f"  [dim]{escape(n)}[/]")
 
 
+def _render_busy(m, money) -> None:
+    """Each owned pool: the hours jobs held it, how busy its GPUs were over them (NVML, as
+    orch's runs measured it), and so the cost of a held and of a useful GPU-hour."""
+    pct = lambda f: "-" if f is None else f"{f:.0%}"  # noqa: E731
+    t = Table(title="how busy owned GPUs were while jobs held them (NVML telemetry of orch's runs)",
+              title_justify="left")
+    for col in ("pool", "held GPU-hours", "busy while held", "measured over", "cost/held GPU-hour",
+                "cost/useful GPU-hour"):
+        t.add_column(col, justify="left" if col == "pool" else "right")
+    for p in m.pools:
+        busy = "unmeasured" if p.measured_busy_share is None else pct(p.measured_busy_share)
+        t.add_row(escape(p.pool), f"{p.held_gpu_hours:,.1f}", busy,
+                  f"{pct(p.coverage)} of held", money(p.cost_per_held_gpu_hour_usd),
+                  money(p.cost_per_useful_gpu_hour_usd))
+    out.print(t)
+    for p in m.pools:
+        style = "yellow" if p.fix_jobs_first else "default"
+        out.print(f"  [{style}]{escape(p.pool)}: {escape(p.verdict)}[/]")
+        for line in p.advice:
+            out.print(f"    - {escape(line)}")
+
+
 def render(a, settings_file: str) -> None:
     from orchestrator.decision.pricing import fmt_money
 
@@ -183,6 +205,8 @@ def render(a, settings_file: str) -> None:
         out.print(t)
     if a.owned_use and a.owned_use.pools:
         _render_owned(a.owned_use, money)
+    if a.measured_use and a.owned_use and a.owned_use.history and a.measured_use.pools:
+        _render_busy(a.measured_use, money)
     if a.candidates:
         t = Table(title=f"GPUs you might buy, against renting "
                         f"{a.steady_ref_hours_per_month:,.1f} H100-hours of steady work a month",
@@ -199,7 +223,8 @@ def render(a, settings_file: str) -> None:
             style = {"buy": "green", "rent": "yellow"}.get(c.verdict, "red")
             t.add_row(f"{c.gpu} x{c.count}", money(c.purchase_price_usd), hours,
                       money(c.rent_avoided_usd), money(c.power_usd), payback, alt,
-                      f"[{style}]{c.verdict}[/]: {escape(c.reason)}")
+                      f"[{style}]{c.verdict}[/]: {escape(c.reason)}"
+                      + (f"; [yellow]{escape(c.condition)}[/]" if c.condition else ""))
         out.print(t)
         for c in a.candidates:
             if c.rent_basis:

@@ -17,6 +17,7 @@ from orchestrator.decision.candidates import (
 )
 from orchestrator.decision.gpus import relative_speed
 from orchestrator.decision.job_ledger import entry as ledger_entry
+from orchestrator.decision.measured_use import MeasuredUse, measured_use
 from orchestrator.decision.models import Offer
 from orchestrator.decision.utilization import OwnedUse, owned_use
 from orchestrator.records import CostEntry, JobRow
@@ -73,6 +74,8 @@ class Advice:
     missing: list[str]
     # Each owned pool's measured use and real cost per used GPU-hour, against the assumed.
     owned_use: Optional[OwnedUse] = None
+    # How busy those pools' GPUs were while jobs held them, and a useful GPU-hour's cost.
+    measured_use: Optional[MeasuredUse] = None
 
     def to_dict(self) -> dict:
         """The `orch advise --json` shape: money in USD (`*_usd`), `currency_rate` converts."""
@@ -193,6 +196,10 @@ def advise(records: Sequence[JobRow], settings, offers: Sequence[Offer], now: fl
     cap = 1.0 if what_if.utilization_cap is None else what_if.utilization_cap
     candidates = [price_candidate(c, settings, offers, ref_per_month, elec, cap, what_if, paid, paid_basis)
                   for c in settings.candidates]
+    busy = measured_use(use, entries, {r.id: r.metrics for r in records}, end=now,
+                        currency=settings.currency, rate=settings.currency_rate)
+    for c in candidates:  # buying more GPUs does not fix jobs that leave them idle
+        c.condition = busy.buy_condition if c.verdict == "buy" else ""
 
     best = cheapest_work(offers, speeds)
     assumptions = [
@@ -228,6 +235,7 @@ def advise(records: Sequence[JobRow], settings, offers: Sequence[Offer], now: fl
             "owned GPUs' real cost per used GPU-hour: (purchase x window / lifetime + power of the "
             "busy hours) / the GPU-hours jobs held them, running jobs up to now; the assumed "
             "figure spreads the purchase over the lifetime at the `utilization` setting")
+    assumptions.extend(busy.assumptions)
     if unknown_speed:
         assumptions.append(f"jobs on {', '.join(sorted(unknown_speed))} have no speed figure and "
                            f"are left out of the H100-hours (add them to gpu_speeds)")
@@ -254,4 +262,5 @@ def advise(records: Sequence[JobRow], settings, offers: Sequence[Offer], now: fl
                   measured_steady_ref_hours_per_month=measured, paid_per_ref_hour_usd=paid,
                   paid_basis=paid_basis, owned=owned, electricity_price=elec,
                   utilization_cap=cap, candidates=candidates, what_if=what_if.overridden(),
-                  assumptions=assumptions, missing=missing, owned_use=use)
+                  assumptions=assumptions, missing=missing, owned_use=use,
+                  measured_use=busy)

@@ -55,6 +55,8 @@ class CandidateAdvice:
     # The same work rented on whichever on-demand GPU does it cheapest (by relative
     # speed): a second opinion when renting the candidate's own model is poor value.
     cheapest_rent: Optional[dict] = None
+    # A buy that holds only once owned GPUs' jobs are fixed (decision.measured_use); "" none.
+    condition: str = ""
 
 
 def _cheapest_rent(offers: Iterable[Offer], gpu: str, count: int) -> tuple[Optional[float], str]:

@@ -249,7 +249,8 @@ def fill(store: Store, recs: list[dict]) -> None:
             store.set_status(rec.id, "RUNNING", started_at=r["started_at"])
             continue
         store.set_status(rec.id, "RUNNING", started_at=r["started_at"])
-        store.set_status(rec.id, r["status"], finished_at=r["finished_at"], info=r["info"])
+        store.set_status(rec.id, r["status"], finished_at=r["finished_at"], info=r["info"],
+                         metrics=r["metrics"])
 
 
 def test_cli_json_from_a_filled_store(orch_home):

@@ -138,18 +138,18 @@ def _months(months: Optional[float], verdict: str) -> str:
 
 
 def _render_owned(u, money) -> None:
-    """Each owned pool: measured busy time and the real cost per used GPU-hour it implies."""
+    """Each owned pool: the time jobs held it and the real cost per held GPU-hour it implies."""
     pct = lambda f: "-" if f is None else f"{f:.1%}"  # noqa: E731
-    title = (f"what owned GPUs really cost per used hour, over {u.window_basis}" if u.history
-             else "what owned GPUs cost per used hour (no job history: the settings' figure)")
+    title = (f"what owned GPUs really cost per hour jobs held them, over {u.window_basis}" if u.history
+             else "what owned GPUs cost per held hour (no job history: the settings' figure)")
     t = Table(title=title, title_justify="left")
-    for col in ("pool", "busy GPU-hours", "busy", "assumed busy", "ownership", "power",
-                "real/used hour", "assumed/used hour"):
+    for col in ("pool", "held GPU-hours", "held", "assumed held", "ownership", "power",
+                "real/held hour", "assumed/held hour"):
         t.add_column(col, justify="left" if col == "pool" else "right")
     for p in u.pools:
         unit = "" if p.unit == "GPU" else " (machine-hours)"
-        busy = "-" if not u.history else f"{p.busy_gpu_hours:,.1f} of {p.capacity_gpu_hours:,.0f}"
-        t.add_row(escape(p.pool) + unit, busy, pct(p.utilization), f"{p.assumed_utilization:.0%}",
+        held = "-" if not u.history else f"{p.busy_gpu_hours:,.1f} of {p.capacity_gpu_hours:,.0f}"
+        t.add_row(escape(p.pool) + unit, held, pct(p.utilization), f"{p.assumed_utilization:.0%}",
                   money(p.ownership_usd), money(p.power_usd), money(p.real_per_gpu_hour_usd),
                   money(p.assumed_per_gpu_hour_usd))
     out.print(t)

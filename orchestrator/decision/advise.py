@@ -72,7 +72,7 @@ class Advice:
     what_if: dict
     assumptions: list[str]
     missing: list[str]
-    # Each owned pool's measured use and real cost per used GPU-hour, against the assumed.
+    # Each owned pool's held time and real cost per held GPU-hour, against the assumed.
     owned_use: Optional[OwnedUse] = None
     # How busy those pools' GPUs were while jobs held them, and a useful GPU-hour's cost.
     measured_use: Optional[MeasuredUse] = None
@@ -232,8 +232,8 @@ def advise(records: Sequence[JobRow], settings, offers: Sequence[Offer], now: fl
     ]
     if use.pools and use.history:
         assumptions.append(
-            "owned GPUs' real cost per used GPU-hour: (purchase x window / lifetime + power of the "
-            "busy hours) / the GPU-hours jobs held them, running jobs up to now; the assumed "
+            "owned GPUs' real cost per held GPU-hour: (purchase x window / lifetime + power of the "
+            "held hours) / the GPU-hours jobs held them, running jobs up to now; the assumed "
             "figure spreads the purchase over the lifetime at the `utilization` setting")
     assumptions.extend(busy.assumptions)
     if unknown_speed:

@@ -214,13 +214,14 @@ def _measure(pool: PoolUse, t: _Tally, money) -> MeasuredPool:
     why = []
     if t.unmeasured:
         why.append(f"{t.unmeasured} job{'s' if t.unmeasured > 1 else ''} without telemetry"
-                   + (f" ({t.running} still running)" if t.running else ""))
+                   + (f", {t.running} of them still running" if t.running else ""))
     if t.cpu:
-        why.append(f"{t.cpu} with CPU telemetry only (psutil: not GPU use)")
-    gaps = f" ({'; '.join(why)})" if why else ""
+        why.append(f"{t.cpu} with only CPU telemetry, not GPU use")
+    gaps = f": {'; '.join(why)}" if why else ""
     if share is None:
         return _replace(out, verdict=(
-            f"unmeasured: no NVML telemetry covers the {held:,.1f} GPU-hours jobs held{gaps}; "
+            f"unmeasured: no NVML telemetry covers the {held:,.1f} GPU-hours jobs held"
+            + (f" ({'; '.join(why)})" if why else "") + "; "
             f"how busy they were is unknown, and each held GPU-hour costs {money(per_held)}"))
     cost = (f"each useful GPU-hour costs {money(useful)}, each held one {money(per_held)}"
             if useful is not None else f"no useful GPU-hour for {money(per_held)} a held one")

@@ -109,12 +109,12 @@ def test_the_verdict_says_what_to_fix_or_that_it_is_unmeasured():
     [idle] = measure([job("a", 2, 0, 120)], {"a": tel(30, 120)})[1].pools
     assert idle.fix_jobs_first and not any("loader" in a for a in idle.advice)
     [part] = measure(*CASES[2][1:3])[1].pools
-    assert "too little of the held time is measured" in part.verdict and "1 job without telemetry" in part.verdict
+    assert "too little of the held time is measured" in part.verdict and "(measured over 44% of them: 1 job without telemetry)" in part.verdict
     [cpu] = measure(*CASES[3][1:3])[1].pools
     assert cpu.verdict.startswith("unmeasured: no NVML telemetry covers the 240.0 GPU-hours")
-    assert "1 with CPU telemetry only (psutil: not GPU use)" in cpu.verdict
+    assert "(1 with only CPU telemetry, not GPU use)" in cpu.verdict
     [none] = measure(*CASES[4][1:3])[1].pools
-    assert "2 jobs without telemetry (1 still running)" in none.verdict
+    assert "(2 jobs without telemetry, 1 of them still running)" in none.verdict
 
 
 def test_the_threshold_and_its_coverage():

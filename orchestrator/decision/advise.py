@@ -198,8 +198,10 @@ def advise(records: Sequence[JobRow], settings, offers: Sequence[Offer], now: fl
                   for c in settings.candidates]
     busy = measured_use(use, entries, {r.id: r.metrics for r in records}, end=now,
                         currency=settings.currency, rate=settings.currency_rate)
+    fix = busy.buy_condition + (", and the measured steady work counts held hours, busy or not"
+                                if busy.buy_condition and what_if.steady_hours is None else "")
     for c in candidates:  # buying more GPUs does not fix jobs that leave them idle
-        c.condition = busy.buy_condition if c.verdict == "buy" else ""
+        c.condition = fix if c.verdict == "buy" else ""
 
     best = cheapest_work(offers, speeds)
     assumptions = [

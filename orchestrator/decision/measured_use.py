@@ -255,7 +255,7 @@ def measured_use(use: OwnedUse, entries: Sequence[CostEntry], metrics: Mapping[s
     if flagged:
         condition = "only once the jobs are fixed: " + "; ".join(
             f"{p.pool} was busy {_pct(p.measured_busy_share or 0)} of the GPU-hours jobs held it"
-            for p in flagged) + ", and the steady work priced here counts held hours"
+            for p in flagged)
     assumptions = (
         "owned GPUs' busy share: NVML utilization each job's workers sampled (their telemetry, "
         "not signed: what the job's own processes report), weighted by the GPU-hours it "

@@ -184,8 +184,9 @@ def test_advise_makes_buying_conditional_on_fixing_the_jobs():
     assert p.pool == "onprem RTX4090 x4" and p.fix_jobs_first
     assert p.held_gpu_hours == pytest.approx(160.0) and p.measured_busy_share == pytest.approx(0.25)
     [c] = a.candidates
-    assert c.verdict == "buy" and c.condition.startswith("only once the jobs are fixed: onprem "
-                                                         "RTX4090 x4 was busy 25%")
+    assert c.verdict == "buy" and c.condition == (
+        "only once the jobs are fixed: onprem RTX4090 x4 was busy 25% of the GPU-hours jobs held "
+        "it, and the measured steady work counts held hours, busy or not")
     assert any(s.startswith("fix the jobs before buying: a pool busy under 67%") for s in a.assumptions)
     d = a.to_dict()
     assert d["measured_use"]["pools"][0]["measured_busy_share"] == pytest.approx(0.25)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.decision.advise import advise
+from orchestrator.decision.advise import WhatIf, advise
 from orchestrator.decision.measured_use import FIX_JOBS_BELOW, MIN_COVERAGE, RunTelemetry, measured_use
 from orchestrator.decision.utilization import owned_use
 from orchestrator.records.cost import CostEntry
@@ -191,6 +191,10 @@ def test_advise_makes_buying_conditional_on_fixing_the_jobs():
     d = a.to_dict()
     assert d["measured_use"]["pools"][0]["measured_busy_share"] == pytest.approx(0.25)
     assert d["candidates"][0]["condition"] == c.condition
+    # given steady work is not what the jobs held: the condition names the pool only
+    [c] = advise(rows(with_telemetry(25)), settings(), OFFERS, NOW,
+                 what_if=WhatIf(steady_hours=300)).candidates
+    assert c.verdict == "buy" and c.condition.endswith("25% of the GPU-hours jobs held it")
     # busy jobs: the buy stands as it is
     a = advise(rows(with_telemetry(95)), settings(), OFFERS, NOW)
     assert not a.measured_use.pools[0].fix_jobs_first and a.candidates[0].condition == ""

@@ -191,9 +191,10 @@ def _measure(pool: PoolUse, t: _Tally, money) -> MeasuredPool:
                           "inside the window",
         "measured_busy_share": "measured: NVML utilization the runner sampled on each GPU "
                                "(orch's telemetry), weighted by the GPU-hours it covered",
-        "cost_per_held_gpu_hour_usd": f"ownership of the window (purchase x window / lifetime, "
-                                      f"{pool.setting}) + power at rated watts of the held "
-                                      f"hours, over the held GPU-hours",
+        "cost_per_held_gpu_hour_usd": f"settings over measured hours: ownership of the window "
+                                      f"(purchase x window / lifetime, from {pool.setting}) + "
+                                      f"rated watts x held hours x electricity_price, over the "
+                                      f"held GPU-hours",
         "cost_per_useful_gpu_hour_usd": "cost per held GPU-hour / measured busy share",
     }
     out = MeasuredPool(pool=pool.pool, target=pool.target, held_gpu_hours=held,

@@ -138,18 +138,18 @@ def _months(months: Optional[float], verdict: str) -> str:
 
 
 def _render_owned(u, money) -> None:
-    """Each owned pool: measured busy time and the real cost per used GPU-hour it implies."""
+    """Each owned pool: the time jobs held it and the real cost per held GPU-hour it implies."""
     pct = lambda f: "-" if f is None else f"{f:.1%}"  # noqa: E731
-    title = (f"what owned GPUs really cost per used hour, over {u.window_basis}" if u.history
-             else "what owned GPUs cost per used hour (no job history: the settings' figure)")
+    title = (f"what owned GPUs really cost per hour jobs held them, over {u.window_basis}" if u.history
+             else "what owned GPUs cost per held hour (no job history: the settings' figure)")
     t = Table(title=title, title_justify="left")
-    for col in ("pool", "busy GPU-hours", "busy", "assumed busy", "ownership", "power",
-                "real/used hour", "assumed/used hour"):
+    for col in ("pool", "held GPU-hours", "held", "assumed held", "ownership", "power",
+                "real/held hour", "assumed/held hour"):
         t.add_column(col, justify="left" if col == "pool" else "right")
     for p in u.pools:
         unit = "" if p.unit == "GPU" else " (machine-hours)"
-        busy = "-" if not u.history else f"{p.busy_gpu_hours:,.1f} of {p.capacity_gpu_hours:,.0f}"
-        t.add_row(escape(p.pool) + unit, busy, pct(p.utilization), f"{p.assumed_utilization:.0%}",
+        held = "-" if not u.history else f"{p.busy_gpu_hours:,.1f} of {p.capacity_gpu_hours:,.0f}"
+        t.add_row(escape(p.pool) + unit, held, pct(p.utilization), f"{p.assumed_utilization:.0%}",
                   money(p.ownership_usd), money(p.power_usd), money(p.real_per_gpu_hour_usd),
                   money(p.assumed_per_gpu_hour_usd))
     out.print(t)
@@ -158,6 +158,28 @@ def _render_owned(u, money) -> None:
         out.print(f"  {escape(p.pool)}: {escape(p.verdict)}{escape(window)}")
     for n in u.notes:
         out.print(f"  [dim]{escape(n)}[/]")
+
+
+def _render_busy(m, money) -> None:
+    """Each owned pool: the hours jobs held it, how busy its GPUs were over them (NVML, as
+    orch's runs measured it), and so the cost of a held and of a useful GPU-hour."""
+    pct = lambda f: "-" if f is None else f"{f:.0%}"  # noqa: E731
+    t = Table(title="how busy owned GPUs were while jobs held them (NVML telemetry of orch's runs)",
+              title_justify="left")
+    for col in ("pool", "held GPU-hours", "busy while held", "measured over", "cost/held GPU-hour",
+                "cost/useful GPU-hour"):
+        t.add_column(col, justify="left" if col == "pool" else "right")
+    for p in m.pools:
+        busy = "unmeasured" if p.measured_busy_share is None else pct(p.measured_busy_share)
+        t.add_row(escape(p.pool), f"{p.held_gpu_hours:,.1f}", busy,
+                  f"{pct(p.coverage)} of held", money(p.cost_per_held_gpu_hour_usd),
+                  money(p.cost_per_useful_gpu_hour_usd))
+    out.print(t)
+    for p in m.pools:
+        style = "yellow" if p.fix_jobs_first else "default"
+        out.print(f"  [{style}]{escape(p.pool)}: {escape(p.verdict)}[/]")
+        for line in p.advice:
+            out.print(f"    - {escape(line)}")
 
 
 def render(a, settings_file: str) -> None:
@@ -183,6 +205,8 @@ def render(a, settings_file: str) -> None:
         out.print(t)
     if a.owned_use and a.owned_use.pools:
         _render_owned(a.owned_use, money)
+    if a.measured_use and a.owned_use and a.owned_use.history and a.measured_use.pools:
+        _render_busy(a.measured_use, money)
     if a.candidates:
         t = Table(title=f"GPUs you might buy, against renting "
                         f"{a.steady_ref_hours_per_month:,.1f} H100-hours of steady work a month",
@@ -199,7 +223,8 @@ def render(a, settings_file: str) -> None:
             style = {"buy": "green", "rent": "yellow"}.get(c.verdict, "red")
             t.add_row(f"{c.gpu} x{c.count}", money(c.purchase_price_usd), hours,
                       money(c.rent_avoided_usd), money(c.power_usd), payback, alt,
-                      f"[{style}]{c.verdict}[/]: {escape(c.reason)}")
+                      f"[{style}]{c.verdict}[/]: {escape(c.reason)}"
+                      + (f"; [yellow]{escape(c.condition)}[/]" if c.condition else ""))
         out.print(t)
         for c in a.candidates:
             if c.rent_basis:

@@ -1,4 +1,4 @@
-"""What owned GPUs really cost per used hour: their measured busy time against the assumed one."""
+"""What owned GPUs really cost per hour jobs held them: the time jobs held them against the assumed."""
 
 from __future__ import annotations
 
@@ -35,11 +35,11 @@ class PoolUse:
     window_days: float
     window_basis: str
     jobs: int = 0
-    busy_gpu_hours: float = 0.0
+    busy_gpu_hours: float = 0.0  # held by jobs (decision.measured_use: how busy while held)
     capacity_gpu_hours: float = 0.0
     utilization: Optional[float] = None  # None: no history to measure
     ownership_usd: Optional[float] = None  # purchase x window / lifetime
-    power_usd: Optional[float] = None  # of the busy hours
+    power_usd: Optional[float] = None  # of the held hours
     real_per_gpu_hour_usd: Optional[float] = None  # None: no history, or nothing ran
     verdict: str = ""
 
@@ -109,8 +109,8 @@ def _pool(*, pool: str, target: str, gpu: Optional[str], gpus: int, unit: str, s
     hour = "machine-hour" if unit == "machine" else "GPU-hour"
     if not history:
         return dataclasses.replace(assumed_only, verdict=(
-            f"no job history to measure: each used {hour} costs {money(assumed)} if they are "
-            f"busy {_pct(util)} of their {lifetime:g} years, as the settings assume"))
+            f"no job history to measure: each held {hour} costs {money(assumed)} if jobs hold "
+            f"them {_pct(util)} of their {lifetime:g} years, as the settings assume"))
     jobs, busy = busy_of(wstart)
     capacity = gpus * window_h
     used = busy / capacity if capacity > 0 else 0.0
@@ -123,7 +123,7 @@ def _pool(*, pool: str, target: str, gpu: Optional[str], gpus: int, unit: str, s
                    f"{money(ownership)} of ownership bought no work; steady work on {these}"
                    + (", or fewer GPUs," if target == ONPREM else "") + " would put it to use")
     else:
-        head = (f"measured {_pct(used)} busy against the {_pct(util)} assumed: each used {hour} "
+        head = (f"jobs held them {_pct(used)} of the time against the {_pct(util)} assumed: each held {hour} "
                 f"really costs {money(real)}, not {money(assumed)}")
         if real > assumed * DIFFERS:
             verdict = (f"{head}; more steady work on {these}"
@@ -132,8 +132,8 @@ def _pool(*, pool: str, target: str, gpu: Optional[str], gpus: int, unit: str, s
             verdict = (f"{head}; plans price {these} too high: set utilization = "
                        f"{min(used, 1.0):.2f} in {setting} to price them as they are used")
         else:
-            verdict = (f"measured {_pct(used)} busy, near the {_pct(util)} assumed: "
-                       f"{money(real)} per used {hour} against {money(assumed)} assumed")
+            verdict = (f"jobs held them {_pct(used)} of the time, near the {_pct(util)} assumed: "
+                       f"{money(real)} per held {hour} against {money(assumed)} assumed")
     return dataclasses.replace(assumed_only, jobs=jobs, busy_gpu_hours=busy,
                                capacity_gpu_hours=capacity, utilization=used,
                                ownership_usd=ownership, power_usd=power,
@@ -143,12 +143,12 @@ def _pool(*, pool: str, target: str, gpu: Optional[str], gpus: int, unit: str, s
 def owned_use(entries: Sequence[CostEntry], onprem: Sequence, local, *, start: float, end: float,
               basis: str, electricity_price: float, local_gpus: int = 0,
               currency: str = "USD", rate: float = 1.0) -> OwnedUse:
-    """Measured use and real cost per used GPU-hour of each owned pool, from `ledger.entry`
+    """Measured use and real cost per held GPU-hour of each owned pool, from `ledger.entry`
     values (target, gpu, gpu_count, started_at, finished_at; a running job counts up to `end`).
 
     `onprem` are the settings' `OwnedGpus` lines (CPU pools are not measured); `local` is
     `settings.local`, measured only when a job ran locally, with `local_gpus` GPUs (as
-    detected; the most a local job used when more). Busy time is what jobs held inside
+    detected; the most a local job used when more). Held time is what jobs held inside
     [start, end], capped at each pool's lifetime; `basis` says how the window was chosen."""
     money = lambda usd: fmt_money(usd, currency, rate)  # noqa: E731
     history = bool(entries)

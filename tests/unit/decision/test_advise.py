@@ -1,5 +1,5 @@
 """Buy-vs-rent advice: break-even on hand-checked numbers, utilization, what-ifs, what owned
-GPUs really cost per used hour, the CLI."""
+GPUs really cost per held hour, the CLI."""
 
 from __future__ import annotations
 
@@ -249,7 +249,8 @@ def fill(store: Store, recs: list[dict]) -> None:
             store.set_status(rec.id, "RUNNING", started_at=r["started_at"])
             continue
         store.set_status(rec.id, "RUNNING", started_at=r["started_at"])
-        store.set_status(rec.id, r["status"], finished_at=r["finished_at"], info=r["info"])
+        store.set_status(rec.id, r["status"], finished_at=r["finished_at"], info=r["info"],
+                         metrics=r["metrics"])
 
 
 def test_cli_json_from_a_filled_store(orch_home):
@@ -310,7 +311,7 @@ def test_cli_without_store_or_candidates_and_bad_flags(orch_home):
     assert proc.returncode == 2 and "not a candidate" in proc.stderr
 
 
-# -- what owned GPUs really cost per used hour -----------------------------------------
+# -- what owned GPUs really cost per held hour -----------------------------------------
 
 H = 3600.0
 T0 = NOW - 240 * H  # a 10-day window: 240 h
@@ -391,8 +392,8 @@ def test_owned_use_says_when_real_and_assumed_differ():
     [p] = owned_use([job("onprem", "RTX4090", 4, 0, 12)], [RTX], WORKSTATION, start=T0, end=NOW,
                     basis="w", electricity_price=0.25).pools
     assert p.utilization == pytest.approx(0.05)
-    assert p.verdict == ("measured 5% busy against the 60% assumed: each used GPU-hour really "
-                         "costs 2.36 USD, not 0.27 USD; more steady work on these GPUs, or "
+    assert p.verdict == ("jobs held them 5% of the time against the 60% assumed: each held GPU-hour "
+                         "really costs 2.36 USD, not 0.27 USD; more steady work on these GPUs, or "
                          "fewer GPUs, would lower it")
     # busier than assumed: 95% of the A100s against 50%; plans price them too high
     [p] = owned_use([job("onprem", "A100", 2, 0, 228)], [A100S], WORKSTATION, start=T0, end=NOW,
@@ -412,7 +413,7 @@ def test_owned_use_without_history_lifetime_cap_and_notes():
     [p] = u.pools
     assert not u.history and p.utilization is None and p.real_per_gpu_hour_usd is None
     assert p.assumed_per_gpu_hour_usd == pytest.approx(1.0625)
-    assert p.verdict.startswith("no job history to measure: each used GPU-hour costs 1.06 USD")
+    assert p.verdict.startswith("no job history to measure: each held GPU-hour costs 1.06 USD")
     # A 5-day lifetime caps the 10-day window: 120 h; the job's 2 x 120 h all lie in it
     short = OwnedGpus(gpu="A100", count=2, purchase_price=1000, lifetime_years=120 / 8766)
     [p] = owned_use([job("onprem", "A100", 2, 100, 240)], [short], WORKSTATION, start=T0, end=NOW,
@@ -481,6 +482,6 @@ def test_cli_owned_use_from_a_filled_store(orch_home):
     assert local["utilization"] == pytest.approx(10 / (local["gpus"] * 240), rel=1e-3)
     proc = run_orch(orch_home, "advise", timeout=120, **env)
     assert proc.returncode == 0, proc.stderr
-    assert "what owned GPUs really cost per used hour" in proc.stdout
-    assert "measured 10% busy against the 60% assumed" in proc.stdout
+    assert "what owned GPUs really cost per hour jobs held them" in proc.stdout
+    assert "jobs held them 10% of the time against the 60% assumed" in proc.stdout
     assert "KRW, not 265 KRW" in proc.stdout

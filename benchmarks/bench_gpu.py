@@ -11,8 +11,13 @@ Three parts, about 3-5 minutes on one H200 (longer with several GPUs):
    built-in job made input-bound on purpose (`slow_data_ms`, a wider `model_width`) run
    through `orch submit` on one GPU with `data.loader_workers: 0` and then `auto`: mean
    utilization while training, samples/s, the loader workers chosen and the verdicts.
+   Beside the script's own sampler, orch's telemetry of each run (its workers' NVML
+   series: mean and p10 utilization, energy from the GPU's counter, energy per epoch).
 3. With more than one GPU: the built-in job through orch with 1 and then N workers (N = the
    GPU count): samples/s of each and the scaling efficiency (N workers' / (N x one's)).
+4. utilization_policy: the built-in job starved on purpose (a slow loader, the GPU idle
+   between batches) with `{min_utilization: 20, window_minutes: 0.5, action: stop}`: when
+   the runner stopped it, and the reason it gave.
 
 Without CUDA it says so and exits with status 2, having measured nothing.
 """
@@ -217,7 +222,12 @@ def run_job(home, sampler, name, config, **kw) -> dict:
     first, last = run.first_t("progress"), run.last_t("report")
     util, mem = sampler.mean(first, last, kw.get("num_workers", 1)) if sampler else (None, None)
     tuned = run.of("loader_tuned")
-    return {"sps": steady([r.get("samples_per_sec") for r in reports]),
+    tel = (m.get("telemetry") or {}).get("summary") or {}
+    epochs = m.get("epoch") or len(reports) or None
+    return {"tel_util": tel.get("mean_util"), "tel_p10": tel.get("p10_util"),
+            "tel_source": tel.get("source"), "energy_wh": tel.get("energy_wh"),
+            "energy_basis": tel.get("energy_basis"),
+            "wh_per_epoch": _div(tel.get("energy_wh"), epochs), "sps": steady([r.get("samples_per_sec") for r in reports]),
             "util": util, "mem_mib": mem, "orch_util": m.get("gpu_util_percent"),
             "orch_mem_gb": m.get("gpu_mem_gb"), "loader_workers": m.get("loader_workers"),
             "pin_memory": m.get("pin_memory"), "precision": m.get("precision"),
@@ -260,7 +270,8 @@ def orch_parts(args, gpus: int) -> None:
                             precision="auto", loader_workers=lw, pin_memory="auto")
                 runs[lw] = r
                 rows.append((f"loader_workers: {lw}", str(r["loader_workers"]), str(r["pin_memory"]),
-                             fmt(r["util"], ".0f", " %"), fmt(r["orch_util"], ".0f", " %"),
+                             fmt(r["util"], ".0f", " %"), fmt(r["tel_util"], ".0f", " %"),
+                             fmt(r["tel_p10"], ".0f", " %"), fmt(r["wh_per_epoch"], ".2f"),
                              fmt(r["orch_mem_gb"], ".2f"), fmt(r["sps"], ",.0f"),
                              fmt(r["data_ms"], ".2f"), fmt(r["copy_ms"], ".2f"),
                              fmt(r["compute_ms"], ".2f"), fmt(r["data_fraction"], ".2f"),
@@ -269,7 +280,8 @@ def orch_parts(args, gpus: int) -> None:
                         f"slow_data_ms {slow['slow_data_ms']:g}, model_width {slow['model_width']}, "
                         f"batch {slow['batch_size']}, 1 worker, precision {runs[0]['precision']} "
                         f"(utilization from {sampler.source if sampler else 'n/a'}, mean over training)",
-                        ["run", "loader workers", "pinned", "GPU util", "util (orch's)",
+                        ["run", "loader workers", "pinned", "GPU util", "util (orch's telemetry)",
+                         "p10 (orch's)", "Wh/epoch (orch's)",
                          "GPU mem GiB (orch's)", "samples/s", "data ms",
                          "copy ms", "compute ms", "data share", "verdict"], rows)
             if runs["auto"]["tuning"]:
@@ -282,34 +294,62 @@ def orch_parts(args, gpus: int) -> None:
             b, a = runs[0], runs["auto"]
             print(f"RATIO tuned / 0 loader workers: samples/s {fmt(_div(a['sps'], b['sps']), '.2f')}x, "
                   f"GPU utilization {fmt(b['util'], '.0f', ' %')} -> {fmt(a['util'], '.0f', ' %')}")
+            for lw, r in runs.items():
+                print(f"orch's telemetry, loader_workers {lw}: {r['tel_source']} mean "
+                      f"{fmt(r['tel_util'], '.1f', ' %')}, p10 {fmt(r['tel_p10'], '.1f', ' %')}, "
+                      f"energy {fmt(r['energy_wh'], '.2f', ' Wh')} ({r['energy_basis'] or 'n/a'}), "
+                      f"{fmt(r['wh_per_epoch'], '.2f', ' Wh')} per epoch")
 
             n = gpus if use_gpu else 2
             if n < 2:
                 print("3. scaling: skipped, this machine has one GPU (needs 2 or more)")
-                return
-            heavy = {"epochs": 2 if smoke else 3, "batch_size": 64 if smoke else args.job_batch,
-                     "lr": 1e-3, "seed": 0,
-                     "dataset_multiplier": 2 if smoke else args.job_multiplier * 4,
-                     "model_width": 1 if smoke else args.model_width}
-            rows, res = [], {}
-            for w in (1, n):
-                log(f"3. scaling: {w} worker(s)")
-                r = run_job(home, sampler, f"gpu-scale-{w}", heavy, num_workers=w, use_gpu=use_gpu,
-                            precision="auto", loader_workers="auto", pin_memory="auto")
-                res[w] = r
-                rows.append((f"{w} worker(s)", fmt(r["sps"], ",.0f"), fmt(r["util"], ".0f", " %"),
-                             fmt(r["orch_util"], ".0f", " %"),
-                             fmt(r["data_fraction"], ".2f"), r["verdict"].get("kind", "n/a"),
-                             fmt(r["verdict"].get("scaling_efficiency"), ".2f")))
-            print_table(f"3. scaling: built-in job, model_width {heavy['model_width']}, batch "
-                        f"{heavy['batch_size']} per worker, loader_workers auto",
-                        ["run", "samples/s", "GPU util", "util (orch's, rank 0)", "data share", "verdict",
-                         "orch's efficiency"], rows)
-            for w, r in res.items():
-                print_run_facts(f"{w} worker(s)", r)
-            speed = _div(res[n]["sps"], res[1]["sps"])
-            print(f"RATIO {n} workers / 1 worker: {fmt(speed, '.2f')}x (efficiency "
-                  f"{fmt(_div(speed, n), '.2f')})")
+            else:
+                scaling_part(home, sampler, args, n, use_gpu)
+            idle_part(home, slow, use_gpu)
+
+
+def scaling_part(home, sampler, args, n: int, use_gpu: bool) -> None:
+    """3. The built-in job with 1 and then n workers: samples/s and the efficiency."""
+    smoke = args.cpu_smoke
+    heavy = {"epochs": 2 if smoke else 3, "batch_size": 64 if smoke else args.job_batch,
+             "lr": 1e-3, "seed": 0,
+             "dataset_multiplier": 2 if smoke else args.job_multiplier * 4,
+             "model_width": 1 if smoke else args.model_width}
+    rows, res = [], {}
+    for w in (1, n):
+        log(f"3. scaling: {w} worker(s)")
+        r = run_job(home, sampler, f"gpu-scale-{w}", heavy, num_workers=w, use_gpu=use_gpu,
+                    precision="auto", loader_workers="auto", pin_memory="auto")
+        res[w] = r
+        rows.append((f"{w} worker(s)", fmt(r["sps"], ",.0f"), fmt(r["util"], ".0f", " %"),
+                     fmt(r["tel_util"], ".0f", " %"),
+                     fmt(r["data_fraction"], ".2f"), r["verdict"].get("kind", "n/a"),
+                     fmt(r["verdict"].get("scaling_efficiency"), ".2f")))
+    print_table(f"3. scaling: built-in job, model_width {heavy['model_width']}, batch "
+                f"{heavy['batch_size']} per worker, loader_workers auto",
+                ["run", "samples/s", "GPU util", "util (orch's telemetry)", "data share", "verdict",
+                 "orch's efficiency"], rows)
+    for w, r in res.items():
+        print_run_facts(f"{w} worker(s)", r)
+    speed = _div(res[n]["sps"], res[1]["sps"])
+    print(f"RATIO {n} workers / 1 worker: {fmt(speed, '.2f')}x (efficiency "
+          f"{fmt(_div(speed, n), '.2f')})")
+
+
+def idle_part(home, slow: dict, use_gpu: bool) -> None:
+    """4. A starved run stopped by its utilization_policy: when, and why."""
+    log("4. utilization_policy: a starved job, stopped once its device idles for 30 s")
+    starved = dict(slow, epochs=1000, slow_data_ms=200.0)
+    policy = "utilization_policy: {min_utilization: 20, window_minutes: 0.5, action: stop}\n"
+    run = home.submit("gpu-idle", job_yaml("gpu-idle", starved, num_workers=1, use_gpu=use_gpu,
+                                           precision="auto", loader_workers=0, extra=policy))
+    started = run.first_t("worker")
+    stop = run.of("utilization")
+    tel = (run.metrics.get("telemetry") or {}).get("summary") or {}
+    after = stop[0]["t"] - started if stop and started else None
+    print(f"4. utilization_policy: {run.rec.get('status')} after {fmt(after, '.1f', ' s')} "
+          f"of its worker (window 30 s, telemetry every 5 s); message: {run.rec.get('message')}; "
+          f"its device: {tel.get('source')} mean {fmt(tel.get('mean_util'), '.1f', ' %')}")
 
 
 def _div(a, b):

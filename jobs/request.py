@@ -55,6 +55,7 @@ class RunRequest:
     max_failures: int = 0
     budget: Optional[Budget] = None
     telemetry_interval_s: float = 5.0  # how often each worker reads its device (jobs/telemetry.py)
+    telemetry_point_s: float = 30.0  # each worker's live device point: its mean over this long
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -121,6 +122,9 @@ class RunRequest:
         if isinstance(self.telemetry_interval_s, bool) or not isinstance(self.telemetry_interval_s, (int, float)) \
                 or not 0.1 <= self.telemetry_interval_s <= 3600:
             raise bad("telemetry_interval_s", "seconds between 0.1 and 3600")
+        if isinstance(self.telemetry_point_s, bool) or not isinstance(self.telemetry_point_s, (int, float)) \
+                or not 1 <= self.telemetry_point_s <= 3600:
+            raise bad("telemetry_point_s", "seconds between 1 and 3600")
         for name in ("run_name", "storage_path", "s3_endpoint_url"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise bad(name, "a string or null")
@@ -148,13 +152,15 @@ class WorkerOptions:
     log_path: Optional[str] = None
     cwd: Optional[str] = None
     telemetry_interval_s: float = 5.0
+    telemetry_point_s: float = 30.0
 
     @classmethod
     def of(cls, req: RunRequest, budget: Optional[Budget], env: Any = None) -> WorkerOptions:
         return cls(job_id=req.job_id, target=req.target, precision=req.precision,
                    loader_workers=req.loader_workers, pin_memory=req.pin_memory,
                    cpus_per_worker=req.cpus_per_worker, budget=budget, env=env,
-                   telemetry_interval_s=req.telemetry_interval_s)
+                   telemetry_interval_s=req.telemetry_interval_s,
+                   telemetry_point_s=req.telemetry_point_s)
 
 
 def _is_int(v: Any) -> TypeGuard[int]:

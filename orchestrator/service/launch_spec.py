@@ -64,7 +64,8 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
             max_failures=spec.checkpoint.max_failures, placement=spec.scaling.placement,
             s3_endpoint_url=endpoint if endpoint and storage and storage.startswith("s3://") else None,
             budget=Budget(**budget) if budget else None,
-            telemetry_interval_s=core.settings.telemetry_interval_seconds)
+            telemetry_interval_s=core.settings.telemetry_interval_seconds,
+            telemetry_point_s=core.settings.telemetry_point_seconds)
         env[ENV_VAR] = run.to_json()
         command = backend.train_command(spec.num_nodes)
     else:

@@ -75,6 +75,10 @@ class Settings(BaseSettings):
     telemetry_interval_seconds: float = Field(
         5.0, ge=0.1, le=3600, description="how often each training worker reads its device (a "
         "GPU through NVML, else its own CPU and memory) for the job's record")
+    telemetry_point_seconds: float = Field(
+        30.0, ge=1, le=3600, description="a running job's live device figures (`orch status`, the "
+        "status page, `orch serve`'s /metrics) are each worker's mean over this many seconds, "
+        "one line per worker per period in its log; also the first grain of its stored series")
     turnaround_value_per_hour: float = Field(0.0, ge=0, description="what an hour sooner is "
                                              "worth to you, in `currency`: exploratory options "
                                              "rank by cost + this x (wait + run hours)")

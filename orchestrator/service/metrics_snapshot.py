@@ -24,6 +24,7 @@ from orchestrator.decision.demand import job_demand
 from orchestrator.records import JobRow
 from orchestrator.records.cost import CostEntry
 from orchestrator.service.core import Core
+from orchestrator.settings import Settings
 from orchestrator.store import JobCount
 
 GiB = float(2**30)
@@ -101,7 +102,7 @@ def local_gpus() -> int:
 
 
 def build(counts: Sequence[JobCount], month: Sequence[JobRow], queued: Sequence[JobRow],
-          now: float, settings: Any, local_gpus: Optional[int] = None) -> Snapshot:
+          now: float, settings: Settings, local_gpus: Optional[int] = None) -> Snapshot:
     """The snapshot from what `read` asked the store (pure). `month`: planning.month_rows,
     which holds every unfinished job; `queued`: store.queued()."""
     entries = {r.id: ledger.entry(r, now) for r in month}
@@ -135,7 +136,7 @@ def _running(rec: JobRow, entry: CostEntry) -> RunningJob:
 def _points(device_now: Any) -> tuple[DevicePoint, ...]:
     """The workers' latest points, as far as they are well formed: they come from lines the
     job's own workers print, so a rank is a small number and a figure a finite one, or the
-    point is left out."""
+    point is left out; a utilization is held within 0-100%, memory and power at 0 or more."""
     if not isinstance(device_now, dict):
         return ()
     out = []
@@ -146,11 +147,14 @@ def _points(device_now: Any) -> tuple[DevicePoint, ...]:
         if util is None or mem is None:
             continue
         source = str(p["source"]) if p.get("source") in SOURCES else "unknown"
-        out.append(DevicePoint(rank, source, util, mem * GiB, _number(p.get("power_w"))))
+        power = _number(p.get("power_w"))
+        out.append(DevicePoint(rank, source, min(100.0, max(0.0, util)), max(0.0, mem) * GiB,
+                               None if power is None else max(0.0, power)))
     return tuple(out)
 
 
-def _owned(running: Sequence[RunningJob], settings: Any, local_gpus: Optional[int]) -> tuple[OwnedGpus, ...]:
+def _owned(running: Sequence[RunningJob], settings: Settings,
+           local_gpus: Optional[int]) -> tuple[OwnedGpus, ...]:
     """Each owned target's GPUs in use and their measured utilization (NVML's points only:
     a CPU's figure is never taken for a GPU's). In all: this machine's (`local_gpus`), and
     the cluster's as the [[onprem]] inventory lists them, when it does."""

@@ -31,9 +31,10 @@ def _gpu_job() -> dict:
                                  "source": "nvml"},
                            "1": {"since_s": 60.0, "util": 60.0, "mem_gb": 18.5, "power_w": 210.0,
                                  "source": "nvml"},
-                           # a worker's line that no runner prints: left out
+                           # a worker's line that no runner prints: left out, or held in range
                            "x": {"util": 99.0, "mem_gb": 1.0},
-                           "2": {"util": "busy", "mem_gb": 1.0}}})
+                           "2": {"util": "busy", "mem_gb": 1.0},
+                           "3": {"util": 1e300, "mem_gb": -1.0, "source": "gpu!"}}})
     rec["decision"] = copy.deepcopy(rec["decision"])
     rec["decision"]["choice"]["count"] = 2
     return rec
@@ -85,7 +86,8 @@ def test_the_snapshot_of_a_team_month():
     assert (gpu.cost_usd, gpu.cash_usd) == (pytest.approx(0.5), pytest.approx(0.1))
     assert gpu.samples_per_second == 812.5
     assert gpu.devices == (DevicePoint("0", "nvml", 80.0, 20.0 * GiB, 250.0),
-                           DevicePoint("1", "nvml", 60.0, 18.5 * GiB, 210.0))
+                           DevicePoint("1", "nvml", 60.0, 18.5 * GiB, 210.0),
+                           DevicePoint("3", "unknown", 100.0, 0.0, None))
     assert (cpu.gpus, cpu.samples_per_second) == (0.0, None)
     assert cpu.devices == (DevicePoint("0", "psutil", 37.5, 0.5 * GiB, None),)
     # Owned GPUs: the GPU job's two on local, measured 70% busy; the CPU job's figure is not

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-1 lint unit integration postgres-test bench clean browser postgres
+.PHONY: demo test test-1 lint unit integration postgres-test bench clean browser postgres prometheus
 
 # uv installs the same wheels from the same indexes as pip (.ci/uv_flags.py hands it pip's
 # configuration), much faster; pip does it where uv cannot be had. --compile-bytecode as pip
@@ -61,6 +61,23 @@ postgres:
 	    || echo "$$skip apt-get install postgresql failed (see $$log)"; \
 	fi
 
+# `orch serve`'s /metrics test scrapes a server with a real Prometheus and checks its output
+# with promtool: Debian's prometheus package has both, installed here the same way.
+APT_PROMETHEUS = DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+prometheus:
+	@skip="Prometheus /metrics test will be skipped:"; \
+	if command -v prometheus >/dev/null && command -v promtool >/dev/null; then :; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	  echo "$$skip no prometheus/promtool, and installing them needs root (apt-get install prometheus)"; \
+	elif ! command -v apt-get >/dev/null; then \
+	  echo "$$skip no prometheus/promtool, and no apt-get to install them"; \
+	else \
+	  log="$${TMPDIR:-/tmp}/orch-apt-prometheus.log"; \
+	  echo "installing prometheus (apt-get) for the /metrics test"; \
+	  { $(APT_PROMETHEUS) || { apt-get update -qq && $(APT_PROMETHEUS); }; } >"$$log" 2>&1 \
+	    || echo "$$skip apt-get install prometheus failed (see $$log)"; \
+	fi
+
 demo: $(STAMP)
 	$(BIN)/orch submit examples/quickstart.yaml
 
@@ -78,10 +95,10 @@ lint: $(STAMP)
 # the next run's processes read them instead of spending 8 s each rewriting them again.
 # `make test-1` runs the same in one process.
 PYTEST = env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
-test: $(STAMP) browser postgres lint
+test: $(STAMP) browser postgres prometheus lint
 	$(PYTEST) -n 2 --store both tests --durations=20
 
-test-1: $(STAMP) browser postgres lint
+test-1: $(STAMP) browser postgres prometheus lint
 	$(PYTEST) --store both tests --durations=20
 
 postgres-test: $(STAMP) postgres
@@ -90,7 +107,7 @@ postgres-test: $(STAMP) postgres
 unit: $(STAMP)
 	$(PYTEST) tests -m "not integration"
 
-integration: $(STAMP) browser
+integration: $(STAMP) browser prometheus
 	$(PYTEST) tests -m integration
 
 clean:

@@ -59,6 +59,7 @@ class RunRequest:
     telemetry_interval_s: float = 5.0  # how often each worker reads its device (jobs/telemetry.py)
     # utilization_policy (jobs/utilization.py): warn about or stop a run left idle
     utilization_policy: Optional[IdlePolicy] = None
+    telemetry_point_s: float = 30.0  # each worker's live device point: its mean over this long
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -134,6 +135,9 @@ class RunRequest:
                 and policy.action in ("warn", "stop")):
             raise bad("utilization_policy", "min_utilization in (0, 100], window_minutes > 0 and "
                                             "action warn or stop")
+        if isinstance(self.telemetry_point_s, bool) or not isinstance(self.telemetry_point_s, (int, float)) \
+                or not 1 <= self.telemetry_point_s <= 3600:
+            raise bad("telemetry_point_s", "seconds between 1 and 3600")
         for name in ("run_name", "storage_path", "s3_endpoint_url"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise bad(name, "a string or null")
@@ -163,6 +167,7 @@ class WorkerOptions:
     telemetry_interval_s: float = 5.0
     utilization_policy: Optional[IdlePolicy] = None
     utilization_board: Optional[str] = None  # the run's board (jobs/utilization.py)
+    telemetry_point_s: float = 30.0
 
     @classmethod
     def of(cls, req: RunRequest, budget: Optional[Budget], env: Any = None) -> WorkerOptions:
@@ -170,7 +175,8 @@ class WorkerOptions:
                    loader_workers=req.loader_workers, pin_memory=req.pin_memory,
                    cpus_per_worker=req.cpus_per_worker, budget=budget, env=env,
                    telemetry_interval_s=req.telemetry_interval_s,
-                   utilization_policy=req.utilization_policy)
+                   utilization_policy=req.utilization_policy,
+                   telemetry_point_s=req.telemetry_point_s)
 
 
 def _policy(raw: Any) -> IdlePolicy:

@@ -58,10 +58,11 @@ def worker_entry(config: dict) -> Any:
     events.emit("worker", rank=ctx.rank, node_id=ray.get_runtime_context().get_node_id(),
                 process_age_s=round(_process_age_s(), 2))
     fn = imported(options.target)
-    # The device over the run: a point of its series every 30 s while it runs, the summary
-    # and the whole (bounded) series at its end, whether the loop returns or raises.
+    # The device over the run: a point every telemetry_point_s while it runs, the summary and
+    # the whole (bounded) series at its end, whether the loop returns or raises.
     post = _board(options, ctx.rank)
     sampler = telemetry.Sampler(telemetry.reader_for(ctx.device), options.telemetry_interval_s,
+                                point_every_s=options.telemetry_point_s,
                                 policy=options.utilization_policy if post else None,
                                 on_point=functools.partial(_device_point, ctx.rank))
     if post is not None:
@@ -100,7 +101,7 @@ def _idle(post: Callable[[Optional[float]], None], sampler: telemetry.Sampler, r
 
 def _device_point(rank: int, point: dict) -> None:
     """A point of a worker's device series as an event (`t`, an event's clock, becomes
-    `since_s`, seconds since the worker started sampling)."""
+    `since_s`, seconds since the worker started sampling; `source` says what measured it)."""
     events.emit("device", rank=rank, since_s=point["t"], **{k: v for k, v in point.items() if k != "t"})
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 GiB = float(2**30)
-SERIES_EVERY_S = 30.0  # one point of a record's series per this many seconds, at first
+SERIES_EVERY_S = 30.0  # one point of a record's series per this many seconds, at first (default)
 SERIES_LIMIT = 240  # points at most: past it, neighbours merge and the interval doubles
 
 
@@ -308,20 +308,23 @@ def reader_for(device: Any) -> Any:
 
 class Sampler:
     """Reads a device every `interval_s` seconds in a daemon thread; keeps every sample
-    for the policy's window and the summary, and a bounded `Series` for the record.
-    `on_point(point)` is called with each point of the series as it closes (a running job's
-    latest figures); with a policy, `on_idle(peak)` each time this device turns idle for the
-    policy (`idle_peak`: its highest utilization over the window) and `on_idle(None)` each
-    time it turns busy again. Whether the run is idle is the driver's to judge, over all
-    its workers (jobs/utilization.py)."""
+    for the policy's window and the summary, and a bounded `Series` for the record, a point
+    per `point_every_s` at first. `on_point(point)` is called with each point of the series
+    as it closes (a running job's latest figures), with what measured it (`source`: "nvml"
+    for a GPU, "psutil" for the worker's CPU, so a reader never takes one for the other);
+    with a policy, `on_idle(peak)` each time this device turns idle for the policy
+    (`idle_peak`: its highest utilization over the window) and `on_idle(None)` each time it
+    turns busy again. Whether the run is idle is the driver's to judge, over all its
+    workers (jobs/utilization.py)."""
 
     def __init__(self, reader: Any, interval_s: float = 5.0, policy: Optional[IdlePolicy] = None,
                  on_idle: Optional[Callable[[Optional[float]], None]] = None,
                  on_point: Optional[Callable[[dict], None]] = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 point_every_s: float = SERIES_EVERY_S):
         self.reader, self.interval_s, self.policy, self.on_idle = reader, interval_s, policy, on_idle
         self.on_point = on_point
-        self.series = Series()
+        self.series = Series(point_every_s)
         self.samples: list[Sample] = []
         self.idle: Optional[float] = None  # the window's peak while this device is idle
         self._clock = clock
@@ -356,7 +359,7 @@ class Sampler:
             if self.samples[0].t < s.t - self._keep_s:
                 self.samples = [x for x in self.samples if x.t >= s.t - self._keep_s]
         if closed is not None and self.on_point is not None:
-            self._quietly(self.on_point, closed)
+            self._quietly(self.on_point, {**closed, "source": self.reader.source})
         if self.policy is not None:
             peak = idle_peak(self.policy, self.samples, s.t)
             turned = (peak is None) != (self.idle is None)

@@ -27,6 +27,8 @@ CSV_FIELDS = ("id", "name", "status", "kind", "target", "where", "gpu", "gpu_cou
               "estimate_usd", "recoveries", "alternative", "alternative_usd", "saved_usd",
               "power_basis", "power_rated_usd")
 BASES = ("cash", "full")  # what a budget counts: settings.budget_basis
+# The month's spend in parts (month_parts): cash is cloud + owned_power, full all three.
+SPEND_PARTS = ("cloud", "owned_power", "owned_amortized")
 
 
 def run_window(rec: JobRow, now: float) -> tuple[Optional[float], Optional[float]]:
@@ -216,8 +218,32 @@ def month_spend(entries: Iterable[CostEntry], now: float, basis: str = "cash") -
     settings.budget_basis): jobs that ended in it, and running jobs."""
     _check(basis)
     since = month_start(now)
-    return sum(spend(e, basis) for e in entries
-               if e.running or (e.finished_at or 0.0) >= since)
+    return sum(spend(e, basis) for e in entries if _in_month(e, since))
+
+
+def month_parts(entries: Iterable[CostEntry], now: float) -> dict[str, float]:
+    """The month's spend (the jobs month_spend counts) in SPEND_PARTS: the cloud's bills,
+    owned hardware's power as a budget counts it (never below its rated figure), and owned
+    hardware's amortized purchase. A cash budget counts cloud + owned_power, a full one all
+    three. An owned job planned before orch split its price counts whole as power, as its
+    cash does (see `entry`)."""
+    since = month_start(now)
+    out = dict.fromkeys(SPEND_PARTS, 0.0)
+    for e in entries:
+        if not _in_month(e, since):
+            continue
+        paid = spend(e, "cash")
+        if rented(e.target):
+            out["cloud"] += paid
+        else:
+            out["owned_power"] += paid
+            out["owned_amortized"] += max(0.0, spend(e, "full") - paid)
+    return {part: round(usd, 6) for part, usd in out.items()}
+
+
+def _in_month(e: CostEntry, since: float) -> bool:
+    """Whether an entry counts in the month from `since`: it runs, or it ended in it."""
+    return e.running or (e.finished_at or 0.0) >= since
 
 
 def daily_by_target(entries: Iterable[CostEntry]) -> list[dict]:

@@ -1,6 +1,7 @@
 """`orch serve`'s REST API (FastAPI): the CLI's operations over HTTP, behind bearer tokens.
 
-The routes are in `routes/` (jobs, schedules, uploads, the status page's), each calling
+The routes are in `routes/` (jobs, schedules, uploads, the status page's, Prometheus's
+/metrics), each calling
 the service in a session of its own (`Scheduler.session`: a SQLite connection belongs to
 one thread). Here: the app, its lifespan (the scheduler's thread), the guard before any
 body is read, and the errors: {"error": message, "hint": hint}, 400 for bad input (exit 2
@@ -25,7 +26,7 @@ from orchestrator.server import guard
 from orchestrator.server.auth import Unauthorized
 from orchestrator.server.git_gate import Busy, GitGate
 from orchestrator.server.intake import MAX_SPEC
-from orchestrator.server.routes import jobs, schedules, status, uploads
+from orchestrator.server.routes import jobs, metrics, schedules, status, uploads
 from orchestrator.server.routes.deps import Server, identify
 from orchestrator.server.scheduler import Scheduler
 from orchestrator.service.upload import TooLarge
@@ -56,7 +57,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
     _errors(app)
     # A body is refused before it is read: no token, a wrong one, one past its size.
     guard.install(app, settings, functools.partial(identify, settings), json_max=2 * MAX_SPEC)
-    for topic in (jobs, schedules, uploads, status):
+    for topic in (jobs, schedules, uploads, status, metrics):
         app.include_router(topic.router)
     return app
 

@@ -66,7 +66,8 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
             s3_endpoint_url=endpoint if endpoint and storage and storage.startswith("s3://") else None,
             budget=Budget(**budget) if budget else None,
             telemetry_interval_s=core.settings.telemetry_interval_seconds,
-            utilization_policy=_idle_policy(spec.utilization_policy or core.settings.utilization_policy))
+            utilization_policy=_idle_policy(spec.utilization_policy or core.settings.utilization_policy),
+            telemetry_point_s=core.settings.telemetry_point_seconds)
         env[ENV_VAR] = run.to_json()
         command = backend.train_command(spec.num_nodes)
     else:

@@ -17,6 +17,7 @@ from orchestrator.decision.classify import classify
 from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
 from orchestrator.decision.placement import decide
 from orchestrator.decision.pricing import HoursEstimator, onprem_offer
+from orchestrator.records import JobRow
 from orchestrator.records.placement import Placement
 
 
@@ -306,8 +307,16 @@ def month_spent(store, now: float, basis: str, exclude: Optional[str] = None) ->
     so far), counted on `basis` (settings.budget_basis)."""
     from orchestrator.decision import job_ledger as ledger
 
-    recs = store.list(limit=1_000_000, since=ledger.month_start(now))
+    recs = month_rows(store, now)
     return ledger.month_spend((ledger.entry(r, now) for r in recs if r.id != exclude), now, basis)
+
+
+def month_rows(store, now: float) -> list[JobRow]:
+    """The jobs that may count in `now`'s calendar month, in one query: those created or
+    ended in it, and every unfinished one (job_ledger.month_spend picks from their entries)."""
+    from orchestrator.decision import job_ledger as ledger
+
+    return store.list(limit=1_000_000, since=ledger.month_start(now))
 
 
 # The team's runs that teach a job's speed on other GPU models (decision.estimates): the

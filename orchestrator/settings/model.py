@@ -79,6 +79,10 @@ class Settings(BaseSettings):
     utilization_policy: Optional[UtilizationPolicy] = Field(
         None, description="the team's default for a train job's utilization_policy (a job's "
         "own key wins): {min_utilization, window_minutes, action: warn|stop}")
+    telemetry_point_seconds: float = Field(
+        30.0, ge=1, le=3600, description="a running job's live device figures (`orch status`, the "
+        "status page, `orch serve`'s /metrics) are each worker's mean over this many seconds, "
+        "one line per worker per period in its log; also the first grain of its stored series")
     turnaround_value_per_hour: float = Field(0.0, ge=0, description="what an hour sooner is "
                                              "worth to you, in `currency`: exploratory options "
                                              "rank by cost + this x (wait + run hours)")
@@ -143,6 +147,24 @@ class Settings(BaseSettings):
                                  "one user may hold on `orch serve` at once, in MiB; 0: no limit")
     serve_body_timeout_s: float = Field(30.0, gt=0, le=3600, description="longest pause "
                                         "`orch serve` waits for the next piece of a request body")
+    metrics_token: Optional[SecretStr] = Field(
+        None, description="a read-only token for `orch serve`'s /metrics alone (what Prometheus "
+        "holds): at least 32 characters, e.g. `openssl rand -hex 32`; /metrics takes any API "
+        "token too, the rest of the API never this one")
+
+    @field_validator("metrics_token", mode="before")
+    @classmethod
+    def _metrics_token(cls, v: Any) -> Any:
+        text = v.get_secret_value() if isinstance(v, SecretStr) else v
+        if text is None or (isinstance(text, str) and not text.strip()):
+            return None
+        if not isinstance(text, str):
+            raise ValueError("give the token as a string")
+        # Its value is never shown: only what is wrong with it.
+        if len(text) < 32 or not all(33 <= ord(c) < 127 for c in text):
+            raise ValueError(f"a token of {len(text)} characters: give at least 32 printable "
+                             "ASCII characters without spaces, e.g. from `openssl rand -hex 32`")
+        return text
 
     @field_validator("serve_git_schemes", "serve_git_hosts", mode="before")
     @classmethod

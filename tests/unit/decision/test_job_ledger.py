@@ -144,6 +144,13 @@ def test_the_months_spend_on_each_basis(basis, spent):
                             finished_at=T0 - 90 * 86400 + 5400)]
     entries = [ledger.entry(job_row(rec), now) for rec in records]
     assert ledger.month_spend(entries, now, basis) == pytest.approx(spent)
+    # In parts: the cloud's bill, owned power (0.2 + 0.1), owned amortized (0.8 + 0.4); the
+    # job that ended 90 days ago counts in none.
+    parts = ledger.month_parts(entries, now)
+    assert parts == {"cloud": pytest.approx(3.0), "owned_power": pytest.approx(0.3),
+                     "owned_amortized": pytest.approx(1.2)}
+    counted = ("cloud", "owned_power") if basis == "cash" else ledger.SPEND_PARTS
+    assert sum(parts[p] for p in counted) == pytest.approx(spent)
 
 
 def test_a_budget_basis_orch_does_not_know_is_an_error():

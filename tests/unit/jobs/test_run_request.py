@@ -18,10 +18,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 def test_a_request_survives_its_json():
     req = RunRequest(job_id="orch-1", target="image-classification", num_workers=2,
                      config={"epochs": 3}, use_gpu=True, loader_workers=4, cpus_per_worker=3,
-                     budget=Budget(limit_usd=2.5, price_per_hour_usd=1.75, what="budget.max_cost"))
+                     budget=Budget(limit_usd=2.5, price_per_hour_usd=1.75, what="budget.max_cost"),
+                     telemetry_point_s=2.0)
     back = RunRequest.from_json(req.to_json())
     assert back == req and back.budget == req.budget and back.name == "orch-1"
-    assert WorkerOptions.of(back, back.budget).cpus_per_worker == 3
+    options = WorkerOptions.of(back, back.budget)
+    assert options.cpus_per_worker == 3 and options.telemetry_point_s == 2.0
 
 
 @pytest.mark.parametrize("change, named", [
@@ -29,6 +31,8 @@ def test_a_request_survives_its_json():
     ({"use_gpu": "yes"}, "use_gpu"), ({"loader_workers": -1}, "loader_workers"),
     ({"precision": "fp8"}, "precision"), ({"placement": "ring"}, "placement"),
     ({"cpus_per_worker": 0}, "cpus_per_worker"), ({"config": []}, "config"),
+    ({"telemetry_point_s": 0.5}, "telemetry_point_s is 0.5; want seconds between 1 and 3600"),
+    ({"telemetry_point_s": True}, "telemetry_point_s"),
     ({"cpu_per_worker": 2}, "does not know: cpu_per_worker"),
     ({"budget": {"limit_usd": 1, "price_per_hour_usd": 1, "t1": 0}}, "unknown fields: t1"),
 ])

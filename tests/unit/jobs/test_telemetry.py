@@ -126,6 +126,27 @@ def test_the_sampler_says_when_its_device_turns_idle_and_busy_again_and_summariz
     assert out["series"][0]["util"] == 2.0
 
 
+def test_the_sampler_closes_a_live_point_each_point_every_s():
+    now = [0.0]
+
+    class Busy:
+        source, device, mem_total_gb = "psutil", "cpu", 8.0
+
+        def read(self):
+            return 40.0 + now[0], 0.5, None, None
+
+    points: list = []
+    sampler = Sampler(Busy(), interval_s=1, on_point=points.append, clock=lambda: now[0],
+                      point_every_s=2)
+    for t in range(0, 7):
+        now[0] = float(t)
+        sampler.sample()
+    # Buckets [0, 2), [2, 4), [4, 6) closed by the samples at 2, 4 and 6: each one's mean.
+    assert [(p["t"], p["util"]) for p in points] == [(0.0, 40.5), (2.0, 42.5), (4.0, 44.5)]
+    assert {p["source"] for p in points} == {"psutil"}
+    assert Sampler(Busy()).series.every_s == 30.0  # the default grain
+
+
 def test_a_runs_workers_combine_and_orch_keeps_them_from_the_log():
     from orchestrator.service.run_metrics import from_log
 

@@ -46,6 +46,20 @@ def test_record_lifecycle_and_history(tmp_path):
         assert key in pub
 
 
+def test_jobs_are_counted_by_state_target_and_kind_in_one_query(tmp_path):
+    store = store_at(tmp_path)
+    assert store.counts() == []
+    for target, kind in (("local", "exploratory"), ("local", "exploratory"), ("cloud", "steady"),
+                         ("onprem", None)):
+        _new(store, target=target, kind=kind)
+    done = _new(store, target="local")
+    store.set_status(done.id, "SUCCEEDED", "done")
+    assert [tuple(c) for c in store.counts()] == [
+        ("PENDING", "cloud", "steady", 1), ("PENDING", "local", "exploratory", 2),
+        ("PENDING", "onprem", None, 1), ("SUCCEEDED", "local", "exploratory", 1)]
+    assert store.counts()[0].n == 1 and store.counts()[0].status == "PENDING"
+
+
 def test_prefix_lookup_and_not_found(tmp_path):
     store = store_at(tmp_path)
     rec = _new(store)

@@ -90,27 +90,55 @@ def refusal(e: BaseException) -> tuple[str, str]:
             "`sky check` shows which clouds are enabled; `sky api info` the API server")
 
 
-def enabled_clouds(clouds: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Which configured clouds have credentials here, checked locally as `sky check` does."""
+# The longest a cloud's own credential check may take: some ask the cloud's API (Lambda
+# Cloud lists its instance types), which, unreachable, would otherwise hold a plan for as
+# long as the connection takes to give up.
+CHECK_TIMEOUT_S = 10.0
+
+
+def enabled_clouds(clouds: list[str], timeout_s: float = CHECK_TIMEOUT_S) -> tuple[list[str], dict[str, str]]:
+    """Which configured clouds have credentials here, checked locally as `sky check` does,
+    all at once, each for at most `timeout_s` seconds (a check that has not answered by
+    then counts as not enabled, and says so)."""
+    import concurrent.futures
+
     sky_env()
     from sky import clouds as sky_clouds
     from sky.utils import registry
 
-    ok, why = [], {}
+    def check(cloud) -> tuple[bool, Optional[str]]:
+        try:
+            good, reason = cloud.check_credentials(sky_clouds.CloudCapability.COMPUTE)
+        except Exception as e:  # a cloud's own check failing is "not enabled", not a crash
+            return False, f"{type(e).__name__}: {e}"
+        return bool(good), None if reason is None else str(reason)
+
+    why: dict[str, str] = {}
+    found = {}
     for name in clouds:
         cloud = registry.CLOUD_REGISTRY.from_str(name)
         if cloud is None:
             why[name] = "not a SkyPilot cloud"
-            continue
+        else:
+            found[name] = cloud
+    # Not a `with` block: its exit would wait for a check that hangs.
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(found)),
+                                                 thread_name_prefix="orch-sky-check")
+    futures = {name: pool.submit(check, cloud) for name, cloud in found.items()}
+    pool.shutdown(wait=False)
+    deadline = time.monotonic() + timeout_s
+    ok = []
+    for name, future in futures.items():
         try:
-            good, reason = cloud.check_credentials(sky_clouds.CloudCapability.COMPUTE)
-        except Exception as e:  # a cloud's own check failing is "not enabled", not a crash
-            good, reason = False, f"{type(e).__name__}: {e}"
+            good, reason = future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except concurrent.futures.TimeoutError:
+            good, reason = False, (f"its credential check did not answer within {timeout_s:g} s "
+                                   f"(`sky check {name}` shows what it waits for)")
         if good:
             ok.append(name)
         else:
-            why[name] = str(reason).strip().splitlines()[0] if reason else "no credentials"
-    return ok, why
+            why[name] = reason.strip().splitlines()[0] if reason and reason.strip() else "no credentials"
+    return [c for c in clouds if c in ok], why
 
 
 def _resources(offer: PlacedOffer, launch: Launch):

@@ -405,3 +405,39 @@ def test_a_follower_reads_a_running_jobs_log_once_each_time_it_looks(orch):
     fake.step = -1
     rec, text = client.poll(rec.id)
     assert rec.status == "SUCCEEDED" and text == progress
+
+
+def test_a_credential_check_that_hangs_is_not_waited_for(monkeypatch):
+    import threading
+    import time
+
+    from sky.utils import registry
+
+    from providers.cloud import enabled_clouds
+
+    release = threading.Event()
+
+    class Cloud:
+        def __init__(self, how):
+            self.how = how
+
+        def check_credentials(self, capability):
+            if self.how == "hangs":
+                release.wait(30)  # an API that does not answer
+            if self.how == "raises":
+                raise ConnectionError("no route to the API")
+            return (True, None) if self.how == "good" else (False, "no key\nmore lines")
+
+    clouds = {name: Cloud(name) for name in ("good", "hangs", "raises", "bad")}
+    monkeypatch.setattr(registry.CLOUD_REGISTRY, "from_str", lambda name: clouds.get(name))
+    started = time.monotonic()
+    try:
+        ok, why = enabled_clouds(["hangs", "good", "raises", "bad", "moon"], timeout_s=0.5)
+    finally:
+        release.set()
+    assert time.monotonic() - started < 5  # not the 30 s the hanging check would take
+    assert ok == ["good"]
+    assert why == {"hangs": "its credential check did not answer within 0.5 s (`sky check hangs` "
+                            "shows what it waits for)",
+                   "raises": "ConnectionError: no route to the API", "bad": "no key",
+                   "moon": "not a SkyPilot cloud"}

@@ -147,7 +147,7 @@ BOTH_STORES = (
     "tests/unit/store/test_store.py", "tests/unit/store/test_store_pg.py", "tests/unit/service/test_service.py",
     "tests/unit/server/test_serve_unit.py", "tests/unit/offers/test_many_writers.py",
     "tests/unit/base/test_secrets.py", "tests/unit/cli/test_schedule_cli.py", "tests/unit/server/test_records.py",
-    "tests/unit/server/test_metrics.py",
+    "tests/unit/server/test_metrics.py", "tests/unit/store/test_lease.py",
     "tests/integration/test_serve.py", "tests/integration/test_serve_queue.py",
     "tests/integration/test_crash_safety.py",
 )

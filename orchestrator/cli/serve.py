@@ -27,7 +27,8 @@ def serve(
 
     from orchestrator.base.errors import InputError, OrchError
     from orchestrator.settings import load_settings
-    from orchestrator.store import open_store, store_location
+    from orchestrator.store import database_url, open_store, store_location
+    from orchestrator.store.lease import FileLease
 
     settings = load_settings()
     settings._serves_clients = True  # its planning and launches treat clients' input as such
@@ -38,6 +39,8 @@ def serve(
     if period is not None and not 0 < period <= 3600:
         raise InputError(f"--period {period:g}: out of range", "give seconds, over 0 and at most 3600")
     open_store(settings).close()  # a damaged or unwritable store: one message, now
+    if not database_url(settings):  # a SQLite store has one server: a second is refused
+        FileLease(settings.home / "orch.db").take()  # held until this process ends
     try:
         info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(info[0], socket.SOCK_STREAM)

@@ -1,5 +1,8 @@
 """`orch serve`'s scheduler: due cron slots in, queued jobs launched in order, every job
 kept in step with its backend. All of its state is in the store, so a restart loses nothing.
+Several replicas may serve one PostgreSQL store: each answers the API, and the duties below
+run in the one that holds the store's lease (orchestrator/store/lease.py); a standby looks
+for the lease every few seconds and takes over when its holder dies or stops.
 
 One thread runs `tick()` every `serve_period_s` seconds, and at once when the API queues a
 job. Each tick opens its own `Orch`, the service (SQLite connections belong to one
@@ -32,6 +35,7 @@ from orchestrator.service.orch import Orch
 from orchestrator.service.respec import spec_from_record
 from orchestrator.spec import JobSpec
 from orchestrator.store import TERMINAL, iso
+from orchestrator.store.lease import LOOK_S, Lease, Sole, lease_for
 
 log = logging.getLogger("orch.serve")
 
@@ -74,6 +78,8 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._uploads_checked: Optional[float] = None  # time.monotonic() of the last step 4
+        self.lease: Lease = Sole()  # start() takes the store's own
+        self.leading = False  # whether this replica ran the duties at its last look
 
     @contextmanager
     def session(self) -> Iterator[Orch]:
@@ -88,17 +94,24 @@ class Scheduler:
     # -- the loop -------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.lease = lease_for(self.settings)
         self._thread = threading.Thread(target=self._loop, name="orch-scheduler", daemon=True)
         self._thread.start()
 
     def stop(self, timeout_s: float = 60.0) -> None:
+        """Finish the pass under way, then give the lease up: a standby takes it at its next
+        look (a rolling restart hands the duties over in seconds)."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+        self.lease.close()
 
     def wake(self) -> None:
+        """A job was queued: this replica looks at once, and tells the lease holder."""
         self._wake.set()
+        if not self.leading:
+            self.lease.poke()
 
     def hold(self, job_id: str, spec) -> None:
         """Keep a queued job's spec (with its secret values) until it is launched."""
@@ -112,11 +125,19 @@ class Scheduler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            try:
-                self.tick()
-            except Exception:  # a bug or a store problem: logged, and tried again next period
-                log.exception("scheduler tick failed; trying again in %g s", self.period_s)
-            self._wake.wait(self.period_s)
+            leading = self.lease.held()
+            if leading != self.leading:
+                log.info("%s the scheduler's duties (%s)", "took on" if leading else "left",
+                         "this replica holds the store's lease" if leading else
+                         "another replica holds the store's lease; this one answers the API")
+                self.leading = leading
+            if leading:
+                try:
+                    self.tick()
+                except Exception:  # a bug or a store problem: logged, and tried again next period
+                    log.exception("scheduler tick failed; trying again in %g s", self.period_s)
+            if not self._stop.is_set():
+                self.lease.wait(self.period_s if leading else min(LOOK_S, self.period_s), self._wake)
 
     def tick(self) -> None:
         with self.session() as orch:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 
 from orchestrator.records.caller import Caller
@@ -22,9 +22,13 @@ def summary(who: Caller = Depends(caller), srv: Server = Depends(server)):
 
 
 @router.get("/healthz")
-async def healthz():  # no thread: it answers while every worker thread is busy
-    """Liveness, without a token."""
-    return {"ok": True, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+async def healthz(request: Request):  # no thread: it answers while every worker thread is busy
+    """Liveness, without a token, and this replica's part: `leading` while it holds the
+    store's lease and runs the scheduler's duties, `standby` while another does (both
+    answer the whole API)."""
+    leading = getattr(request.app.state, "scheduler", None)
+    return {"ok": True, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "scheduler": "leading" if leading is None or leading.leading else "standby"}
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)

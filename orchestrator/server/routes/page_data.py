@@ -1,0 +1,37 @@
+"""What the status page reads beyond the CLI's endpoints, all read-only: a job's per-epoch
+series and cost so far, the fleet, and the month's spend (service/dashboard.py,
+service/spending.py)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from orchestrator.records.caller import Caller
+from orchestrator.server.routes.deps import Server, caller, server
+from orchestrator.service import dashboard, spending
+
+router = APIRouter()
+
+
+@router.get("/v1/jobs/{job_id}/progress")
+def progress(job_id: str, who: Caller = Depends(caller), srv: Server = Depends(server)):
+    """A job's report events from its log (one point each: index, time, numeric metrics),
+    its state, and its cost so far against the estimate it was placed with."""
+    with srv.scheduler.session() as orch:
+        return dashboard.job_progress(orch.core, job_id)
+
+
+@router.get("/v1/fleet")
+def fleet(who: Caller = Depends(caller), srv: Server = Depends(server)):
+    """Each owned target's nodes and GPUs with the jobs on it and the queue for it; the
+    rented jobs running, with cloud, price and time so far."""
+    with srv.scheduler.session() as orch:
+        return dashboard.fleet(orch.core)
+
+
+@router.get("/v1/spend")
+def spend(who: Caller = Depends(caller), srv: Server = Depends(server)):
+    """This month's spend per day (cash: owned power, cloud), by target and by owner, the
+    biggest jobs, against monthly_budget."""
+    with srv.scheduler.session() as orch:
+        return spending.month_spend(orch.core, srv.scheduler.clock())

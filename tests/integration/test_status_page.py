@@ -107,9 +107,17 @@ def _count(browser, css: str) -> int:
 
 
 def _shot(browser, shots: Path, name: str) -> Path:
+    """The whole page (up to 2,400 px tall) as a PNG in `shots`."""
     browser.execute_script("window.scrollTo(0, 0)")
+    width, height = browser.execute_script("return [window.outerWidth, window.outerHeight]")
+    tall = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(width, min(2400, max(height, tall + height - browser.execute_script(
+        "return window.innerHeight"))))
     path = shots / f"status-page-{name}.png"
-    browser.save_screenshot(str(path))
+    try:
+        browser.save_screenshot(str(path))
+    finally:
+        browser.set_window_size(width, height)
     print(f"screenshot: {path}")
     return path
 
@@ -253,6 +261,12 @@ def test_the_page_lists_filters_follows_cancels_and_shows_fleet_and_money(browse
         assert _text(browser, "#money-top").startswith(_text(browser, "#spend").split(": ")[1].split(" of")[0])
         assert "budget 250 USD" in _text(browser, "#daily")
         _shot(browser, shots, "money")
+        # Dark mode, as the system asks for it: the same view in the dark scheme.
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [
+            {"name": "prefers-color-scheme", "value": "dark"}]})
+        assert browser.execute_script("return getComputedStyle(document.body).backgroundColor") == "rgb(17, 21, 28)"
+        _shot(browser, shots, "money-dark")
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
         # Schedules: one registered through the API.
         body = json.dumps({"spec": "name: nightly\nrun: echo hi\nschedule: {cron: '0 3 * * *'}\n"}).encode()
         req = urllib.request.Request(server.url + "/v1/jobs", data=body, method="POST", headers={

@@ -1,14 +1,14 @@
 """What the status page reads beyond the CLI's endpoints, all read-only: a job's per-epoch
-series and cost so far, the fleet, and the month's spend (service/dashboard.py,
-service/spending.py)."""
+series and cost so far, the fleet, the month's spend (service/dashboard.py,
+service/spending.py) and the schedules' next slots."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 
 from orchestrator.records.caller import Caller
 from orchestrator.server.routes.deps import Server, caller, server
-from orchestrator.service import dashboard, spending
+from orchestrator.service import dashboard, schedule_rules, spending
 
 router = APIRouter()
 
@@ -35,3 +35,11 @@ def spend(who: Caller = Depends(caller), srv: Server = Depends(server)):
     biggest jobs, against monthly_budget."""
     with srv.scheduler.session() as orch:
         return spending.month_spend(orch.core, srv.scheduler.clock())
+
+
+@router.get("/v1/schedule-slots")
+def schedule_slots(count: int = Query(3, ge=1, le=20), who: Caller = Depends(caller),
+                   srv: Server = Depends(server)):
+    """Each schedule's next `count` runs (UTC), by schedule id; none while it is paused."""
+    with srv.scheduler.session() as orch:
+        return schedule_rules.upcoming(orch.store, count)

@@ -82,7 +82,7 @@ export function schedulesView(main) {
   main.append(el("h1", {text: "Schedules"}), list);
   const jobs = new Map();  // job id -> its record, read once it has ended
   async function refresh() {
-    const all = await getJSON("/v1/schedules");
+    const [all, slots] = await Promise.all([getJSON("/v1/schedules"), getJSON("/v1/schedule-slots?count=3")]);
     const wanted = all.flatMap((s) => (s.log || []).filter((e) => e.job_id).slice(-5).map((e) => e.job_id));
     await Promise.all(wanted.filter((id) => !jobs.has(id) || !["SUCCEEDED", "FAILED", "CANCELLED"].includes(jobs.get(id).status))
       .map(async (id) => { try { jobs.set(id, await getJSON("/v1/jobs/" + encodeURIComponent(id))); } catch (e) { /* gone */ } }));
@@ -93,7 +93,8 @@ export function schedulesView(main) {
       return section(s.name,
         el("p", {}, el("span", {class: "kv"}, el("span", {class: "dim", text: "cron (UTC) "}), el("code", {text: s.cron})),
            el("span", {class: "kv"}, el("span", {class: "dim", text: "owner "}), s.owner || "-"),
-           el("span", {class: "kv"}, el("span", {class: "dim", text: "next run "}), s.paused ? "paused" : when(s.next_at))),
+           el("span", {class: "kv"}, el("span", {class: "dim", text: "next runs "}),
+              s.paused ? "paused" : (slots[s.id] || []).map(when).join(", ") || "-")),
         runs.length ? table(["slot", "job", "state", "took"], runs.map((e) => {
           const j = jobs.get(e.job_id);
           return [when(e.slot || e.at), jobLink(e.job_id, j ? j.name : e.job_id), j ? badge(j.status) : "-",

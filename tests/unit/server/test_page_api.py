@@ -124,3 +124,12 @@ def test_the_page_ships_in_the_wheel(tmp_path):
     assert {"index.html", "app.js", "app.css"} <= set(files)
     for name in files:
         assert any(fnmatch.fnmatch(f"static/{name}", p) for p in patterns), name
+
+
+def test_each_schedules_next_slots(api):
+    s = api("POST", "/v1/jobs", "alice", json={"spec": "name: n\nrun: echo\nschedule: {cron: '0 3 * * *'}\n"}).json()
+    slots = api("GET", "/v1/schedule-slots?count=3", "bob").json()[s["schedule"]["id"]]
+    assert slots[0] == s["schedule"]["next_at"] and len(slots) == 3
+    assert all(t.endswith("T03:00:00Z") for t in slots) and slots == sorted(set(slots))
+    api("POST", f"/v1/schedules/{s['schedule']['id']}/pause", "alice")
+    assert api("GET", "/v1/schedule-slots", "bob").json() == {s["schedule"]["id"]: []}

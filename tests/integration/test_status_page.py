@@ -164,6 +164,47 @@ def _seed(home: Path, now: float) -> None:
         store.close()
 
 
+def _finished_train_job(home: Path) -> str:
+    """A finished two-GPU job as a train job leaves it: eight reports in its log, its step-time
+    split and verdict, phases and device telemetry in its metrics, a placement with two
+    alternatives. Its id."""
+    log = home / "resnet.log"
+    log.write_text("".join("::orch::" + json.dumps({"event": "report", "index": i, "t": 1000 + 10 * i, "metrics": {
+        "epoch": i, "epochs": 8, "loss": round(1.5 / i, 4), "accuracy": round(0.8 + 0.02 * i, 3),
+        "samples_per_sec": 4000 + 300 * i, "epoch_s": round(2.0 - 0.05 * i, 2)}}) + "\n" for i in range(1, 9)))
+    metrics = {"epoch": 8, "loss": 0.1875, "accuracy": 0.96, "data_fraction": 0.31, "copy_fraction": 0.07,
+               "verdict": {"kind": "input-bound", "reasons": ["31% of each step waits for data, 7% copies it to cuda, "
+                                                              "the rest computes"],
+                           "advice": ["loader_workers: auto", "pin_memory: true"]},
+               "phases": {"submit_to_recorded": 1.2, "recorded_to_launched": 3.5, "launched_to_driver": 6.1,
+                          "driver_to_workers": 14.2, "workers_to_first_step": 4.4, "training": 80.3,
+                          "last_step_to_ended": 2.1},
+               "telemetry": {"summary": {"source": "nvml", "device": "RTX 4090", "workers": 2, "mean_util": 58.2,
+                                         "p10_util": 22, "peak_mem_gb": 9.4, "mem_total_gb": 24, "energy_wh": 11.2}}}
+    choice = {"target": "onprem", "gpu": "RTX4090", "count": 2, "price_per_hour": 0.78, "price_per_hour_usd": 0.78,
+              "power_per_hour_usd": 0.12, "amortized_per_hour_usd": 0.66, "est_hours": 0.4, "est_cost": 0.31,
+              "marginal_cost": 0.05, "cash_cost": 0.05}
+    decision = {"target": "onprem", "kind": "exploratory", "reasons": ["short: expected 0.4 h < 2 h points to "
+                                                                       "exploratory work"],
+                "estimate": {"hours": 0.4, "cost": 0.31, "cost_usd": 0.31, "marginal": 0.05, "cash": 0.05},
+                "choice": choice, "alternatives": [
+                    {"target": "cloud", "cloud": "aws", "region": "us-east-1", "gpu": "A10G", "count": 2,
+                     "price_per_hour": 2.4, "est_hours": 0.5, "est_cost": 1.4, "marginal_cost": 1.4, "cash_cost": 1.4},
+                    {"target": "local", "count": 0, "price_per_hour": 0.02, "est_hours": 3.0, "est_cost": 0.9,
+                     "marginal_cost": 0.07, "cash_cost": 0.07, "excluded": "needs 2 GPUs; local has none"}]}
+    store = store_at(home)
+    try:
+        rec = store.create_job(name="resnet-cifar", spec={}, kind="exploratory", target="onprem", fingerprint=None,
+                               owner="alice", decision=decision)
+        store.set_status(rec.id, "RUNNING", "started")
+        store.set_status(rec.id, "SUCCEEDED", "done: epoch 8/8, loss 0.1875, accuracy 0.960", metrics=metrics,
+                         log_path=str(log))
+        store._db.execute("UPDATE jobs SET started_at = finished_at - 1500 WHERE id = ?", (rec.id,))
+    finally:
+        store.close()
+    return rec.id
+
+
 TICKER = """i=0
 while [ $i -lt 400 ]; do
   i=$((i+1))
@@ -178,11 +219,12 @@ done
 def test_the_page_lists_filters_follows_cancels_and_shows_fleet_and_money(browser, home, shots, tmp_path):
     tokens = _tokens(home)
     _seed(home, time.time())
+    finished = _finished_train_job(home)
     server = Server(home, env={"ORCH_MONTHLY_BUDGET": str(BUDGET)}, args=("--access-log",))
     try:
         # The token from the URL fragment, taken out of the address bar; the list shows.
         browser.get(f"{server.url}/#token={tokens['alice']}")
-        _wait("the jobs list", lambda: len(_rows(browser)) == 12, timeout=20)
+        _wait("the jobs list", lambda: len(_rows(browser)) == 13, timeout=20)
         assert "token" not in browser.current_url and browser.current_url.endswith("/#/jobs")
         assert re.fullmatch(r"\d{4}-\d\d: \d+\.\d\d USD of 250 USD \(\d+%\)", _text(browser, "#spend"))
         _shot(browser, shots, "jobs")
@@ -205,7 +247,21 @@ def test_the_page_lists_filters_follows_cancels_and_shows_fleet_and_money(browse
         browser.get_log("browser")  # the 401s, read and so emptied
         browser.find_element("id", "token").send_keys(tokens["alice"])
         browser.find_element("css selector", "#login button").click()
-        _wait("the list again", lambda: len(_rows(browser)) == 12, timeout=15)
+        _wait("the list again", lambda: len(_rows(browser)) == 13, timeout=15)
+
+        # A finished train job's page: curves, step-time split, phases, devices, offers.
+        browser.find_element("css selector", f"#jobs tr[data-id='{finished}'] a").click()
+        _wait("its four curves", lambda: _count(browser, "#charts figure") == 4, timeout=15)
+        assert _count(browser, "figure[data-metric=loss] circle") == 8
+        assert _count(browser, "#placement table.offers tbody tr") == 3
+        assert "costs 1.09 more" in _text(browser, "#placement") and "needs 2 GPUs" in _text(browser, "#placement")
+        assert "input-bound" in _text(browser, "#split") and "waits for data 31%" in _text(browser, "#split")
+        assert "training 1m 20s" in _text(browser, "#phases") and "RTX 4090" in _text(browser, "#telemetry")
+        _wait("its log", lambda: '"index": 8' in (_text(browser, "#log") or ""), timeout=10)
+        assert browser.find_element("id", "cancel").is_displayed() is False  # it has ended
+        _shot(browser, shots, "job-finished")
+        browser.back()
+        _wait("the list", lambda: len(_rows(browser)) == 13, timeout=15)
 
         # A running job, submitted through the CLI in client mode: its page, log and chart grow.
         script = tmp_path / "tick.sh"

@@ -24,12 +24,12 @@ function placement(d, cur) {
   if ((d.reasons || []).length) out.push(el("ul", {class: "reasons"}, d.reasons.map((r) => el("li", {text: r}))));
   const same = (a, b) => ["target", "cloud", "region", "gpu", "count", "spot", "est_cost"].every((k) => a[k] === b[k]);
   const offers = [c, ...(d.alternatives || []).filter((o) => !same(o, c))].filter((o) => o && (o.target || o.cloud));
-  out.push(table(["", "where", "device", "price/h", "est. hours", "full cost", "marginal", "cash", "wait", "why not"],
+  out.push(el("div", {class: "scroll"}, table(["", "where", "device", "price/h", "est. hours", "full cost", "marginal", "cash", "wait", "why not"],
     offers.map((o, i) => [i === 0 ? "chosen" : "", o.where || [o.target, o.cloud, o.region].filter(Boolean).join("/"),
       (o.gpu ? (o.count || 1) + "× " + o.gpu : "cpu") + (o.spot ? " spot" : ""), fix(o.price_per_hour),
       fix(o.est_hours), fix(o.est_cost), fix(o.marginal_cost), fix(o.cash_cost),
       o.wait_minutes ? Math.round(o.wait_minutes) + " min" : "-", o.excluded || (i === 0 || !(o.est_cost > c.est_cost) ? "" : "costs " + fix(o.est_cost - c.est_cost) + " more")]),
-    "offers"));
+    "offers")));
   return out;
 }
 
@@ -40,8 +40,9 @@ function stepSplit(m) {
                  {label: "computes", value: Math.max(0, 1 - data - copy)}];
   const v = m.verdict || {};
   return [splitBar("step time", parts, pct),
-          el("p", {}, el("b", {text: v.kind || "no verdict yet"}), v.summary ? ": " + v.summary : ""),
-          (v.advice || []).length ? el("ul", {}, v.advice.map((a) => el("li", {text: a}))) : null];
+          el("p", {}, el("b", {text: v.kind || "no verdict yet"})),
+          (v.reasons || []).length ? el("ul", {class: "reasons"}, v.reasons.map((r) => el("li", {text: r}))) : null,
+          (v.advice || []).length ? el("p", {class: "dim", text: "try: " + v.advice.join("; ")}) : null];
 }
 
 function phases(m) {
@@ -51,12 +52,17 @@ function phases(m) {
   return [splitBar("phases", names.map((n) => ({label: n.replace(/_/g, " "), value: p[n]})), (s) => duration(s))];
 }
 
+const MEASURES = {mean_util: ["busy, mean", "%"], p10_util: ["busy, p10", "%"], util: ["busy", "%"],
+                  peak_mem_gb: ["memory, peak", " GB"], mem_gb: ["memory", " GB"], mem_total_gb: ["memory, total", " GB"],
+                  energy_wh: ["energy", " Wh"], power_w: ["power", " W"], seconds: ["measured for", " s"]};
+const shown = (k, v) => (typeof v === "number" ? (Number.isInteger(v) ? String(v) : fix(v, 1)) + ((MEASURES[k] || [])[1] || "") : typeof v === "object" ? JSON.stringify(v) : v);
+
 function telemetry(m) {
   const rows = [];
   const sum = (m.telemetry || {}).summary || {};
-  for (const [k, v] of Object.entries(sum)) rows.push(["run", k, typeof v === "object" ? JSON.stringify(v) : fix(v)]);
+  for (const [k, v] of Object.entries(sum)) rows.push(["the run", (MEASURES[k] || [k])[0], shown(k, v)]);
   for (const [rank, point] of Object.entries(m.device_now || {})) {
-    for (const [k, v] of Object.entries(point)) rows.push(["worker " + rank + " now", k, typeof v === "object" ? JSON.stringify(v) : fix(v)]);
+    for (const [k, v] of Object.entries(point)) rows.push(["worker " + rank + ", now", (MEASURES[k] || [k])[0], shown(k, v)]);
   }
   return rows.length ? [table(["", "measure", "value"], rows)] : [el("p", {class: "dim", text: "no device telemetry (a CPU run, or none reported yet)"})];
 }
@@ -75,9 +81,10 @@ export function jobView(main, id) {
   const logNote = el("span", {id: "log-note", class: "dim"});
   main.append(el("section", {class: "card"}, el("p", {}, el("a", {href: "#/jobs", text: "‹ all jobs"})), head,
                  el("div", {class: "actions"}, cancel, cancelMsg)),
-              el("div", {class: "grid2"}, section("Cost", cost), section("Placement", place)),
+              el("div", {class: "grid2"}, section("Cost", cost), section("Step time", split)),
+              section("Placement", place),
               section("Per epoch", charts),
-              el("div", {class: "grid3"}, section("Step time", split), section("Phases", phase), section("Devices", tele)),
+              el("div", {class: "grid2"}, section("Phases", phase), section("Devices", tele)),
               section("History", hist), section("Log ", logNote, log));
 
   let status = null, shownPoints = -1, follow = null, logDone = false;

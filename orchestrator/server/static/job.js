@@ -119,7 +119,11 @@ export function jobView(main, id) {
     }
   }
 
+  let readAt = 0;
   async function refresh() {
+    // An ended job changes no more: read again only now and then (a late ledger line).
+    if (TERMINAL.includes(status) && logDone && Date.now() - readAt < 10 * REFRESH_MS) return;
+    readAt = Date.now();
     const [d, p] = await Promise.all([getJSON(`/v1/jobs/${encodeURIComponent(id)}`),
                                       getJSON(`/v1/jobs/${encodeURIComponent(id)}/progress`)]);
     status = d.status;
@@ -174,5 +178,5 @@ export function jobView(main, id) {
       cancel.disabled = false;
     }
   });
-  return {refresh, stop() { if (follow) follow.abort(); }, REFRESH_MS};
+  return {refresh, stop() { if (follow) follow.abort(); }};
 }

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from jobs import events
 from orchestrator.base.errors import BackendError, OrchError
-from orchestrator.base.targets import OWNED, rented
+from orchestrator.base.targets import ONPREM, OWNED, rented
 from orchestrator.records import JobRow
 from orchestrator.records.cost import CostEntry
 from orchestrator.service import views
@@ -58,6 +58,25 @@ def job_progress(core: Core, job_id: str) -> dict[str, Any]:
                      "estimate_hours": None if estimate is None else estimate.hours}}
 
 
+def worker_nodes(text: str) -> list[str]:
+    """The Ray node ids a train job's workers run on (its `worker` events), in rank order."""
+    found: dict[int, str] = {}
+    for ev in events.parse(text or ""):
+        if ev["event"] == "worker" and isinstance(ev.get("node_id"), str):
+            found.setdefault(int(ev.get("rank") or 0), ev["node_id"])
+    return list(dict.fromkeys(found[r] for r in sorted(found)))
+
+
+def _on_nodes(core: Core, rec: JobRow) -> list[str]:
+    """The nodes of a running job's workers; [] where its log cannot be read now."""
+    from orchestrator.service import following
+
+    try:
+        return worker_nodes(following.logs(core, rec))
+    except OrchError:
+        return []
+
+
 def _job(rec: JobRow, rate: float, now: float) -> dict[str, Any]:
     entry = cost_so_far(rec, now)
     choice = rec.choice
@@ -77,28 +96,36 @@ def _target(core: Core, target: str, running: list[JobRow], rate: float, now: fl
     total: dict = {}
     used: dict = {}
     try:
+        if target == ONPREM and not core.settings.ray_address:
+            raise OrchError("no on-prem cluster is set up here (ray_address, ORCH_RAY_ADDRESS)")
         snap = core.capacity(target)
     except BackendError as e:
         snap, problem = None, f"cannot read its capacity: {e.message}"
     except OrchError as e:
         snap, problem = None, e.message
+    here = [r for r in running if r.target == target]
+    placed = {r.id: _on_nodes(core, r) for r in here if r.status == "RUNNING"} if snap and snap.nodes else {}
     if snap is not None:
         total, used = snap.total, snap.used
-        nodes = [{"ip": n.ip, "alive": n.alive, "head": n.is_head, "cpus": n.cpus, "gpus": n.gpus,
-                  "gpu_model": n.gpu_model} for n in snap.nodes]
+        nodes = [{"node_id": n.node_id, "ip": n.ip, "alive": n.alive, "head": n.is_head, "cpus": n.cpus,
+                  "gpus": n.gpus, "gpu_model": n.gpu_model,
+                  "jobs": [job_id for job_id, on in placed.items() if n.node_id in on]} for n in snap.nodes]
     queued = [r for r in core.store.queued() if r.target == target]
+    ips = {n["node_id"]: n["ip"] for n in nodes}
     return {"target": target, "problem": problem, "nodes": nodes,
             "cpus": total.get("CPU"), "gpus": total.get("GPU"),
             "cpus_used": used.get("CPU"), "gpus_used": used.get("GPU"),
-            "running": [_job(r, rate, now) for r in running if r.target == target],
+            "running": [{**_job(r, rate, now), "nodes": [ips.get(x, x) for x in placed.get(r.id, [])]}
+                        for r in here],
             "queued": [{"id": r.id, "name": r.name, "owner": r.owner, "priority": r.priority,
                         "created_at": iso(r.created_at), "waiting_for": r.message} for r in queued]}
 
 
 def fleet(core: Core) -> dict[str, Any]:
     """Each owned target (this workstation's Ray, the on-prem cluster): its nodes and
-    GPUs, the jobs on it, the queue for it; and each rented job running, with its cloud,
-    price and time and cost so far."""
+    GPUs with the train jobs whose workers run on each (from their `worker` events), the
+    jobs on it, the queue for it; and each rented job running, with its cloud, price and
+    time and cost so far."""
     rate, now = core.settings.currency_rate, time.time()
     live = [r for r in core.store.list(limit=100_000, statuses=("PENDING", "RUNNING"))
             if r.backend_id or r.status == "RUNNING"]

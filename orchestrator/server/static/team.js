@@ -22,11 +22,12 @@ export function fleetView(main) {
     fill(owned, ...f.owned.map((t) => section(t.target === "local" ? "This workstation (local)" : "On-prem cluster (onprem)",
       t.problem ? el("p", {class: "note", text: t.problem}) : null,
       usage("GPUs", t.gpus_used, t.gpus), usage("CPUs", t.cpus_used, t.cpus),
-      t.nodes.length ? table(["node", "GPUs", "model", "CPUs", "up"], t.nodes.map((x) =>
-        [x.ip + (x.head ? " (head)" : ""), n(x.gpus), x.gpu_model || "-", n(x.cpus), x.alive ? "yes" : "no"])) : null,
+      t.nodes.length ? table(["node", "GPUs", "model", "CPUs", "up", "running on it"], t.nodes.map((x) =>
+        [x.ip + (x.head ? " (head)" : ""), n(x.gpus), x.gpu_model || "-", n(x.cpus), x.alive ? "yes" : "no",
+         x.jobs.length ? el("span", {}, x.jobs.map((id) => jobLink(id, (t.running.find((j) => j.id === id) || {}).name || id))) : "-"])) : null,
       el("h3", {text: `running (${t.running.length})`}),
-      t.running.length ? table(["job", "owner", "GPUs", "for", "cost so far"], t.running.map((j) =>
-        [jobLink(j.id, j.name), j.owner || "-", j.gpus ? j.gpus + "× " + (j.gpu || "GPU") : "cpu",
+      t.running.length ? table(["job", "owner", "nodes", "GPUs", "for", "cost so far"], t.running.map((j) =>
+        [jobLink(j.id, j.name), j.owner || "-", j.nodes.join(", ") || "-", j.gpus ? j.gpus + "× " + (j.gpu || "GPU") : "cpu",
          duration(j.hours * 3600), money(j.cost, cur)])) : el("p", {class: "dim", text: "idle"}),
       el("h3", {text: `queued (${t.queued.length})`}),
       t.queued.length ? table(["job", "owner", "priority", "waits for"], t.queued.map((j) =>

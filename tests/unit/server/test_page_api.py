@@ -103,7 +103,7 @@ def test_the_fleet_shows_owned_targets_and_what_runs_rented(api):
     assert [t["target"] for t in f["owned"]] == ["local", "onprem"]
     local = f["owned"][0]
     assert local["cpus"] and [q["name"] for q in local["queued"]] == ["waits"] and local["running"] == []
-    assert f["owned"][1]["problem"]  # no on-prem cluster here: said, not an error
+    assert f["owned"][1]["problem"] == "no on-prem cluster is set up here (ray_address, ORCH_RAY_ADDRESS)"
     [gpu] = f["rented"]
     assert (gpu["name"], gpu["where"], gpu["gpus"], gpu["spot"], gpu["price_per_hour"]) == (
         "gpu", "aws/us-east-1", 8, True, 12.0)
@@ -133,3 +133,13 @@ def test_each_schedules_next_slots(api):
     assert all(t.endswith("T03:00:00Z") for t in slots) and slots == sorted(set(slots))
     api("POST", f"/v1/schedules/{s['schedule']['id']}/pause", "alice")
     assert api("GET", "/v1/schedule-slots", "bob").json() == {s["schedule"]["id"]: []}
+
+
+def test_a_train_jobs_nodes_are_its_workers():
+    from orchestrator.service.dashboard import worker_nodes
+
+    log = "\n".join(['::orch::{"event": "worker", "rank": 1, "node_id": "bbb"}', "noise",
+                     '(RayTrainWorker pid=7) ::orch::{"event": "worker", "rank": 0, "node_id": "aaa"}',
+                     '::orch::{"event": "worker", "rank": 2, "node_id": "aaa"}',
+                     '::orch::{"event": "worker", "rank": 3}'])
+    assert worker_nodes(log) == ["aaa", "bbb"] and worker_nodes("") == []

@@ -159,6 +159,16 @@ class Jobs(StoreBase):
         rows = rows[:query.limit]
         return [_record(r) for r in rows], encode_cursor(query.sort, rows[-1]) if more else None
 
+    def counts(self, since: float) -> dict[str, dict[str, int]]:
+        """How many jobs are in each state: in all, and those that ended in it since `since`
+        (epoch seconds). One pass over the state index."""
+        rows = self._db.execute("SELECT status, count(*) AS n, sum(CASE WHEN finished_at >= ? THEN 1 ELSE 0 "
+                                "END) AS recent FROM jobs GROUP BY status", (since,)).fetchall()
+        out = {s: {"all": 0, "recent": 0} for s in STATUSES}
+        for r in rows:
+            out[r["status"]] = {"all": int(r["n"]), "recent": int(r["recent"] or 0)}
+        return out
+
     def history(self, job_id: str) -> builtins.list[dict]:
         rows = self._db.execute("SELECT ts, status, message FROM job_events WHERE job_id = ? "
                                 "ORDER BY seq", (job_id,)).fetchall()

@@ -228,6 +228,16 @@ def test_the_page_lists_filters_follows_cancels_and_shows_fleet_and_money(browse
         assert "token" not in browser.current_url and browser.current_url.endswith("/#/jobs")
         assert re.fullmatch(r"\d{4}-\d\d: \d+\.\d\d USD of 250 USD \(\d+%\)", _text(browser, "#spend"))
         _shot(browser, shots, "jobs")
+        # At a glance: what runs, waits and ended lately; a click filters the list by it.
+        assert re.fullmatch(r"0 running · 0 waiting · \d+ failed and \d+ succeeded in the last 24 h",
+                            _text(browser, "#glance")), _text(browser, "#glance")
+        browser.find_element("css selector", "#glance button[data-status=FAILED]").click()
+        _wait("the FAILED jobs", lambda: sorted(c[1] for c in _rows(browser).values()) == [
+            "digits-5", "resnet-0", "resnet-10"], timeout=10)
+        from selenium.webdriver.support.select import Select
+
+        Select(browser.find_element("css selector", "#filters select[name=status]")).select_by_value("")
+        _wait("every job again", lambda: len(_rows(browser)) == 13, timeout=10)
         # Filters: the owner, then a part of the name as well; kept in the address.
         owner = browser.find_element("css selector", "#filters input[name=owner]")
         owner.send_keys("bob")

@@ -43,3 +43,12 @@ def schedule_slots(count: int = Query(3, ge=1, le=20), who: Caller = Depends(cal
     """Each schedule's next `count` runs (UTC), by schedule id; none while it is paused."""
     with srv.scheduler.session() as orch:
         return schedule_rules.upcoming(orch.store, count)
+
+
+@router.get("/v1/job-counts")
+def job_counts(hours: float = Query(24, gt=0, le=24 * 366), who: Caller = Depends(caller),
+               srv: Server = Depends(server)):
+    """How many jobs are in each state, and how many ended in each in the last `hours`."""
+    with srv.scheduler.session() as orch:
+        now = srv.scheduler.clock()
+        return {"hours": hours, "states": orch.store.counts(now - hours * 3600)}

@@ -1,7 +1,7 @@
 // The jobs list: filters, search, sort and pages (GET /v1/jobs with its cursor), refreshed in
 // place: the filters are the user's (kept in the address, never overwritten by a refresh),
 // and a refresh replaces only the rows of the page shown.
-import { api } from "./api.js";
+import { api, getJSON } from "./api.js";
 import { badge, duration, el, fill, jobLink, secondsBetween, when } from "./dom.js";
 
 const STATES = ["", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
@@ -36,13 +36,15 @@ export function jobsView(main, query) {
     input("owner", "owner"), select("target", [["", "any target"], ["local", "local"], ["onprem", "onprem"], ["cloud", "cloud"]]),
     select("kind", [["", "any kind"], ["exploratory", "exploratory"], ["steady", "steady"]]),
     select("sort", SORTS));
+  // At a glance: what runs, what waits, what ended lately; a click filters the list by it.
+  const glance = el("p", {id: "glance", class: "glance"});
   const body = el("tbody", {id: "jobs"});
   const none = el("p", {id: "jobs-none", class: "dim", hidden: true, text: "no jobs match"});
   const prev = el("button", {id: "prev", type: "button", text: "‹ newer", disabled: true});
   const more = el("button", {id: "next", type: "button", text: "older ›", disabled: true});
   const where = el("span", {id: "page-no", class: "dim"});
   main.append(el("section", {class: "card"},
-    el("h2", {text: "Jobs"}), form,
+    el("h2", {text: "Jobs"}), glance, form,
     el("div", {class: "scroll"}, el("table", {class: "jobs"},
       el("thead", {}, el("tr", {}, ["id", "name", "state", "target", "kind", "owner", "created", "duration", "progress"]
         .map((h) => el("th", {text: h})))), body)),
@@ -62,9 +64,15 @@ export function jobsView(main, query) {
     const cursor = cursors[cursors.length - 1];
     if (cursor) p.set("cursor", cursor);
     const mine = ++seq;
-    const resp = await api("/v1/jobs?" + p.toString());
+    const [resp, counts] = await Promise.all([api("/v1/jobs?" + p.toString()), getJSON("/v1/job-counts?hours=24")]);
     const jobs = await resp.json();
     if (mine !== seq) return;  // the filters changed meanwhile
+    const c = counts.states;
+    const pick = (status, text) => el("button", {type: "button", class: "link " + status, "data-status": status, text,
+                                                 onclick: () => { form.elements.status.value = status; changed(); }});
+    fill(glance, pick("RUNNING", c.RUNNING.all + " running"), " · ", pick("PENDING", c.PENDING.all + " waiting"), " · ",
+         pick("FAILED", c.FAILED.recent + " failed"), " and ", pick("SUCCEEDED", c.SUCCEEDED.recent + " succeeded"),
+         " in the last 24 h");
     next = resp.headers.get("X-Next-Cursor");
     fill(body, ...jobs.map((j) => {
       const tr = el("tr", {"data-id": j.id},

@@ -143,3 +143,17 @@ def test_a_train_jobs_nodes_are_its_workers():
                      '::orch::{"event": "worker", "rank": 2, "node_id": "aaa"}',
                      '::orch::{"event": "worker", "rank": 3}'])
     assert worker_nodes(log) == ["aaa", "bbb"] and worker_nodes("") == []
+
+
+def test_job_counts_by_state_in_all_and_lately(api):
+    import time
+
+    t0 = time.time() - 3600
+    fill(api.store, 30, t0=t0)
+    api.store._db.execute("UPDATE jobs SET finished_at = finished_at - 2 * 86400 WHERE created_at < ?", (t0 + 10,))
+    counts = api("GET", "/v1/job-counts", "bob").json()
+    assert counts["hours"] == 24
+    states = counts["states"]
+    assert states["FAILED"] == {"all": 5, "recent": 3}  # 0 and 7 ended two days ago
+    assert states["SUCCEEDED"]["all"] == 25 and states["RUNNING"] == {"all": 0, "recent": 0}
+    assert api("GET", "/v1/job-counts?hours=0", "bob").status_code == 400

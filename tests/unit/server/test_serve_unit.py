@@ -252,7 +252,8 @@ def test_every_endpoint_but_health_and_the_page_needs_a_valid_token(api):
                          ("POST", "/v1/jobs/x/cancel"), ("GET", "/v1/cost"),
                          ("GET", "/v1/schedules"), ("GET", "/v1/summary"), ("POST", "/v1/plan"),
                          ("POST", "/v1/jobs"), ("GET", "/v1/jobs/x/progress"), ("GET", "/v1/fleet"),
-                         ("GET", "/v1/spend"), ("GET", "/v1/schedule-slots")):
+                         ("GET", "/v1/spend"), ("GET", "/v1/schedule-slots"),
+                         ("GET", "/v1/job-counts")):
         r = api(method, path)
         assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", (method, path)
         assert r.json()["error"] == "this request needs a token: Authorization: Bearer <token>"

@@ -64,15 +64,10 @@ export function jobsView(main, query) {
     const cursor = cursors[cursors.length - 1];
     if (cursor) p.set("cursor", cursor);
     const mine = ++seq;
-    const [resp, counts] = await Promise.all([api("/v1/jobs?" + p.toString()), getJSON("/v1/job-counts?hours=24")]);
+    getJSON("/v1/job-counts?hours=24").then(atAGlance, () => {});  // beside the rows, not before them
+    const resp = await api("/v1/jobs?" + p.toString());
     const jobs = await resp.json();
     if (mine !== seq) return;  // the filters changed meanwhile
-    const c = counts.states;
-    const pick = (status, text) => el("button", {type: "button", class: "link " + status, "data-status": status, text,
-                                                 onclick: () => { form.elements.status.value = status; changed(); }});
-    fill(glance, pick("RUNNING", c.RUNNING.all + " running"), " · ", pick("PENDING", c.PENDING.all + " waiting"), " · ",
-         pick("FAILED", c.FAILED.recent + " failed"), " and ", pick("SUCCEEDED", c.SUCCEEDED.recent + " succeeded"),
-         " in the last 24 h");
     next = resp.headers.get("X-Next-Cursor");
     fill(body, ...jobs.map((j) => {
       const tr = el("tr", {"data-id": j.id},
@@ -89,6 +84,15 @@ export function jobsView(main, query) {
     prev.disabled = cursors.length < 2;
     more.disabled = !next;
     where.textContent = "page " + cursors.length;
+  }
+
+  function atAGlance(counts) {
+    const c = counts.states;
+    const pick = (status, text) => el("button", {type: "button", class: "link " + status, "data-status": status, text,
+                                                 onclick: () => { form.elements.status.value = status; changed(); }});
+    fill(glance, pick("RUNNING", c.RUNNING.all + " running"), " · ", pick("PENDING", c.PENDING.all + " waiting"), " · ",
+         pick("FAILED", c.FAILED.recent + " failed"), " and ", pick("SUCCEEDED", c.SUCCEEDED.recent + " succeeded"),
+         " in the last 24 h");
   }
 
   let typing = null;

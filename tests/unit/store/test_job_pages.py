@@ -103,6 +103,11 @@ def test_a_page_of_100000_jobs_is_read_off_an_index(tmp_path):
         print(f"{store._db.dialect}: one page of 50 ({what}, {where}): {took * 1000:.1f} ms")
         assert first and (deep or kw.get("search"))
         assert took < 1.0, f"{what}: {took:.2f} s"  # a generous bound: it is milliseconds
+    t = time.perf_counter()
+    counts = store.counts(time.time() - 86400)
+    took = time.perf_counter() - t
+    print(f"{store._db.dialect}: jobs per state (the glance line) over 100,000: {took * 1000:.1f} ms")
+    assert sum(c["all"] for c in counts.values()) == 100_000 and took < 2.0
 
 
 def test_each_sort_and_filter_reads_an_index_in_order(tmp_path):

@@ -24,6 +24,7 @@ from orchestrator.server import auth
 from tests.conftest import home_store, run_orch, short_tmp, store_at
 from tests.integration.conftest import on_session_ray, remove_home
 from tests.integration.conftest import wait_until as _wait
+from tests.integration.status_page_data import TICKER, finished_train_job, seed_month
 from tests.integration.test_serve import Server
 
 pytestmark = pytest.mark.integration
@@ -106,6 +107,24 @@ def _count(browser, css: str) -> int:
     return browser.execute_script("return document.querySelectorAll(arguments[0]).length", css)
 
 
+def _click(browser, css: str, timeout: float = 15) -> None:
+    """Click the element `css` names once it is there and can be clicked: the page redraws
+    its parts every few seconds, so an element found a moment ago may have been replaced."""
+    from selenium.common.exceptions import (
+        ElementNotInteractableException,
+        NoSuchElementException,
+        StaleElementReferenceException,
+    )
+
+    def clicked():
+        try:
+            browser.find_element("css selector", css).click()
+            return True
+        except (ElementNotInteractableException, NoSuchElementException, StaleElementReferenceException):
+            return False
+    _wait(f"{css} to be clickable", clicked, timeout)
+
+
 def _shot(browser, shots: Path, name: str) -> Path:
     """The whole page (up to 2,400 px tall) as a PNG in `shots`."""
     browser.execute_script("window.scrollTo(0, 0)")
@@ -138,88 +157,10 @@ def _failed(browser, shots: Path, server) -> None:
     print("server log:", server.log.read_text()[-4000:])
 
 
-def _seed(home: Path, now: float) -> None:
-    """Finished jobs of this month for the money view: owned ones (power is their cash) and
-    cloud ones (their bill), by two owners over the month's days so far."""
-    store = store_at(home)
-    start = now - (time.gmtime(now).tm_mday - 1) * 86400
-    try:
-        for i in range(12):
-            cloud = i % 3 == 0
-            target, owner = ("cloud" if cloud else "local"), ("bob" if i % 2 else "alice")
-            choice = {"target": target, "gpu": "A100" if cloud else "RTX4090", "count": 1,
-                      "price_per_hour_usd": 3.0 if cloud else 0.9}
-            if not cloud:
-                choice.update(power_per_hour_usd=0.12, amortized_per_hour_usd=0.78)
-            info = {"ledger": {"cost_usd": 9.0 + i, "billed_hours": 3.0}} if cloud else None
-            rec = store.create_job(name=f"{'digits' if i % 2 else 'resnet'}-{i}", spec={}, kind="exploratory",
-                                   target=target, fingerprint=None, owner=owner, info=info,
-                                   decision={"target": target, "choice": choice})
-            store.set_status(rec.id, "RUNNING", "started")
-            store.set_status(rec.id, "SUCCEEDED" if i % 5 else "FAILED", "done")
-            end = min(now - 60, start + (i + 0.5) / 12 * (now - start))
-            store._db.execute("UPDATE jobs SET created_at = ?, started_at = ?, finished_at = ? WHERE id = ?",
-                              (end - 3 * 3600 - 60, end - 3 * 3600, end, rec.id))
-    finally:
-        store.close()
-
-
-def _finished_train_job(home: Path) -> str:
-    """A finished two-GPU job as a train job leaves it: eight reports in its log, its step-time
-    split and verdict, phases and device telemetry in its metrics, a placement with two
-    alternatives. Its id."""
-    log = home / "resnet.log"
-    log.write_text("".join("::orch::" + json.dumps({"event": "report", "index": i, "t": 1000 + 10 * i, "metrics": {
-        "epoch": i, "epochs": 8, "loss": round(1.5 / i, 4), "accuracy": round(0.8 + 0.02 * i, 3),
-        "samples_per_sec": 4000 + 300 * i, "epoch_s": round(2.0 - 0.05 * i, 2)}}) + "\n" for i in range(1, 9)))
-    metrics = {"epoch": 8, "loss": 0.1875, "accuracy": 0.96, "data_fraction": 0.31, "copy_fraction": 0.07,
-               "verdict": {"kind": "input-bound", "reasons": ["31% of each step waits for data, 7% copies it to cuda, "
-                                                              "the rest computes"],
-                           "advice": ["loader_workers: auto", "pin_memory: true"]},
-               "phases": {"submit_to_recorded": 1.2, "recorded_to_launched": 3.5, "launched_to_driver": 6.1,
-                          "driver_to_workers": 14.2, "workers_to_first_step": 4.4, "training": 80.3,
-                          "last_step_to_ended": 2.1},
-               "telemetry": {"summary": {"source": "nvml", "device": "RTX 4090", "workers": 2, "mean_util": 58.2,
-                                         "p10_util": 22, "peak_mem_gb": 9.4, "mem_total_gb": 24, "energy_wh": 11.2}}}
-    choice = {"target": "onprem", "gpu": "RTX4090", "count": 2, "price_per_hour": 0.78, "price_per_hour_usd": 0.78,
-              "power_per_hour_usd": 0.12, "amortized_per_hour_usd": 0.66, "est_hours": 0.4, "est_cost": 0.31,
-              "marginal_cost": 0.05, "cash_cost": 0.05}
-    decision = {"target": "onprem", "kind": "exploratory", "reasons": ["short: expected 0.4 h < 2 h points to "
-                                                                       "exploratory work"],
-                "estimate": {"hours": 0.4, "cost": 0.31, "cost_usd": 0.31, "marginal": 0.05, "cash": 0.05},
-                "choice": choice, "alternatives": [
-                    {"target": "cloud", "cloud": "aws", "region": "us-east-1", "gpu": "A10G", "count": 2,
-                     "price_per_hour": 2.4, "est_hours": 0.5, "est_cost": 1.4, "marginal_cost": 1.4, "cash_cost": 1.4},
-                    {"target": "local", "count": 0, "price_per_hour": 0.02, "est_hours": 3.0, "est_cost": 0.9,
-                     "marginal_cost": 0.07, "cash_cost": 0.07, "excluded": "needs 2 GPUs; local has none"}]}
-    store = store_at(home)
-    try:
-        rec = store.create_job(name="resnet-cifar", spec={}, kind="exploratory", target="onprem", fingerprint=None,
-                               owner="alice", decision=decision)
-        store.set_status(rec.id, "RUNNING", "started")
-        store.set_status(rec.id, "SUCCEEDED", "done: epoch 8/8, loss 0.1875, accuracy 0.960", metrics=metrics,
-                         log_path=str(log))
-        store._db.execute("UPDATE jobs SET started_at = finished_at - 1500 WHERE id = ?", (rec.id,))
-    finally:
-        store.close()
-    return rec.id
-
-
-TICKER = """i=0
-while [ $i -lt 400 ]; do
-  i=$((i+1))
-  loss=$(awk "BEGIN {print 2.0/($i+1)}")
-  echo "::orch::{\\"event\\": \\"report\\", \\"index\\": $i, \\"metrics\\": {\\"epoch\\": $i, \\"loss\\": $loss, \\"accuracy\\": 0.$i}}"
-  echo "tick $i"
-  sleep 2
-done
-"""
-
-
 def test_the_page_lists_filters_follows_cancels_and_shows_fleet_and_money(browser, home, shots, tmp_path):
     tokens = _tokens(home)
-    _seed(home, time.time())
-    finished = _finished_train_job(home)
+    seed_month(home, time.time())
+    finished = finished_train_job(home)
     server = Server(home, env={"ORCH_MONTHLY_BUDGET": str(BUDGET)}, args=("--access-log",))
     try:
         # The token from the URL fragment, taken out of the address bar; the list shows.
@@ -231,7 +172,7 @@ def test_the_page_lists_filters_follows_cancels_and_shows_fleet_and_money(browse
         # At a glance: what runs, waits and ended lately; a click filters the list by it.
         assert re.fullmatch(r"0 running · 0 waiting · \d+ failed and \d+ succeeded in the last 24 h",
                             _text(browser, "#glance")), _text(browser, "#glance")
-        browser.find_element("css selector", "#glance button[data-status=FAILED]").click()
+        _click(browser, "#glance button[data-status=FAILED]")
         _wait("the FAILED jobs", lambda: sorted(c[1] for c in _rows(browser).values()) == [
             "digits-5", "resnet-0", "resnet-10"], timeout=10)
         from selenium.webdriver.support.select import Select
@@ -256,11 +197,11 @@ def test_the_page_lists_filters_follows_cancels_and_shows_fleet_and_money(browse
         assert _text(browser, "#error") == "The token was refused; open /#token=... with a valid one."
         browser.get_log("browser")  # the 401s, read and so emptied
         browser.find_element("id", "token").send_keys(tokens["alice"])
-        browser.find_element("css selector", "#login button").click()
+        _click(browser, "#login button")
         _wait("the list again", lambda: len(_rows(browser)) == 13, timeout=15)
 
         # A finished train job's page: curves, step-time split, phases, devices, offers.
-        browser.find_element("css selector", f"#jobs tr[data-id='{finished}'] a").click()
+        _click(browser, f"#jobs tr[data-id='{finished}'] a")
         _wait("its four curves", lambda: _count(browser, "#charts figure") == 4, timeout=15)
         assert _count(browser, "figure[data-metric=loss] circle") == 8
         assert _count(browser, "#placement table.offers tbody tr") == 3
@@ -287,7 +228,7 @@ def test_the_page_lists_filters_follows_cancels_and_shows_fleet_and_money(browse
         assert proc.returncode == 0, proc.stderr[-3000:]
         job_id = json.loads(proc.stdout)["id"]
         _wait("the list to show the new job", lambda: job_id in _rows(browser), timeout=40)
-        browser.find_element("css selector", f"#jobs tr[data-id='{job_id}'] a").click()
+        _click(browser, f"#jobs tr[data-id='{job_id}'] a")
         _wait("its page", lambda: _text(browser, ".jobhead h1") is not None, timeout=15)
         assert browser.current_url.endswith(f"#/jobs/{job_id}")
         _wait("it RUNNING", lambda: _text(browser, ".jobhead .badge") == "RUNNING", timeout=120)
@@ -299,7 +240,7 @@ def test_the_page_lists_filters_follows_cancels_and_shows_fleet_and_money(browse
         _shot(browser, shots, "job")
 
         # The fleet: the job on this workstation.
-        browser.find_element("css selector", "#nav a[data-view=fleet]").click()
+        _click(browser, "#nav a[data-view=fleet]")
         _wait("the fleet with the job on local", lambda: job_id in (browser.execute_script(
             "return Array.from(document.querySelectorAll('#owned a')).map((a) => a.href).join(' ')") or ""), 20)
         assert "This workstation (local)" in _text(browser, "#owned")
@@ -309,15 +250,16 @@ def test_the_page_lists_filters_follows_cancels_and_shows_fleet_and_money(browse
         browser.execute_script("sessionStorage.setItem('orchToken', arguments[0]); location.hash = arguments[1]",
                                tokens["bob"], f"#/jobs/{job_id}")
         _wait("its page as bob", lambda: _text(browser, ".jobhead .badge") == "RUNNING", 20)
-        browser.find_element("id", "cancel").click()
+        _click(browser, "#cancel")
         _wait("bob's refusal", lambda: (_text(browser, "#cancel-msg") or "").startswith("refused"), 20)
         assert _text(browser, "#cancel-msg") == (f"refused: {job_id} belongs to alice: bob may not cancel it "
                                                  "(only its submitter or an admin token (`orch token create "
                                                  "NAME --admin`) can)")
         browser.get_log("browser")  # the 403, read and so emptied
-        browser.execute_script("sessionStorage.setItem('orchToken', arguments[0]); location.reload()", tokens["alice"])
+        browser.execute_script("sessionStorage.setItem('orchToken', arguments[0]); "  # the old page gone first
+                               "document.getElementById('main').replaceChildren(); location.reload()", tokens["alice"])
         _wait("its page as alice", lambda: _text(browser, ".jobhead .badge") == "RUNNING", 20)
-        browser.find_element("id", "cancel").click()
+        _click(browser, "#cancel")
         _wait("it CANCELLED", lambda: _text(browser, ".jobhead .badge") == "CANCELLED", 60)
         assert _text(browser, "#cancel-msg") == "cancelled" and browser.find_element("id", "cancel").is_displayed() is False
 
@@ -380,7 +322,7 @@ def test_the_list_paints_within_a_second_with_100000_jobs_and_says_when_the_serv
             print(f"100,000 jobs: first contentful paint {fcp:.0f} ms, the first 50 rows shown at {shown:.0f} ms")
         assert len(_rows(browser)) == 50
         assert fcp < 1000 and shown < 1000, (fcp, shown)
-        browser.find_element("id", "next").click()  # the next page, by its cursor
+        _click(browser, "#next")  # the next page, by its cursor
         _wait("page 2", lambda: _text(browser, "#page-no") == "page 2", 10)
         _wait("its rows", lambda: "orch-0001866d" in _rows(browser), 10)  # the 51st newest
         # A filter over 100,000 jobs: from the choice to its rows on the page.

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import calendar
 import time
-from typing import Any, Optional
+from typing import Optional
 
 from orchestrator.base.targets import rented
 from orchestrator.decision import job_ledger as ledger
+from orchestrator.records.page import DaySpend, GroupSpend, MonthSpend, SpentJob
 from orchestrator.service.core import Core
 from orchestrator.service.dashboard import cost_so_far
 from orchestrator.store import iso
@@ -18,43 +19,40 @@ from orchestrator.store import iso
 TOP = 10
 
 
-def month_spend(core: Core, now: Optional[float] = None) -> dict[str, Any]:
+def month_spend(core: Core, now: Optional[float] = None) -> MonthSpend:
     settings = core.settings
     rate, basis = settings.currency_rate, settings.budget_basis
     now = time.time() if now is None else now
     start = ledger.month_start(now)
     t = time.gmtime(now)
-    days = [f"{t.tm_year:04d}-{t.tm_mon:02d}-{d:02d}"
-            for d in range(1, calendar.monthrange(t.tm_year, t.tm_mon)[1] + 1)]
-    per_day: dict[str, dict[str, Any]] = {d: {"day": d, "owned": 0.0, "cloud": 0.0, "spend": 0.0}
-                                          for d in days}
-    by_target: dict[str, dict[str, float]] = {}
-    by_owner: dict[str, dict[str, float]] = {}
-    jobs: list[dict[str, Any]] = []
+    days = {d: DaySpend(day=d, owned=0.0, cloud=0.0, spend=0.0)
+            for d in (f"{t.tm_year:04d}-{t.tm_mon:02d}-{n:02d}"
+                      for n in range(1, calendar.monthrange(t.tm_year, t.tm_mon)[1] + 1))}
+    by_target: dict[str, GroupSpend] = {}
+    by_owner: dict[str, GroupSpend] = {}
+    jobs: list[SpentJob] = []
     for rec in core.store.list(limit=1_000_000, since=start):
         e = cost_so_far(rec, now)
         if not (e.running or (e.finished_at or 0.0) >= start):
             continue  # ended before this month: last month's
         cash, spend = ledger.cash(e) * rate, ledger.spend(e, basis) * rate
-        day = per_day.get(time.strftime("%Y-%m-%d", time.gmtime(e.finished_at or now)))
+        day = days.get(time.strftime("%Y-%m-%d", time.gmtime(e.finished_at or now)))
         if day is not None:
-            day["cloud" if rented(e.target) else "owned"] += cash
-            day["spend"] += spend
-        for groups, key in ((by_target, e.target or "-"), (by_owner, rec.owner or "-")):
-            g = groups.setdefault(key, {"jobs": 0, "cash": 0.0, "cost": 0.0})
-            g["jobs"] += 1
-            g["cash"] += cash
-            g["cost"] += e.cost_usd * rate
-        jobs.append({"id": rec.id, "name": rec.name, "owner": rec.owner, "target": e.target,
-                     "status": rec.status, "hours": e.hours, "cash": cash, "cost": e.cost_usd * rate,
-                     "ended_at": iso(e.finished_at)})
-    jobs.sort(key=lambda j: -j["cash"])
-    total = sum(d["spend"] for d in per_day.values())
-
-    def rows(groups: dict[str, dict[str, float]], name: str) -> list[dict[str, Any]]:
-        return [{name: k, **v} for k, v in sorted(groups.items(), key=lambda kv: -kv[1]["cash"])]
-
-    return {"month": time.strftime("%Y-%m", t), "today": time.strftime("%Y-%m-%d", t),
-            "currency": settings.currency, "basis": basis, "budget": settings.monthly_budget,
-            "spent": total, "days": list(per_day.values()), "by_target": rows(by_target, "target"),
-            "by_owner": rows(by_owner, "owner"), "biggest": jobs[:TOP]}
+            if rented(e.target):
+                day.cloud += cash
+            else:
+                day.owned += cash
+            day.spend += spend
+        for group in (by_target.setdefault(e.target or "-", GroupSpend(target=e.target or "-", jobs=0, cash=0, cost=0)),
+                      by_owner.setdefault(rec.owner or "-", GroupSpend(owner=rec.owner or "-", jobs=0, cash=0, cost=0))):
+            group.jobs += 1
+            group.cash += cash
+            group.cost += e.cost_usd * rate
+        jobs.append(SpentJob(id=rec.id, name=rec.name, owner=rec.owner, target=e.target, status=rec.status,
+                             hours=e.hours, cash=cash, cost=e.cost_usd * rate, ended_at=iso(e.finished_at)))
+    return MonthSpend(month=time.strftime("%Y-%m", t), today=time.strftime("%Y-%m-%d", t),
+                      currency=settings.currency, basis=basis, budget=settings.monthly_budget,
+                      spent=sum(d.spend for d in days.values()), days=list(days.values()),
+                      by_target=sorted(by_target.values(), key=lambda g: -g.cash),
+                      by_owner=sorted(by_owner.values(), key=lambda g: -g.cash),
+                      biggest=sorted(jobs, key=lambda j: -j.cash)[:TOP])

@@ -7,13 +7,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 
 from orchestrator.records.caller import Caller
+from orchestrator.records.page import Fleet, JobCounts, JobProgress, MonthSpend
 from orchestrator.server.routes.deps import Server, caller, server
 from orchestrator.service import dashboard, schedule_rules, spending
 
 router = APIRouter()
 
 
-@router.get("/v1/jobs/{job_id}/progress")
+@router.get("/v1/jobs/{job_id}/progress", response_model=JobProgress)
 def progress(job_id: str, who: Caller = Depends(caller), srv: Server = Depends(server)):
     """A job's report events from its log (one point each: index, time, numeric metrics),
     its state, and its cost so far against the estimate it was placed with."""
@@ -21,7 +22,7 @@ def progress(job_id: str, who: Caller = Depends(caller), srv: Server = Depends(s
         return dashboard.job_progress(orch.core, job_id)
 
 
-@router.get("/v1/fleet")
+@router.get("/v1/fleet", response_model=Fleet)
 def fleet(who: Caller = Depends(caller), srv: Server = Depends(server)):
     """Each owned target's nodes and GPUs with the jobs on it and the queue for it; the
     rented jobs running, with cloud, price and time so far."""
@@ -29,7 +30,7 @@ def fleet(who: Caller = Depends(caller), srv: Server = Depends(server)):
         return dashboard.fleet(orch.core)
 
 
-@router.get("/v1/spend")
+@router.get("/v1/spend", response_model=MonthSpend)
 def spend(who: Caller = Depends(caller), srv: Server = Depends(server)):
     """This month's spend per day (cash: owned power, cloud), by target and by owner, the
     biggest jobs, against monthly_budget."""
@@ -45,10 +46,10 @@ def schedule_slots(count: int = Query(3, ge=1, le=20), who: Caller = Depends(cal
         return schedule_rules.upcoming(orch.store, count)
 
 
-@router.get("/v1/job-counts")
+@router.get("/v1/job-counts", response_model=JobCounts)
 def job_counts(hours: float = Query(24, gt=0, le=24 * 366), who: Caller = Depends(caller),
                srv: Server = Depends(server)):
     """How many jobs are in each state, and how many ended in each in the last `hours`."""
     with srv.scheduler.session() as orch:
         now = srv.scheduler.clock()
-        return {"hours": hours, "states": orch.store.counts(now - hours * 3600)}
+        return JobCounts.model_validate({"hours": hours, "states": orch.store.counts(now - hours * 3600)})

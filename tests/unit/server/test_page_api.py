@@ -40,7 +40,8 @@ def test_a_jobs_progress_is_its_reports_and_its_cost_so_far(api, tmp_path):
 
     log = "\n".join(["starting", _report(1, 0.9), "(RayTrainWorker pid=1) noise", _report(2, 0.5),
                      '::orch::{"event": "report", "index": 3, "metrics": "not a dict"}', "done"])
-    assert series(log) == [{"index": 1, "t": 101, "metrics": {"epoch": 1, "loss": 0.9, "accuracy": 0.5}},
+    assert [p.model_dump() for p in series(log)] == [
+        {"index": 1, "t": 101, "metrics": {"epoch": 1, "loss": 0.9, "accuracy": 0.5}},
                            {"index": 2, "t": 102, "metrics": {"epoch": 2, "loss": 0.5, "accuracy": 0.5}}]
     path = tmp_path / "job.log"
     path.write_text(log)

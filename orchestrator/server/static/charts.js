@@ -65,7 +65,7 @@ export function stackedBars(label, rows, parts, fmt, {line, limit} = {}) {
   });
   if (line) {
     const pts = line.values.map((v, i) => `${L + (i + 0.5) * bw},${sy(v)}`).join(" ");
-    root.append(svg("polyline", {points: pts, class: "line s3"}));
+    root.append(svg("polyline", {points: pts, class: "line s4"}));
   }
   if (limit) {
     root.append(svg("line", {x1: L, x2: W - R, y1: sy(limit), y2: sy(limit), class: "limit"}));

@@ -60,14 +60,16 @@ export function moneyView(main) {
       share === null ? null : el("progress", {value: Math.min(share, 1), max: 1}),
       el("p", {class: "dim", text: `${s.month}: at this pace, ${fmt(pace)} by the month's end` + (s.budget && pace > s.budget ? " — over the budget" : "")}));
     let run = 0;
-    const cumulative = days.map((d) => (run += d.spend));
-    fill(daily, 
+    const cumulative = s.days.map((d) => (d.day <= s.today ? (run += d.spend) : 0));
+    const perDay = dayOfMonth ? s.spent / dayOfMonth : 0;
+    fill(daily,
       el("figure", {}, el("figcaption", {text: "cash per day: owned power (lower) and cloud (upper)"}),
-         stackedBars("cash per day", days.map((d) => ({...d, label: d.day.slice(5)})),
+         stackedBars("cash per day", s.days.map((d) => ({...d, label: d.day.slice(5)})),
                      [{key: "owned", label: "owned power"}, {key: "cloud", label: "cloud"}], fmt)),
-      el("figure", {}, el("figcaption", {text: "spent so far this month, against the budget"}),
-         stackedBars("spent so far", days.map((d, i) => ({label: d.day.slice(5), total: cumulative[i]})),
-                     [{key: "total", label: "spent"}], fmt, {limit: s.budget})));
+      el("figure", {}, el("figcaption", {text: "spent so far (bars), at this pace (line), against the budget (dashed)"}),
+         stackedBars("spent so far", s.days.map((d, i) => ({label: d.day.slice(5), total: cumulative[i]})),
+                     [{key: "total", label: "spent"}], fmt,
+                     {limit: s.budget, line: {values: s.days.map((d, i) => perDay * (i + 1)), label: "at this pace"}})));
     fill(groups, 
       section("By target", table(["target", "jobs", "cash", "full cost"], s.by_target.map((g) => [g.target, String(g.jobs), fmt(g.cash), fmt(g.cost)]))),
       section("By owner", table(["owner", "jobs", "cash", "full cost"], s.by_owner.map((g) => [g.owner, String(g.jobs), fmt(g.cash), fmt(g.cost)]))));

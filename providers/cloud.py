@@ -90,10 +90,7 @@ def refusal(e: BaseException) -> tuple[str, str]:
             "`sky check` shows which clouds are enabled; `sky api info` the API server")
 
 
-# The longest a cloud's own credential check may take: some ask the cloud's API (Lambda
-# Cloud lists its instance types), which, unreachable, would otherwise hold a plan for as
-# long as the connection takes to give up.
-CHECK_TIMEOUT_S = 10.0
+CHECK_TIMEOUT_S = 10.0  # a cloud's own check may ask its API (Lambda's does), which may hang
 
 
 def enabled_clouds(clouds: list[str], timeout_s: float = CHECK_TIMEOUT_S) -> tuple[list[str], dict[str, str]]:

@@ -145,6 +145,7 @@ def orch_home():
 # tests whose subject is not the store store_incidental: both run on SQLite only.
 BOTH_STORES = (
     "tests/unit/store/test_store.py", "tests/unit/store/test_store_pg.py", "tests/unit/service/test_service.py",
+    "tests/unit/store/test_job_pages.py", "tests/unit/server/test_page_api.py",
     "tests/unit/server/test_serve_unit.py", "tests/unit/offers/test_many_writers.py",
     "tests/unit/base/test_secrets.py", "tests/unit/cli/test_schedule_cli.py", "tests/unit/server/test_records.py",
     "tests/unit/server/test_metrics.py", "tests/unit/store/test_lease.py",

@@ -15,6 +15,8 @@ def serve(
     port: Optional[int] = typer.Option(None, "--port", help="port (default serve_port, 8765)"),
     period: Optional[float] = typer.Option(None, "--period", help="seconds between scheduler "
                                            "passes (default serve_period_s, 15)"),
+    access_log: bool = typer.Option(False, "--access-log", help="log each request's method, "
+                                    "path and status (never its headers, where the token is)"),
     now_offset_s: float = typer.Option(0.0, "--now-offset-s", hidden=True,
                                        help="tests: the scheduler's clock runs this far ahead"),
 ) -> None:
@@ -71,6 +73,7 @@ def serve(
         err.print(f"[yellow]warning:[/] listening on {host}, beyond this machine: requests carry "
                   "tokens in plain HTTP; put a TLS proxy in front", highlight=False)
     # A client following a long job keeps its response open: on SIGTERM it gets 5 s to end.
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+    config = uvicorn.Config(app, log_level="info" if access_log else "warning", access_log=access_log,
+                            lifespan="on",
                             timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])

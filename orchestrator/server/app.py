@@ -26,7 +26,7 @@ from orchestrator.server import guard
 from orchestrator.server.auth import Unauthorized
 from orchestrator.server.git_gate import Busy, GitGate
 from orchestrator.server.intake import MAX_SPEC
-from orchestrator.server.routes import jobs, metrics, schedules, status, uploads
+from orchestrator.server.routes import jobs, metrics, page_data, schedules, status, uploads
 from orchestrator.server.routes.deps import Server, identify
 from orchestrator.server.scheduler import Scheduler
 from orchestrator.service.upload import TooLarge
@@ -57,7 +57,7 @@ def create_app(settings, scheduler: Optional[Scheduler] = None, run_scheduler: b
     _errors(app)
     # A body is refused before it is read: no token, a wrong one, one past its size.
     guard.install(app, settings, functools.partial(identify, settings), json_max=2 * MAX_SPEC)
-    for topic in (jobs, schedules, uploads, status, metrics):
+    for topic in (jobs, page_data, schedules, uploads, status, metrics):
         app.include_router(topic.router)
     return app
 

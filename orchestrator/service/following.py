@@ -226,8 +226,13 @@ def cancel(core: Core, job_id: str, wait_s: float = 30.0) -> JobRow:
 
 
 def list_jobs(core: Core, limit: int = 50) -> list[JobRow]:
+    return refreshed(core, core.store.list(limit))
+
+
+def refreshed(core: Core, rows: list[JobRow]) -> list[JobRow]:
+    """Each job checked with its backend; one whose backend fails, as last known."""
     out = []
-    for rec in core.store.list(limit):
+    for rec in rows:
         try:
             out.append(refresh(core, rec))
         except OrchError:

@@ -20,7 +20,7 @@ from orchestrator.decision import cron_slots
 from orchestrator.records.caller import Caller, may_change
 from orchestrator.service import placing
 from orchestrator.service.core import Core
-from orchestrator.store import Store, public_schedule
+from orchestrator.store import Store, iso, public_schedule
 
 
 def literal_secrets(spec) -> list[str]:
@@ -108,6 +108,19 @@ def remove(store: Store, sched_id: str, who: Optional[Caller] = None) -> dict:
 def listed(store: Store) -> list[dict]:
     """Every schedule with its recent log."""
     return [public_schedule(s, store.schedule_events(s["id"])) for s in store.schedules()]
+
+
+def upcoming(store: Store, count: int = 3) -> dict[str, list[Optional[str]]]:
+    """Each schedule's next `count` slots (UTC, ISO 8601) from its next run; none while paused."""
+    out: dict[str, list[Optional[str]]] = {}
+    for s in store.schedules():
+        slots: list[float] = []
+        if not s["paused"] and s["next_at"] is not None:
+            slots = [s["next_at"]]
+            while len(slots) < count:
+                slots.append(cron_slots.next_slot(s["cron"], slots[-1]))
+        out[s["id"]] = [iso(t) for t in slots]
+    return out
 
 
 def shown(store: Store, sched_id: str) -> dict:

@@ -11,7 +11,7 @@ from orchestrator.base.errors import BackendError
 from orchestrator.records import CancelledJob, JobDetail, JobRecord, JobRow
 from orchestrator.service import following, planning
 from orchestrator.service.core import Core
-from orchestrator.store import TERMINAL, iso, public_schedule
+from orchestrator.store import TERMINAL, JobQuery, iso, public_schedule
 
 
 def shown(core: Core, rec: JobRow) -> JobRow:
@@ -25,6 +25,13 @@ def shown(core: Core, rec: JobRow) -> JobRow:
 def job_records(core: Core, limit: int = 50) -> list[JobRecord]:
     """The newest jobs, each checked with its backend (`orch status`)."""
     return [JobRecord.from_row(shown(core, r)) for r in following.list_jobs(core, limit)]
+
+
+def job_page(core: Core, query: JobQuery) -> tuple[list[JobRecord], Optional[str]]:
+    """One page of jobs (the store's `JobQuery`), each checked with its backend, and the
+    next page's cursor (None: the last page)."""
+    rows, nxt = core.store.page(query)
+    return [JobRecord.from_row(shown(core, r)) for r in following.refreshed(core, rows)], nxt
 
 
 def job_detail(core: Core, job_id: str) -> JobDetail:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from orchestrator.store.base import DOCTOR_HINT, iso
+from orchestrator.store.job_pages import SORTS, JobQuery
 from orchestrator.store.jobs import STATUSES, TERMINAL, JobCount, Jobs, new_job_id
 from orchestrator.store.location import database_url, is_database_url, shown_url, store_exists, store_location
 from orchestrator.store.schedules import Schedules, public_schedule
@@ -24,7 +25,7 @@ from orchestrator.store.sqlite import access_problem, open_errors, store_error
 from orchestrator.store.sqlite import connect as sqlite_connect
 from orchestrator.store.tokens import NameTaken, Tokens
 
-__all__ = ["DOCTOR_HINT", "SCHEMA_VERSION", "STATUSES", "TERMINAL", "JobCount", "NameTaken", "Store",
+__all__ = ["DOCTOR_HINT", "SCHEMA_VERSION", "SORTS", "STATUSES", "TERMINAL", "JobCount", "JobQuery", "NameTaken", "Store",
            "access_problem", "database_url", "is_database_url", "iso", "new_job_id",
            "open_store", "public_schedule", "shown_url", "store_error", "store_exists",
            "store_location", "stored_version"]

@@ -17,6 +17,7 @@ from orchestrator.base.errors import NotFound
 from orchestrator.records import JobInfo, JobRow
 from orchestrator.records.placement import Placement
 from orchestrator.store.base import Row, StoreBase, iso
+from orchestrator.store.job_pages import JobQuery, encode_cursor, page_sql
 
 STATUSES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
@@ -154,7 +155,7 @@ class Jobs(StoreBase):
             args.extend((since, since))
         if where:
             q += " WHERE " + " AND ".join(where)
-        q += " ORDER BY created_at DESC, id LIMIT ?"
+        q += " ORDER BY created_at DESC, id DESC LIMIT ?"  # as a page (job_pages.py)
         args.append(limit)
         return [_record(r) for r in self._db.execute(q, args).fetchall()]
 
@@ -164,6 +165,24 @@ class Jobs(StoreBase):
         rows = self._db.execute("SELECT status, target, kind, COUNT(*) AS n FROM jobs "
                                 "GROUP BY status, target, kind ORDER BY status, target, kind")
         return [JobCount(r["status"], r["target"], r["kind"], int(r["n"])) for r in rows.fetchall()]
+
+    def page(self, query: JobQuery) -> tuple[builtins.list[JobRow], Optional[str]]:
+        """One page of jobs (store/job_pages.py), and the cursor of the next; None at the end."""
+        sql, args = page_sql(query)
+        rows = self._db.execute(sql, args).fetchall()
+        more = len(rows) > query.limit
+        rows = rows[:query.limit]
+        return [_record(r) for r in rows], encode_cursor(query.sort, rows[-1]) if more else None
+
+    def state_counts(self, since: float) -> dict[str, dict[str, int]]:
+        """How many jobs are in each state: in all, and those that ended in it since `since`
+        (epoch seconds). One pass over the state index."""
+        rows = self._db.execute("SELECT status, count(*) AS n, sum(CASE WHEN finished_at >= ? THEN 1 ELSE 0 "
+                                "END) AS recent FROM jobs GROUP BY status", (since,)).fetchall()
+        out = {s: {"all": 0, "recent": 0} for s in STATUSES}
+        for r in rows:
+            out[r["status"]] = {"all": int(r["n"]), "recent": int(r["recent"] or 0)}
+        return out
 
     def history(self, job_id: str) -> builtins.list[dict]:
         rows = self._db.execute("SELECT ts, status, message FROM job_events WHERE job_id = ? "

@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 from orchestrator.base.errors import StoreError
 from orchestrator.store.base import DOCTOR_HINT, Connection, transaction
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 Step = Union[str, Callable[[Connection], None]]
 
@@ -89,6 +89,17 @@ MIGRATIONS: dict[int, list[Step]] = {
             message TEXT NOT NULL
         )""",
         "CREATE INDEX schedule_events_schedule ON schedule_events(schedule_id, seq)",
+    ],
+    # The status page's job list (store/job_pages.py): each filter with the newest first, and
+    # by name, each ending in the id that breaks ties, so a page is read off one index.
+    3: [
+        "CREATE INDEX jobs_created ON jobs(created_at, id)",
+        "DROP INDEX jobs_status",
+        "CREATE INDEX jobs_status_created ON jobs(status, created_at, id)",
+        "CREATE INDEX jobs_owner_created ON jobs(owner, created_at, id)",
+        "CREATE INDEX jobs_target_created ON jobs(target, created_at, id)",
+        "CREATE INDEX jobs_kind_created ON jobs(kind, created_at, id)",
+        "CREATE INDEX jobs_name ON jobs(name, id)",
     ],
 }
 

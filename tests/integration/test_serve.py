@@ -37,14 +37,14 @@ def _free_port() -> int:
 class Server:
     """One `orch serve` process; stop() ends exactly it."""
 
-    def __init__(self, home: Path, offset_s: float = 0.0, env: Optional[dict] = None):
+    def __init__(self, home: Path, offset_s: float = 0.0, env: Optional[dict] = None, args: tuple = ()):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = home / f"serve-{self.port}.log"
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [ORCH, "serve", "--port", str(self.port), "--period", "1",
-                 "--now-offset-s", str(offset_s)], env=orch_env(home, **(env or {})), cwd=str(ROOT),
+                 "--now-offset-s", str(offset_s), *args], env=orch_env(home, **(env or {})), cwd=str(ROOT),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -6,18 +6,18 @@ from __future__ import annotations
 import asyncio
 from typing import Optional, Union
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from orchestrator.base.errors import Forbidden
+from orchestrator.base.errors import Forbidden, InputError
 from orchestrator.records import CancelledJob, JobDetail, JobRecord, SubmittedJob
 from orchestrator.records.caller import Caller, may_change
 from orchestrator.server import intake
 from orchestrator.server.intake import JobIn, PlanIn, Registered
 from orchestrator.server.routes.deps import Server, caller, server, still_valid
 from orchestrator.service import views
-from orchestrator.store import TERMINAL
+from orchestrator.store import SORTS, STATUSES, TERMINAL, JobQuery
 
 router = APIRouter()
 
@@ -47,11 +47,26 @@ async def plan(body: PlanIn, who: Caller = Depends(caller), srv: Server = Depend
 
 
 @router.get("/v1/jobs", response_model=list[JobRecord])
-def jobs(limit: int = Query(50, ge=1, le=1000), who: Caller = Depends(caller),
-         srv: Server = Depends(server)):
-    """The newest jobs, each checked with its backend: the `orch status --json` shape."""
+def jobs(response: Response, limit: int = Query(50, ge=1, le=1000),
+         status: Optional[str] = Query(None, max_length=16), owner: Optional[str] = Query(None, max_length=64),
+         kind: Optional[str] = Query(None, max_length=32), target: Optional[str] = Query(None, max_length=32),
+         q: Optional[str] = Query(None, max_length=200, description="a part of the name"),
+         sort: str = Query("created", description=f"one of {', '.join(SORTS)}"),
+         cursor: Optional[str] = Query(None, max_length=2000,
+                                       description="the X-Next-Cursor of the page before"),
+         who: Caller = Depends(caller), srv: Server = Depends(server)):
+    """A page of jobs, newest first unless `sort` says otherwise, each checked with its
+    backend: the `orch status --json` shape. Filters are exact (`q`: a part of the name);
+    the next page's cursor is the X-Next-Cursor header, absent on the last page."""
+    if status is not None and status not in STATUSES:
+        raise InputError(f"status {status!r}: not a job state", f"use one of: {', '.join(STATUSES)}")
+    query = JobQuery(limit=limit, status=status, owner=owner, kind=kind, target=target,
+                     search=q or None, sort=sort, cursor=cursor or None)
     with srv.scheduler.session() as orch:
-        return views.job_records(orch.core, limit)
+        page, nxt = views.job_page(orch.core, query)
+    if nxt:
+        response.headers["X-Next-Cursor"] = nxt
+    return page
 
 
 @router.get("/v1/jobs/{job_id}", response_model=JobDetail)

@@ -1,12 +1,13 @@
-"""The status page and what it shows (the summary), and liveness."""
+"""The status page (its files) and the summary it used to read, and liveness."""
 
 from __future__ import annotations
 
 import time
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
+from orchestrator.base.errors import NotFound
 from orchestrator.records.caller import Caller
 from orchestrator.server.routes.deps import Server, caller, server
 from orchestrator.service import views
@@ -33,6 +34,20 @@ async def healthz(request: Request):  # no thread: it answers while every worker
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 def page():
-    from orchestrator.server.page import headers, html
+    return _asset("index.html")
 
-    return HTMLResponse(html(), headers=headers())
+
+@router.get("/static/{name}", include_in_schema=False)
+def static(name: str):
+    """The page's stylesheet and scripts (server/static/), without a token: they hold no data."""
+    return _asset(name)
+
+
+def _asset(name: str) -> Response:
+    from orchestrator.server.page import HEADERS, asset
+
+    found = asset(name)
+    if found is None:
+        raise NotFound(f"no file {name!r} here", "the status page is at /")
+    body, media = found
+    return Response(body, media_type=media, headers=HEADERS)

@@ -17,7 +17,7 @@ import pytest
 
 from orchestrator import store as store_mod
 from orchestrator.base.errors import StoreError
-from orchestrator.store import Store
+from orchestrator.store import SCHEMA_VERSION, Store
 from tests.conftest import ORCH, ROOT, orch_env
 
 # The SQLite file itself (damage, modes, WAL); test_store_pg.py checks a PostgreSQL store.
@@ -106,7 +106,7 @@ KINDS = {
     "not sqlite": (not_sqlite, "not a SQLite database", {"store", "store integrity"}),
     "truncated": (truncated, "the job store is damaged", {"store", "store integrity"}),
     "foreign": (foreign, "not orch's job store (tables invoices", {"store"}),
-    "newer schema": (newer, "written by a newer orch (schema 99, this orch knows 2)", {"store"}),
+    "newer schema": (newer, f"written by a newer orch (schema 99, this orch knows {SCHEMA_VERSION})", {"store"}),
     "damaged page": (bad_page, "the job store is damaged", {"store", "store integrity"}),
 }
 

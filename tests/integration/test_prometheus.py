@@ -127,9 +127,14 @@ def test_prometheus_scrapes_the_job_counts_and_a_running_jobs_utilization(home):
         assert prom.query('sum(orch_queue_length)') == {(): 0.0}
         # Owned hardware is never free: the running job has cost something already.
         assert list(prom.query(f"orch_job_cost_so_far_usd{mine}").values())[0] > 0
-        # The scrape without a token: the target is down, with the server's 401.
-        down = [t for t in prom.api("targets")["activeTargets"] if t["labels"]["job"] == "orch-no-token"]
-        assert down and down[0]["health"] == "down" and "401" in down[0]["lastError"], down
+        # The scrape without a token: the target is down, with the server's 401 (once it has
+        # been scraped: on a warm Ray the job can run before Prometheus's first look at it).
+        def no_token() -> list:
+            return [t for t in prom.api("targets")["activeTargets"]
+                    if t["labels"]["job"] == "orch-no-token" and t["health"] != "unknown"]
+
+        down = wait_until("the scrape without a token to be tried", no_token, timeout=30)
+        assert down[0]["health"] == "down" and "401" in down[0]["lastError"], down
 
         # promtool lints the text Prometheus scraped, running job included.
         text = _metrics_text(server)

@@ -23,13 +23,6 @@ def test_a_sqlite_store_takes_one_server_and_says_so_to_a_second(tmp_path):
     FileLease(tmp_path / "orch.db").take().close()  # free again once the first is gone
 
 
-@pytest.fixture
-def pg(job_store):
-    if job_store is None:
-        pytest.skip("needs PostgreSQL: runs with --store both (make test) or --store postgresql")
-    return job_store
-
-
 def test_one_replica_holds_the_lease_and_another_takes_it_when_it_goes(pg):
     a, b = PgLease(pg, "pg", slice_s=0.05), PgLease(pg, "pg", slice_s=0.05)
     try:

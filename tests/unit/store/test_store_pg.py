@@ -42,13 +42,6 @@ def test_config_show_never_prints_the_password(orch_home):
     assert SECRET not in proc.stdout and '"database_url"' in proc.stdout
 
 
-@pytest.fixture
-def pg(job_store):
-    if job_store is None:
-        pytest.skip("needs PostgreSQL: runs with --store both (make test) or --store postgresql")
-    return job_store
-
-
 def test_another_programs_tables_are_left_alone(pg):
     import psycopg
 

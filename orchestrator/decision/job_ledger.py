@@ -17,6 +17,7 @@ import time
 from typing import Iterable, Optional
 
 from orchestrator.base.targets import rented
+from orchestrator.decision.reconcile import TERMINAL
 from orchestrator.records import JobRow
 from orchestrator.records.cost import CostAlternative, CostEntry, CostGroup
 from orchestrator.records.placement import PlacedOffer, Placement
@@ -65,6 +66,12 @@ def measured_wh(metrics: dict) -> Optional[float]:
     if summary.get("source") != "nvml" or not isinstance(energy, (int, float)) or energy < 0:
         return None
     return float(energy)
+
+
+def current(rec: JobRow, now: Optional[float] = None) -> CostEntry:
+    """A job's ledger line: the one kept at its end, else what it has cost so far."""
+    saved = rec.info.cost
+    return saved if saved and rec.status in TERMINAL else entry(rec, now)
 
 
 def entry(rec: JobRow, now: Optional[float] = None) -> CostEntry:

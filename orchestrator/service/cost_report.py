@@ -10,7 +10,7 @@ from typing import Optional
 
 from orchestrator.base.errors import InputError, OrchError
 from orchestrator.records.cost import CostReport, CostTotal, MonthSpend, PricedJob
-from orchestrator.store import TERMINAL, store_exists
+from orchestrator.store import store_exists
 
 
 def parse_since(text: Optional[str]) -> Optional[float]:
@@ -47,8 +47,7 @@ def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=
                 rec = orch.refresh(rec)  # a job that ended meanwhile is priced as ended
             except OrchError:
                 pass  # priced as last known
-            saved = rec.info.cost
-            e = saved if saved and rec.status in TERMINAL else ledger.entry(rec, now)
+            e = ledger.current(rec, now)
             # Its cash also for one saved without it; owned hardware priced at power only (a
             # cluster with no [[onprem]] inventory) is not known at full cost.
             entries.append(PricedJob(**{**e.model_dump(), "cash_usd": ledger.cash(e),

@@ -11,8 +11,8 @@ from typing import Optional
 from jobs import events
 from orchestrator.base.errors import BackendError, OrchError
 from orchestrator.base.targets import ONPREM, OWNED, rented
+from orchestrator.decision import job_ledger as ledger
 from orchestrator.records import JobRow
-from orchestrator.records.cost import CostEntry
 from orchestrator.records.page import (
     CostSoFar,
     Fleet,
@@ -25,18 +25,10 @@ from orchestrator.records.page import (
 )
 from orchestrator.service import views
 from orchestrator.service.core import Core
-from orchestrator.store import TERMINAL, iso
+from orchestrator.store import iso
 
 # A report's metrics that are numbers but no curve (the run's settings, counts).
 _NOT_SERIES = frozenset({"epochs", "workers", "loader_workers", "index"})
-
-
-def cost_so_far(rec: JobRow, now: float) -> CostEntry:
-    """Its ledger line: the one kept at its end, else what it has cost so far."""
-    from orchestrator.decision import job_ledger as ledger
-
-    saved = rec.info.cost
-    return saved if saved and rec.status in TERMINAL else ledger.entry(rec, now)
 
 
 def series(text: str) -> list[Point]:
@@ -59,7 +51,7 @@ def job_progress(core: Core, job_id: str) -> JobProgress:
     estimate it was placed with."""
     rec, text = views.poll(core, core.store.get(job_id).id)
     rate, now = core.settings.currency_rate, time.time()
-    entry = cost_so_far(rec, now)
+    entry = ledger.current(rec, now)
     estimate = rec.decision.estimate if rec.decision else None
     return JobProgress(
         id=rec.id, status=rec.status, currency=core.settings.currency, points=series(text),
@@ -89,7 +81,7 @@ def _on_nodes(core: Core, rec: JobRow) -> list[str]:
 
 
 def _job(rec: JobRow, rate: float, now: float, nodes: Optional[list[str]] = None) -> FleetJob:
-    entry = cost_so_far(rec, now)
+    entry = ledger.current(rec, now)
     choice = rec.choice
     return FleetJob(id=rec.id, name=rec.name, status=rec.status, owner=rec.owner, target=rec.target,
                     started_at=iso(rec.started_at), created_at=iso(rec.created_at), hours=entry.hours,

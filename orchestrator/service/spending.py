@@ -13,7 +13,7 @@ from orchestrator.base.targets import rented
 from orchestrator.decision import job_ledger as ledger
 from orchestrator.records.page import DaySpend, GroupSpend, MonthSpend, SpentJob
 from orchestrator.service.core import Core
-from orchestrator.service.dashboard import cost_so_far
+from orchestrator.service.planning import month_rows
 from orchestrator.store import iso
 
 TOP = 10
@@ -31,8 +31,8 @@ def month_spend(core: Core, now: Optional[float] = None) -> MonthSpend:
     by_target: dict[str, GroupSpend] = {}
     by_owner: dict[str, GroupSpend] = {}
     jobs: list[SpentJob] = []
-    for rec in core.store.list(limit=1_000_000, since=start):
-        e = cost_so_far(rec, now)
+    for rec in month_rows(core.store, now):
+        e = ledger.current(rec, now)
         if not (e.running or (e.finished_at or 0.0) >= start):
             continue  # ended before this month: last month's
         cash, spend = ledger.cash(e) * rate, ledger.spend(e, basis) * rate

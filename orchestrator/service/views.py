@@ -79,8 +79,7 @@ def summary(core: Core, limit: int = 50) -> dict:
     jobs = []
     for rec in following.list_jobs(core, limit):  # each checked with its backend, as `orch status` does
         pub = JobRecord.from_row(shown(core, rec))
-        saved = rec.info.cost
-        entry = saved if saved and rec.status in TERMINAL else ledger.entry(rec, now)
+        entry = ledger.current(rec, now)
         verdict = (pub.metrics or {}).get("verdict") or {}
         jobs.append({"id": pub.id, "name": pub.name, "status": pub.status,
                      "target": pub.target, "kind": pub.kind, "owner": pub.owner,

@@ -72,15 +72,6 @@ def idle_text(policy: IdlePolicy, devices: int, peak: float) -> str:
             f"{policy.window_minutes:g} min (highest {peak:.0f}%)")
 
 
-def idle_reason(policy: IdlePolicy, devices: Sequence[Sequence[Sample]], now_s: float) -> Optional[str]:
-    """Why the run counts as idle at `now_s` (seconds since start), or None: idle means
-    every device stayed below `min_utilization` for the whole last window (`idle_peak`)."""
-    peaks = [idle_peak(policy, samples, now_s) for samples in devices]
-    if not peaks or any(p is None for p in peaks):
-        return None
-    return idle_text(policy, len(peaks), max(p for p in peaks if p is not None))
-
-
 class Series:
     """A bounded series: one point per `every_s` seconds (the mean utilization and power of
     the samples in it, the most memory), at most `limit` points; when full, neighbours merge

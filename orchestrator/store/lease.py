@@ -112,15 +112,12 @@ class PgLease:
                 return
             step = min(self.slice_s, left)
             with self._lock:
-                conn = self._conn
-                if conn is None or conn.closed:
-                    conn = None
-                else:
+                if self._conn is not None and not self._conn.closed:
                     try:
-                        if any(True for _ in conn.notifies(timeout=step, stop_after=1)):
+                        if any(True for _ in self._conn.notifies(timeout=step, stop_after=1)):
                             return  # another replica queued a job
                         continue
-                    except Exception:  # noqa: BLE001
+                    except Exception:  # noqa: BLE001  (the database is away: wait without it)
                         self._drop()
             woken.wait(step)
 

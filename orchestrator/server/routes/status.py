@@ -27,9 +27,9 @@ async def healthz(request: Request):  # no thread: it answers while every worker
     """Liveness, without a token, and this replica's part: `leading` while it holds the
     store's lease and runs the scheduler's duties, `standby` while another does (both
     answer the whole API)."""
-    leading = getattr(request.app.state, "scheduler", None)
+    scheduler = getattr(request.app.state, "scheduler", None)
     return {"ok": True, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "scheduler": "leading" if leading is None or leading.leading else "standby"}
+            "scheduler": "leading" if scheduler is None or scheduler.leading else "standby"}
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)

@@ -16,10 +16,11 @@ from jobs.telemetry import (
     Sampler,
     Series,
     combine,
-    idle_reason,
+    idle_peak,
     reader_for,
     summarize,
 )
+from jobs.utilization import run_idle
 
 POLICY = IdlePolicy(min_utilization=20, window_minutes=1, action="stop")
 
@@ -41,7 +42,9 @@ def flat(util: float, until_s: float, every_s: float = 5.0) -> list[Sample]:
     ([], 120, False),
 ])
 def test_the_policy_decides_idle_only_when_every_device_stayed_below_for_the_window(devices, now_s, idle):
-    reason = idle_reason(POLICY, devices, now_s)
+    # Each worker's own judgement (idle_peak), then the driver's over all of them (run_idle).
+    reason = run_idle(POLICY, {rank: idle_peak(POLICY, samples, now_s)
+                               for rank, samples in enumerate(devices)}, len(devices))
     assert (reason is not None) == idle
     if idle:
         assert "below 20% busy for 1 min" in reason

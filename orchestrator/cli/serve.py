@@ -19,6 +19,10 @@ def serve(
                                     "path and status (never its headers, where the token is)"),
     now_offset_s: float = typer.Option(0.0, "--now-offset-s", hidden=True,
                                        help="tests: the scheduler's clock runs this far ahead"),
+    clock_file: Optional[str] = typer.Option(None, "--clock-file", hidden=True,
+                                             help="tests: a file of seconds the clock runs "
+                                             "further ahead, read at each look (replicas "
+                                             "moved ahead together)"),
 ) -> None:
     """Run orch as a service: cron schedules, a priority queue, every job kept in step with
     its backend, and the REST API (/v1, schema at /openapi.json) with a status page at /."""
@@ -59,14 +63,17 @@ def serve(
     from orchestrator.server.app import create_app
     from orchestrator.server.scheduler import Scheduler
 
-    scheduler = Scheduler(settings, clock=lambda: time.time() + now_offset_s, period_s=period)
+    def clock() -> float:
+        return time.time() + now_offset_s + (_ahead(clock_file) if clock_file else 0.0)
+
+    scheduler = Scheduler(settings, clock=clock, period_s=period)
+    scheduler.url = f"http://{_shown(info)}:{sock.getsockname()[1]}"
     app = create_app(settings, scheduler)
     try:
         loopback = ipaddress.ip_address(info[4][0]).is_loopback
     except ValueError:
         loopback = False
-    shown = f"[{info[4][0]}]" if info[0] == socket.AF_INET6 else info[4][0]
-    err.print(f"orch serve: http://{shown}:{sock.getsockname()[1]} (API at /v1, schema at "
+    err.print(f"orch serve: {scheduler.url} (API at /v1, schema at "
               f"/openapi.json, status page at /#token=...), store {store_location(settings)}, "
               f"scheduler every {scheduler.period_s:g} s", highlight=False)
     if not loopback:
@@ -77,3 +84,19 @@ def serve(
                             lifespan="on",
                             timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _shown(info) -> str:
+    """A listening address as a URL writes it (an IPv6 one in brackets)."""
+    import socket
+
+    return f"[{info[4][0]}]" if info[0] == socket.AF_INET6 else info[4][0]
+
+
+def _ahead(path: str) -> float:
+    """The seconds a test's clock file says (0 while it is missing or being written)."""
+    try:
+        with open(path) as f:
+            return float(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0.0

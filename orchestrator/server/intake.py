@@ -58,8 +58,9 @@ def job_file(settings, body, who: Optional[Caller] = None):
     client_policy.check(spec, body, who.name if who else None, settings)  # no server path, no server env
     if body.upload is None:
         return body.spec, spec
-    from orchestrator.service.upload import with_upload
+    from orchestrator.service.upload import sharing, with_upload
 
+    sharing.ensure(settings, body.upload, who.name if who else "", bool(who and who.admin))
     text = with_upload(body.spec, spec, settings.home, body.upload,
                        who.name if who else "", bool(who and who.admin))
     return text, load_spec_text(text, body.file or "<job>", given)

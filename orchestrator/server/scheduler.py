@@ -31,6 +31,7 @@ from orchestrator.base.targets import ONPREM
 from orchestrator.decision import cron_slots as cron
 from orchestrator.records import JobRow
 from orchestrator.server.client_policy import check_launch
+from orchestrator.server.replicas import Heartbeat
 from orchestrator.service.orch import Orch
 from orchestrator.service.respec import spec_from_record
 from orchestrator.spec import JobSpec
@@ -50,11 +51,21 @@ def launcher_id() -> str:
     return f"{me['host']}/{me['pid']}/{me['started']}"
 
 
-def launcher_alive(text: str) -> bool:
+def launcher_alive(text: str, store=None) -> bool:
+    """Whether the launcher that claimed a job still runs: on this host its process is
+    asked; on another, its replica's row in the store (server/replicas.py), when it has one."""
+    import socket
+
     from orchestrator.service.processes import alive
 
     host, _, rest = text.partition("/")
     pid, _, started = rest.partition("/")
+    if store is not None and host != socket.gethostname():
+        from orchestrator.server.replicas import alive as replica_alive
+
+        seen = replica_alive(store, text)
+        if seen is not None:
+            return seen
     try:
         return alive({"host": host, "pid": int(pid), "started": float(started)})
     except ValueError:
@@ -80,6 +91,8 @@ class Scheduler:
         self._uploads_checked: Optional[float] = None  # time.monotonic() of the last step 4
         self.lease: Lease = Sole()  # start() takes the store's own
         self.leading = False  # whether this replica ran the duties at its last look
+        self.heartbeat: Optional[Heartbeat] = None  # start() starts it
+        self.url: Optional[str] = None  # where this replica answers, as `orch serve` listens
 
     @contextmanager
     def session(self) -> Iterator[Orch]:
@@ -95,6 +108,8 @@ class Scheduler:
 
     def start(self) -> None:
         self.lease = lease_for(self.settings)
+        self.heartbeat = Heartbeat(self.settings, self.me, self.role, self.url)
+        self.heartbeat.start()
         self._thread = threading.Thread(target=self._loop, name="orch-scheduler", daemon=True)
         self._thread.start()
 
@@ -106,6 +121,11 @@ class Scheduler:
         if self._thread is not None:
             self._thread.join(timeout_s)
         self.lease.close()
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+
+    def role(self) -> str:
+        return "leading" if self.leading else "standby"
 
     def wake(self) -> None:
         """A job was queued: this replica looks at once, and tells the lease holder."""
@@ -131,11 +151,14 @@ class Scheduler:
                          "this replica holds the store's lease" if leading else
                          "another replica holds the store's lease; this one answers the API")
                 self.leading = leading
-            if leading:
-                try:
+            try:
+                if leading:
                     self.tick()
-                except Exception:  # a bug or a store problem: logged, and tried again next period
-                    log.exception("scheduler tick failed; trying again in %g s", self.period_s)
+                else:  # its own disk's uploads: every replica keeps its own
+                    with self.session() as orch:
+                        self.collect_uploads(orch)
+            except Exception:  # a bug or a store problem: logged, and tried again next period
+                log.exception("scheduler tick failed; trying again in %g s", self.period_s)
             if not self._stop.is_set():
                 self.lease.wait(self.period_s if leading else min(LOOK_S, self.period_s), self._wake)
 
@@ -211,7 +234,7 @@ class Scheduler:
         mine, elsewhere = [], []
         for rec in store.queued():
             other = rec.info.launcher
-            if other and other != self.me and launcher_alive(other):
+            if other and other != self.me and launcher_alive(other, store):
                 elsewhere.append(rec)  # another server is launching it: it holds its room
             else:
                 mine.append(rec)
@@ -283,7 +306,7 @@ class Scheduler:
         try:
             with self._lock:
                 spec = self.pending.get(job_id)
-            spec = spec or spec_from_record(rec)
+            spec = spec or self._from_record(rec)
             check_launch(spec, rec.owner, self.settings)  # the names still listed for its owner
             rec = orch.launch(rec, spec)
         except Exception as e:  # BackendError: launch() marked it FAILED already
@@ -306,24 +329,38 @@ class Scheduler:
                  rec.target)
         return True
 
+    def _from_record(self, rec: JobRow) -> JobSpec:
+        """A job's spec from its record, its upload (taken by another replica, maybe)
+        run from this replica's own folder of it."""
+        from orchestrator.service.upload.sharing import relocate
+
+        spec = spec_from_record(rec)
+        upload = rec.info.upload if isinstance(rec.info.upload, str) else None
+        workdir = relocate(self.settings, spec.workdir, upload)
+        return spec if workdir == spec.workdir else spec.model_copy(update={"workdir": workdir})
+
     # -- 4. uploads nobody needs --------------------------------------------------------
 
     def collect_uploads(self, orch: Orch, force: bool = False) -> list[str]:
         """Remove unneeded uploads, once per UPLOAD_GC_EVERY_S (the first tick included);
         the names removed. Real time, not the scheduler's clock: folder times are real."""
-        from orchestrator.service.upload_gc import collect
+        from orchestrator.service.upload.sharing import shared
+        from orchestrator.service.upload_gc import collect, collect_shared
 
         mono = time.monotonic()
         if not force and self._uploads_checked is not None and \
                 mono - self._uploads_checked < UPLOAD_GC_EVERY_S:
             return []
         self._uploads_checked = mono  # a failing step is not retried every tick
+        keep_hours, now = self.settings.upload_keep_hours, time.time()
+        removed = []
         try:
-            return collect(self.settings.home, orch.store, self.settings.upload_keep_hours,
-                           time.time())
+            removed = collect(self.settings.home, orch.store, keep_hours, now)
         except OSError as e:  # the uploads folder unreadable: the rest of the server works
             log.warning("cannot check the uploads for removal: %s", e)
-            return []
+        if self.leading and shared(self.settings):  # the archives replicas share: once
+            collect_shared(orch.store, keep_hours, now)
+        return removed
 
 
 def queued_job(rec: JobRow):

@@ -105,6 +105,7 @@ def finish(core: Core, rec: JobRow, status: str, message: Optional[str]) -> JobR
     log_path = core.settings.home / "logs" / f"{rec.id}.log"
     if text:
         write_private(log_path, text)
+        core.store.keep_log(rec.id, text)  # for every replica: its backend may forget the job
     metrics = from_log(text, rec.metrics, **trust(core, rec))
     result = metrics.pop("_result", None)  # the runner's own, for a job with an event key
     metrics["phases"] = phases(rec, text)
@@ -189,8 +190,14 @@ def ending(text: str) -> bool:
 
 
 def raw_logs(core: Core, rec: JobRow) -> str:
-    if rec.status in TERMINAL and rec.log_path and Path(rec.log_path).exists():
-        return Path(rec.log_path).read_text()
+    """A finished job's log as kept at its end (this server's file, else the store's copy,
+    which every replica reads); else its backend's."""
+    if rec.status in TERMINAL:
+        if rec.log_path and Path(rec.log_path).exists():
+            return Path(rec.log_path).read_text()
+        kept = core.store.kept_log(rec.id)
+        if kept is not None:
+            return kept
     if not rec.backend_id:
         return ""
     provider = core.provider(rec.placed_on)

@@ -259,3 +259,19 @@ def collect(home: Path, store, keep_hours: float, now: float) -> list[str]:
     for name in owners.leftovers(root, {n for n in folders if _DIGEST.match(n)}, now, TEMP_MAX_AGE_S):
         log.info("removed %s/%s: its upload is not there", owners.DIR, name)
     return removed
+
+
+def collect_shared(store, keep_hours: float, now: float) -> list[str]:
+    """Remove the archives a PostgreSQL store keeps for replicas (store/shared.py) by the
+    same rule as the folders, an archive's last use by any replica as its time; the
+    digests removed. Run by the replica that holds the lease."""
+    kept = store.kept_uploads()
+    if not kept:
+        return []
+    found = [Folder(d, at) for d, at in kept.items()]
+    removed = []
+    for v in decide(found, uses_in(store, found, now, keep_hours), now, keep_hours):
+        if v.remove and store.drop_upload(v.name, kept[v.name]):
+            log.info("removed upload %s... from the store: %s", v.name[:16], v.reason)
+            removed.append(v.name)
+    return removed

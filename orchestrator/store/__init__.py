@@ -3,7 +3,8 @@ PostgreSQL for a team.
 
 Rows are JSON columns with a schema version, never pickles. `Store` opens the database,
 brings it to the current schema and closes it; what it holds is in its parts: jobs and
-their history (jobs.py), API tokens (tokens.py), cron schedules (schedules.py). The
+their history (jobs.py), API tokens (tokens.py), cron schedules (schedules.py), what
+`orch serve`'s replicas share (shared.py: finished logs, uploads, who is alive). The
 schema and its migrations are schema.py; what SQLite and PostgreSQL each need, sqlite.py
 and pg.py.
 """
@@ -21,17 +22,18 @@ from orchestrator.store.location import database_url, is_database_url, shown_url
 from orchestrator.store.schedules import Schedules, public_schedule
 from orchestrator.store.schema import MIGRATIONS as _MIGRATIONS
 from orchestrator.store.schema import SCHEMA_VERSION, migrate, refuse_foreign, stored_version
+from orchestrator.store.shared import REPLICA_STALE_S, Shared
 from orchestrator.store.sqlite import access_problem, open_errors, store_error
 from orchestrator.store.sqlite import connect as sqlite_connect
 from orchestrator.store.tokens import NameTaken, Tokens
 
-__all__ = ["DOCTOR_HINT", "SCHEMA_VERSION", "SORTS", "STATUSES", "TERMINAL", "JobCount", "JobQuery", "NameTaken", "Store",
+__all__ = ["DOCTOR_HINT", "SCHEMA_VERSION", "SORTS", "STATUSES", "TERMINAL", "JobCount", "JobQuery", "NameTaken", "REPLICA_STALE_S", "Store",
            "access_problem", "database_url", "is_database_url", "iso", "new_job_id",
            "open_store", "public_schedule", "shown_url", "store_error", "store_exists",
            "store_location", "stored_version"]
 
 
-class Store(Jobs, Tokens, Schedules):
+class Store(Jobs, Tokens, Schedules, Shared):
     """The job store: a SQLite file (a Path), or PostgreSQL (a postgresql:// URL)."""
 
     def __init__(self, where: Path | str):

@@ -5,7 +5,7 @@ adapts the few places PostgreSQL differs:
 - placeholders: `?` becomes `%s` (a literal `%` is escaped);
 - the migrations' column types: SQLite's `INTEGER PRIMARY KEY AUTOINCREMENT` is a
   `BIGSERIAL` key, and `REAL` (a timestamp) is `DOUBLE PRECISION`, not PostgreSQL's 4-byte
-  real;
+  real; `BLOB` is `BYTEA`;
 - parameters: booleans go in as 0/1 (the columns are integers, as on SQLite), and NUL
   characters, which PostgreSQL's text refuses, as U+FFFD;
 - the list of tables comes from information_schema, in the connection's current schema
@@ -115,7 +115,7 @@ class PgConnection:
     @staticmethod
     def ddl(sql: str) -> str:
         return (sql.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
-                .replace(" REAL", " DOUBLE PRECISION"))
+                .replace(" REAL", " DOUBLE PRECISION").replace(" BLOB", " BYTEA"))
 
     greatest = "GREATEST"
 

@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 from orchestrator.base.errors import StoreError
 from orchestrator.store.base import DOCTOR_HINT, Connection, transaction
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 Step = Union[str, Callable[[Connection], None]]
 
@@ -100,6 +100,36 @@ MIGRATIONS: dict[int, list[Step]] = {
         "CREATE INDEX jobs_target_created ON jobs(target, created_at, id)",
         "CREATE INDEX jobs_kind_created ON jobs(kind, created_at, id)",
         "CREATE INDEX jobs_name ON jobs(name, id)",
+    ],
+    # Replicas of `orch serve` (store/shared.py): what must not live on one replica's disk
+    # (a finished job's log, zlib-compressed; an upload's archive and who sent it), and
+    # each replica's last look, by which another tells whether it is alive.
+    4: [
+        """CREATE TABLE job_logs (
+            job_id TEXT PRIMARY KEY,
+            body BLOB NOT NULL,
+            bytes INTEGER NOT NULL,
+            kept_at REAL NOT NULL
+        )""",
+        """CREATE TABLE uploads (
+            digest TEXT PRIMARY KEY,
+            archive BLOB NOT NULL,
+            bytes INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            used_at REAL NOT NULL
+        )""",
+        """CREATE TABLE upload_owners (
+            digest TEXT NOT NULL REFERENCES uploads(digest) ON DELETE CASCADE,
+            owner TEXT NOT NULL,
+            PRIMARY KEY (digest, owner)
+        )""",
+        """CREATE TABLE replicas (
+            id TEXT PRIMARY KEY,
+            url TEXT,
+            role TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            seen_at REAL NOT NULL
+        )""",
     ],
 }
 

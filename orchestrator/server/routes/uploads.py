@@ -20,11 +20,12 @@ _UPLOAD_BODY = {"requestBody": {"required": True, "description": "a tar.gz of th
 @router.post("/v1/uploads", status_code=201, openapi_extra=_UPLOAD_BODY)
 async def upload(request: Request, who: Caller = Depends(caller), srv: Server = Depends(server)):
     """A job's workdir as a tar.gz (at most upload_max_mb): unpacked, safely, into this
-    server's HOME/uploads/<sha256 of the body>, the id a job then names as `upload`.
+    server's HOME/uploads/<sha256 of the body>, the id a job then names as `upload`; on a
+    PostgreSQL store its archive is kept there too, for the other replicas.
     The same bytes again are not unpacked again ("existing": true)."""
     from starlette.requests import ClientDisconnect
 
-    from orchestrator.service.upload import Receiver
+    from orchestrator.service.upload import Receiver, sharing
 
     settings = srv.settings
     limit = settings.upload_max_mb * MiB
@@ -42,7 +43,10 @@ async def upload(request: Request, who: Caller = Depends(caller), srv: Server = 
                 receiver.write(chunk)
         except ClientDisconnect:
             raise InputError("the upload was cut off before its end", "send it again") from None
-        return await run_in_threadpool(receiver.finish)
+        answer = await run_in_threadpool(receiver.finish)
+        await run_in_threadpool(sharing.keep, settings, answer["upload"], receiver.archive(),
+                                receiver.unpacked, who.name)
+        return answer
     finally:
         receiver.close()
 
@@ -50,9 +54,10 @@ async def upload(request: Request, who: Caller = Depends(caller), srv: Server = 
 @router.get("/v1/uploads/{digest}")
 def uploaded(digest: str = Path(..., pattern=DIGEST_PATTERN), who: Caller = Depends(caller),
              srv: Server = Depends(server)):
-    """Whether the caller sent this server the upload `digest` (need not send it again)."""
-    from orchestrator.service.upload import has
+    """Whether the caller sent this server (or another replica of it) the upload `digest`
+    (need not send it again)."""
+    from orchestrator.service.upload import sharing
 
-    if not has(srv.settings.home, digest, who.name, who.admin):
+    if not sharing.available(srv.settings, digest, who.name, who.admin):
         raise NotFound(f"upload {digest[:16]}... is not on this server", "send it: POST /v1/uploads")
     return {"upload": digest, "existing": True}

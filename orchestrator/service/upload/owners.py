@@ -124,6 +124,15 @@ def claim(root: Path, digest: str, user: str, size: int, quota: int,
         return True
 
 
+def adopt(root: Path, digest: str, size: int, names: list[str]) -> None:
+    """Record the owners of an upload another replica received (its quota was checked
+    there), with any this replica knew already."""
+    with _locked(root) as folder:
+        record = read(root, digest)
+        known = record.owners if record else ()
+        _write(folder, digest, Record(size, known + tuple(n for n in names if n not in known)))
+
+
 def release(root: Path, digest: str, user: str) -> None:
     """Undo `claim` (the upload it was for could not be unpacked)."""
     with _locked(root) as folder:

@@ -79,6 +79,7 @@ class Receiver:
         self.file = tempfile.TemporaryFile(dir=self.root)
         self.sha = hashlib.sha256()
         self.size = 0
+        self.unpacked = 0  # its files' bytes, once `finish` has read them
 
     def refuse(self, size: int) -> TooLarge:
         return too_large(size, self.max_bytes)
@@ -100,10 +101,12 @@ class Receiver:
         if self.size == 0:
             raise InputError("the upload is empty", "send a tar.gz of the workdir as the body")
         if owners.owns(self.root, digest, self.user) and touch(final):
+            record = owners.read(self.root, digest)
+            self.unpacked = record.bytes if record else 0
             return {"upload": digest, "existing": True}
         self.file.seek(0)
         try:
-            size = survey(self.file, self.max_bytes, MAX_FILES).bytes
+            size = self.unpacked = survey(self.file, self.max_bytes, MAX_FILES).bytes
         except UNREADABLE as e:
             raise unreadable(e) from None
         if touch(final):  # sent by someone else: the sender owns it too, from now
@@ -128,6 +131,11 @@ class Receiver:
                     owners.release(self.root, digest, self.user)
                 raise
         return {"upload": digest, "existing": False}
+
+    def archive(self) -> bytes:
+        """The bytes received, whole (to keep them where every replica reads them)."""
+        self.file.seek(0)
+        return self.file.read()
 
     def close(self) -> None:
         self.file.close()

@@ -140,3 +140,18 @@ def test_scaling_efficiency_from_a_one_worker_run(tmp_path):
     assert metrics["scaling"]["efficiency"] == 0.6
     assert metrics["verdict"]["kind"] == "communication-bound"
     assert "4 workers give 60%" in " ".join(metrics["verdict"]["reasons"])
+
+
+def test_a_finished_jobs_log_is_read_from_the_store_where_its_file_is_not(tmp_path):
+    """Another replica ended the job: its log file is on that replica's disk, and the copy
+    the store kept at the end is what this one shows."""
+    orch = _orch(tmp_path)
+    rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
+                                fingerprint="f")
+    orch.store.update(rec.id, backend_id=rec.id, log_path=str(tmp_path / "elsewhere" / "j.log"))
+    orch.store.set_status(rec.id, "SUCCEEDED", "done")
+    orch.store.keep_log(rec.id, "epoch 1 loss 0.5\nthe end\n")
+    assert following.logs(orch.core, orch.get(rec.id)) == "epoch 1 loss 0.5\nthe end\n"
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "j.log").write_text("this replica's own file\n")
+    assert following.logs(orch.core, orch.get(rec.id)) == "this replica's own file\n"

@@ -107,7 +107,7 @@ def test_a_schema_1_store_is_migrated_with_its_jobs(tmp_path, monkeypatch):
     old.close()
     monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION)
     store = store_at(tmp_path)
-    assert store.schema_version == SCHEMA_VERSION == 3
+    assert store.schema_version == SCHEMA_VERSION == 4
     got = store.get(rec.id)
     assert got.status == "SUCCEEDED" and got.owner is None and got.priority == 0
     assert [h["status"] for h in store.history(rec.id)] == ["PENDING", "SUCCEEDED"]

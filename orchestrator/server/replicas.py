@@ -1,0 +1,84 @@
+"""Each `orch serve` replica saying it is alive, in the store every replica reads.
+
+A thread of its own writes the replica's row (store/shared.py `replicas`) every LOOK_S,
+whatever its scheduler is doing (a pass that launches a job may take minutes): a launcher
+is dead once its row is older than REPLICA_STALE_S. Only on another host is the row
+asked; on this one the process itself is (processes.alive, which is exact). A replica
+stopped with SIGTERM removes its row.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Callable, Optional
+
+from orchestrator.base.errors import OrchError
+from orchestrator.store.lease import LOOK_S
+
+if TYPE_CHECKING:
+    from orchestrator.store import Store
+
+log = logging.getLogger("orch.serve")
+
+
+class Heartbeat:
+    def __init__(self, settings, replica: str, role: Callable[[], str], url: Optional[str] = None):
+        self.settings, self.replica, self.role, self.url = settings, replica, role, url
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._store: Optional[Store] = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="orch-heartbeat", daemon=True)
+        self._thread.start()
+
+    def beat(self) -> None:
+        from orchestrator.store import open_store
+
+        store = self._store = self._store or open_store(self.settings)
+        try:
+            store.replica_seen(self.replica, self.role(), self.url)
+        except Exception:
+            self._close()  # a lost connection: a new one next beat
+            raise
+
+    def _loop(self) -> None:
+        failing = False
+        while not self._stop.is_set():
+            try:
+                self.beat()
+                failing = False
+            except (OrchError, OSError) as e:
+                if not failing:  # once per spell: the store being down is logged elsewhere too
+                    log.warning("cannot record this replica as alive: %s", getattr(e, "message", e))
+                failing = True
+            self._stop.wait(LOOK_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        try:
+            if self._store is not None:
+                self._store.replica_gone(self.replica)
+        except (OrchError, OSError):
+            pass  # its row goes stale on its own
+        self._close()
+
+    def _close(self) -> None:
+        if self._store is not None:
+            try:
+                self._store.close()
+            except Exception:  # closing a broken connection
+                pass
+            self._store = None
+
+
+def alive(store, launcher: str) -> Optional[bool]:
+    """Whether a launcher on another host is a live replica by its row; None when the
+    store never saw it (an `orch submit` there, or a replica from before rows)."""
+    try:
+        return store.replica_alive(launcher)
+    except OrchError:
+        return None

@@ -1,0 +1,125 @@
+"""Uploads shared between replicas of `orch serve` on one PostgreSQL store.
+
+A replica that receives an upload unpacks it on its own disk (`receive`) and keeps the
+archive in the store with its sender (orchestrator.store.shared). Any other replica that
+is asked for it (a client checking whether to send it, a job naming it, the scheduler
+launching a job that runs from it) unpacks it from there on first use, checked as
+safely as on receipt, and records its owners locally. A job's stored workdir names the
+folder of the replica that took it (`<its home>/uploads/<sha256>`): the replica that
+launches it runs it from its own folder of the same upload (`relocate`).
+
+A SQLite store has one server, so it keeps no archives.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import Optional
+
+from orchestrator.service.upload import owners
+from orchestrator.service.upload.limits import DIGEST_PATTERN, MAX_FILES
+from orchestrator.service.upload.receive import has, touch, uploads_root
+from orchestrator.service.upload.unpacking import unpack
+
+log = logging.getLogger("orch.serve")
+
+
+def shared(settings) -> bool:
+    """Whether uploads are kept for other replicas: the store is a database they share."""
+    from orchestrator.store import database_url
+
+    return database_url(settings) is not None
+
+
+def keep(settings, digest: str, archive: bytes, size: int, user: str) -> None:
+    """Keep a received upload (its archive, `size` bytes unpacked) for every replica."""
+    if not shared(settings):
+        return
+    from orchestrator.store import open_store
+
+    store = open_store(settings)
+    try:
+        store.keep_upload(digest, archive, size, user)
+    finally:
+        store.close()
+
+
+def fetch(home: Path, store, digest: str) -> bool:
+    """Unpack the store's copy of an upload into HOME/uploads/<digest> (unless it is there
+    already); False when the store has none."""
+    root = uploads_root(home)
+    if (root / digest).is_dir():
+        return True
+    got = store.upload_archive(digest)
+    if got is None:
+        return False
+    archive, size, names = got
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    unpacking = root / f".unpacking-{uuid.uuid4().hex}"
+    unpack(io.BytesIO(archive), unpacking, max(2 * size, 1 << 20), MAX_FILES)
+    owners.adopt(root, digest, size, names)
+    os.utime(unpacking)
+    try:
+        os.rename(unpacking, root / digest)
+    except OSError:  # unpacked meanwhile by another request: theirs is as good
+        shutil.rmtree(unpacking, ignore_errors=True)
+    log.info("unpacked upload %s... from the store (sent to another replica)", digest[:16])
+    return (root / digest).is_dir()
+
+
+def _with_store(settings, do):
+    from orchestrator.store import open_store
+
+    store = open_store(settings)
+    try:
+        return do(store)
+    finally:
+        store.close()
+
+
+def available(settings, digest: str, user: str, admin: bool = False) -> bool:
+    """Whether `user` (or an admin) need not send the upload: here, or in the store."""
+    if has(settings.home, digest, user, admin):
+        return True
+    if not shared(settings):
+        return False
+    return bool(_with_store(settings, lambda s: s.upload_owned(digest, None if admin else user)))
+
+
+def ensure(settings, digest: str, user: Optional[str], admin: bool = False) -> None:
+    """Have the upload on this replica's disk when `user` (None: whoever sent it, for the
+    scheduler) may use it and the store has it; the caller then reads it as usual
+    (`receive.folder`), which says so when it is not there."""
+    if (has(settings.home, digest, user or "", admin or user is None)
+            and touch(uploads_root(settings.home) / digest)) or not shared(settings):
+        return
+
+    def get(store) -> None:
+        if user is None or admin or store.upload_owned(digest, user):
+            fetch(settings.home, store, digest)
+
+    _with_store(settings, get)
+
+
+def relocate(settings, workdir: object, digest: Optional[str]) -> object:
+    """A stored workdir that is an upload (`digest`, or `uploads/<sha256>` in the path)
+    as this replica's own folder of it, unpacked from the store if need be; any other
+    workdir as it is."""
+    if not isinstance(workdir, str):
+        return workdir
+    if digest is None:
+        path = Path(os.path.normpath(workdir))
+        if path.parent.name != "uploads" or not re.fullmatch(DIGEST_PATTERN, path.name):
+            return workdir
+        digest = path.name
+    mine = uploads_root(settings.home) / digest
+    if Path(workdir) == mine:
+        return workdir
+    ensure(settings, digest, None)
+    return str(mine) if mine.is_dir() else workdir

@@ -56,10 +56,10 @@ def new_salt() -> str:
 
 
 @overload
-def store_key(home: Path, create: Literal[True] = True) -> bytes: ...
+def store_key(home: Path, create: Literal[True] = True, file: Optional[Path] = None) -> bytes: ...
 @overload
-def store_key(home: Path, create: bool) -> Optional[bytes]: ...
-def store_key(home: Path, create: bool = True) -> Optional[bytes]:
+def store_key(home: Path, create: bool, file: Optional[Path] = None) -> Optional[bytes]: ...
+def store_key(home: Path, create: bool = True, file: Optional[Path] = None) -> Optional[bytes]:
     """The store's secret key, HOME/secret_key (0600), made on first use; None when there
     is none and `create` is False.
 
@@ -68,14 +68,15 @@ def store_key(home: Path, create: bool = True) -> Optional[bytes]:
     machine that recorded it (for jobs sent to `orch serve`, the server's): another machine
     reading that job's log directly from the database redacts only the values it holds
     itself, not by digest. Losing the file loses log redaction by digest for the jobs
-    recorded under it, nothing else."""
-    path = Path(home) / KEY_FILE
+    recorded under it, nothing else. Replicas of `orch serve` on one store share one key:
+    `file` (the secret_key_file setting) names it in place of HOME/secret_key."""
+    path = Path(file) if file else Path(home) / KEY_FILE
     if path.exists():
         return _read_key(path)
     if not create:
         return None
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{_random.token_hex(4)}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{_random.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -210,3 +211,8 @@ class Redactor:
                         break
         out.append(text[done:])
         return "".join(out)
+
+
+def key_id(key: bytes) -> str:
+    """A name for a secret key that tells nothing of it: replicas compare theirs by it."""
+    return hmac.new(key, b"orch secret key id", hashlib.sha256).hexdigest()[:16]

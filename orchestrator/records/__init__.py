@@ -21,6 +21,7 @@ from orchestrator.records.placement import PlacedOffer, Placement
 INTERNAL_INFO = {
     "submitter": "the submitting process (pid, host, start time): only to tell whether it lives",
     "launcher": "the orch serve process that took a queued job for launching",
+    "held_by": "the orch serve replica that holds a queued job's given secret values",
     "env_secrets": "which secrets the server's environment supplies (restored on a restart)",
     "secret_salt": "with the digests below: recognizes secret values in a log",
     "secret_hmacs": "HMAC-SHA256 digests of the secret values (redact.py)",
@@ -81,6 +82,7 @@ class JobInfo(RunInfo):
     model_config = ConfigDict(extra="allow")
     submitter: Optional[dict[str, Any]] = None
     launcher: Optional[str] = None
+    held_by: Optional[str] = None
     env_secrets: list[str] = Field(default_factory=list)
     secret_salt: str = ""
     secret_hmacs: list[str] = Field(default_factory=list)

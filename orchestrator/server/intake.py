@@ -11,11 +11,12 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.base.errors import InputError
-from orchestrator.records import Registered, SubmittedJob
+from orchestrator.records import Registered, SubmittedJob, with_info
 from orchestrator.records.caller import Caller
 from orchestrator.server.scheduler import queue_info
 from orchestrator.service import schedule_rules
 from orchestrator.service.orch import Orch
+from orchestrator.service.respec import given_values
 from orchestrator.service.upload import DIGEST_PATTERN
 
 MAX_SPEC = 1 << 20  # the job file limit orch applies everywhere
@@ -108,6 +109,8 @@ def queue_job(scheduler, body: JobIn, who: Caller, text: str, spec):
                                        info=queue_info(spec, **extra))
         if not existing:
             scheduler.hold(rec.id, spec)
+            if given_values(rec):  # only this replica has them: it launches the job
+                rec = orch.store.update(rec.id, info=with_info(rec, held_by=scheduler.me))
             rec = orch.store.set_status(
                 rec.id, "PENDING", f"queued by orch serve (priority {body.priority}, "
                 f"submitted by {who.name})")

@@ -82,3 +82,54 @@ def alive(store, launcher: str) -> Optional[bool]:
         return store.replica_alive(launcher)
     except OrchError:
         return None
+
+
+def launcher_id() -> str:
+    """This process, as a launcher that another server can tell is alive or not."""
+    from orchestrator.service.processes import submitter
+
+    me = submitter()
+    return f"{me['host']}/{me['pid']}/{me['started']}"
+
+
+def launcher_alive(text: str, store=None) -> bool:
+    """Whether the launcher that claimed a job still runs: on this host its process is
+    asked; on another, its replica's row in the store (server/replicas.py), when it has one."""
+    import socket
+
+    from orchestrator.service.processes import alive as process_alive
+
+    host, _, rest = text.partition("/")
+    pid, _, started = rest.partition("/")
+    if store is not None and host != socket.gethostname():
+        seen = alive(store, text)
+        if seen is not None:
+            return seen
+    try:
+        return process_alive({"host": host, "pid": int(pid), "started": float(started)})
+    except ValueError:
+        return False
+
+
+def check_key(settings) -> None:
+    """On a PostgreSQL store: refuse to serve with a secret key other than the one the
+    store's replicas use (a log redacted by one replica must be redacted by all)."""
+    from orchestrator.base.errors import InputError
+    from orchestrator.base.redact import KEY_FILE, key_id, store_key
+    from orchestrator.store import database_url, open_store
+
+    if not database_url(settings):
+        return
+    mine = key_id(store_key(settings.home, file=settings.secret_key_file))
+    store = open_store(settings)
+    try:
+        theirs = store.secret_key_id(mine)
+    finally:
+        store.close()
+    if theirs != mine:
+        where = settings.secret_key_file or settings.home / KEY_FILE
+        raise InputError(f"this server's secret key ({where}, id {mine}) is not the one the other "
+                         f"replicas of this store use (id {theirs}): each would redact secret "
+                         "values in logs differently",
+                         "copy the key file of a running replica here (mode 0600), or point "
+                         "secret_key_file (ORCH_SECRET_KEY_FILE) at a copy of it")

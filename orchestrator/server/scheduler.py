@@ -31,7 +31,7 @@ from orchestrator.base.targets import ONPREM
 from orchestrator.decision import cron_slots as cron
 from orchestrator.records import JobRow
 from orchestrator.server.client_policy import check_launch
-from orchestrator.server.replicas import Heartbeat
+from orchestrator.server.replicas import Heartbeat, launcher_alive, launcher_id
 from orchestrator.service.orch import Orch
 from orchestrator.service.respec import spec_from_record
 from orchestrator.spec import JobSpec
@@ -41,35 +41,6 @@ from orchestrator.store.lease import LOOK_S, Lease, Sole, lease_for
 log = logging.getLogger("orch.serve")
 
 UPLOAD_GC_EVERY_S = 600.0
-
-
-def launcher_id() -> str:
-    """This process, as a launcher that another server can tell is alive or not."""
-    from orchestrator.service.processes import submitter
-
-    me = submitter()
-    return f"{me['host']}/{me['pid']}/{me['started']}"
-
-
-def launcher_alive(text: str, store=None) -> bool:
-    """Whether the launcher that claimed a job still runs: on this host its process is
-    asked; on another, its replica's row in the store (server/replicas.py), when it has one."""
-    import socket
-
-    from orchestrator.service.processes import alive
-
-    host, _, rest = text.partition("/")
-    pid, _, started = rest.partition("/")
-    if store is not None and host != socket.gethostname():
-        from orchestrator.server.replicas import alive as replica_alive
-
-        seen = replica_alive(store, text)
-        if seen is not None:
-            return seen
-    try:
-        return alive({"host": host, "pid": int(pid), "started": float(started)})
-    except ValueError:
-        return False
 
 
 class Scheduler:
@@ -154,8 +125,9 @@ class Scheduler:
             try:
                 if leading:
                     self.tick()
-                else:  # its own disk's uploads: every replica keeps its own
+                else:  # what only this replica can do: its disk, the secrets it holds
                     with self.session() as orch:
+                        self.launch_held(orch)
                         self.collect_uploads(orch)
             except Exception:  # a bug or a store problem: logged, and tried again next period
                 log.exception("scheduler tick failed; trying again in %g s", self.period_s)
@@ -251,6 +223,8 @@ class Scheduler:
                     store.set_status(rec.id, "PENDING", v.message)
                     log.info("%s: %s", rec.id, v.message)
                 continue
+            if v.action == "launch" and self._hand_over(store, rec):
+                continue
             if not store.claim(rec.id, self.me, expect=rec.info.launcher):
                 continue  # cancelled, or taken by another server, meanwhile
             if v.action == "never":
@@ -258,6 +232,32 @@ class Scheduler:
                 store.set_status(rec.id, "FAILED", v.message)
                 log.warning("%s: %s", rec.id, v.message)
             elif self._launch(orch, store.get(rec.id)):
+                launched.append(rec.id)
+        return launched
+
+    def _hand_over(self, store, rec: JobRow) -> bool:
+        """A job whose given secret values another live replica holds (it was sent there):
+        claimed for that replica, which launches it at its next look (`launch_held`).
+        False where this replica launches it: its own, or its holder is gone (the launch
+        then fails, saying the values are lost)."""
+        holder = rec.info.held_by
+        if not holder or holder == self.me or rec.id in self.pending or \
+                not launcher_alive(holder, store):
+            return False
+        if store.claim(rec.id, holder, expect=rec.info.launcher):
+            log.info("%s: its launch is handed to the replica that holds its secret values (%s)",
+                     rec.id, holder)
+        return True
+
+    def launch_held(self, orch: Orch) -> list[str]:
+        """Launch the queued jobs the lease holder handed to this replica (`_hand_over`)."""
+        with self._lock:
+            if not self.pending:
+                return []
+            held = set(self.pending)
+        launched = []
+        for rec in orch.store.queued():
+            if rec.id in held and rec.info.launcher == self.me and self._launch(orch, rec):
                 launched.append(rec.id)
         return launched
 

@@ -165,7 +165,8 @@ def redactor(core: Core, rec: JobRow) -> redact.Redactor:
     info = rec.info
     values = list((core.secrets.get(rec.id) or {}).values())
     values += [v for k, v in os.environ.items() if len(v) >= 8 and redact.looks_secret(k)]
-    key = redact.store_key(core.settings.home, create=False) if info.secret_hmacs else None
+    key = redact.store_key(core.settings.home, create=False,
+                                file=core.settings.secret_key_file) if info.secret_hmacs else None
     return redact.Redactor(values, info.secret_salt, info.secret_hmacs, key,
                            info.secret_digests, info.secret_lengths)
 

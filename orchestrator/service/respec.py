@@ -12,13 +12,10 @@ def spec_from_record(rec: JobRow):
     environment of the process that launches it when the job said so (`info.env_secrets`:
     `secrets: {NAME: null}`); InputError for one whose value was given only to the process
     that submitted it."""
-    from orchestrator.base.redact import REDACTED
     from orchestrator.spec import JobSpec, SourceMap
 
     data = dict(rec.spec)
-    from_env = set(rec.info.env_secrets)
-    lost = sorted([k for k, v in (data.get("envs") or {}).items() if v == REDACTED]
-                  + [k for k in (data.get("secrets") or {}) if k not in from_env])
+    lost = given_values(rec)
     if lost:
         raise InputError(f"{rec.id}: it launches after its submit (queued, or a later stage of a "
                          f"pipeline), and the secret values it was given ({', '.join(lost)}) "
@@ -29,3 +26,13 @@ def spec_from_record(rec: JobRow):
     spec = JobSpec.model_validate(data)
     spec._source = SourceMap(rec.source_file or "<job>", {})
     return spec
+
+
+def given_values(rec: JobRow) -> list[str]:
+    """The names of a job's values that only the process it was sent to holds: secrets
+    given with it (not from the environment) and credential-like envs, never stored."""
+    from orchestrator.base.redact import REDACTED
+
+    from_env = set(rec.info.env_secrets)
+    return sorted([k for k, v in (rec.spec.get("envs") or {}).items() if v == REDACTED]
+                  + [k for k in (rec.spec.get("secrets") or {}) if k not in from_env])

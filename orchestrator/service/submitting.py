@@ -91,7 +91,7 @@ def record(core: Core, spec: JobSpec, idempotency_key: Optional[str] = None, *,
     # prints cannot set its outcome (jobs/events.py).
     info = {**(info or {}), "submitter": submitter(), "event_key": token_hex(32)}
     if hidden:  # digests only: a log read after this process is gone is still redacted
-        key = redact.store_key(core.settings.home)
+        key = redact.store_key(core.settings.home, file=core.settings.secret_key_file)
         info.update(secret_salt=salt, secret_hmacs=redact.digests(hidden.values(), salt, key),
                     secret_lengths=redact.lengths(hidden.values()))
     rec = core.store.create_job(

@@ -115,6 +115,10 @@ class Settings(BaseSettings):
                                "sends to `orch serve` with a job, and the server accepts, in MiB "
                                "(its files' total); 0: never send one, the server must see the "
                                "job's paths (a shared filesystem)")
+    secret_key_file: Optional[Path] = Field(None, description="the key the digests of jobs' "
+                                            "secret values are made with (log redaction); "
+                                            "default HOME/secret_key. Replicas of orch serve "
+                                            "on one store must share one: give each a copy")
     upload_keep_hours: float = Field(24.0, ge=0, le=100_000, description="`orch serve` removes "
                                      "an uploaded workdir no schedule and no unfinished job "
                                      "needs once it is unused for this long (a resubmit of the "
@@ -245,7 +249,7 @@ class Settings(BaseSettings):
             raise ValueError(f"{clip(v)}: write a list of cloud names, e.g. [\"runpod\", \"aws\"]")
         return [c.lower() for c in v]
 
-    @field_validator("home", "ray_token_file", "catalog_dir")
+    @field_validator("home", "ray_token_file", "catalog_dir", "secret_key_file")
     @classmethod
     def _no_nul(cls, v: Optional[Path]) -> Optional[Path]:
         if v is not None and "\x00" in str(v):

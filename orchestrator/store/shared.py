@@ -101,6 +101,14 @@ class Shared(StoreBase):
 
     # -- replicas --------------------------------------------------------------------------
 
+    def secret_key_id(self, mine: str) -> str:
+        """The id of the secret key the store's replicas use (redact.key_id): the first
+        replica's, recorded; compared by each that starts."""
+        self._db.execute("INSERT INTO meta (key, value) VALUES ('secret_key_id', ?) "
+                         "ON CONFLICT (key) DO NOTHING", (mine,))
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'secret_key_id'").fetchone()
+        return str(row["value"])
+
     def replica_seen(self, replica: str, role: str, url: Optional[str] = None,
                      started_at: Optional[float] = None) -> None:
         now = time.time()

@@ -45,9 +45,9 @@ def store(postgres_server):
         pgserver.drop_schema(postgres_server, name)
 
 
-def test_one_replica_leads_and_another_takes_over_when_it_dies_or_stops(store):
+def test_one_replica_leads_and_another_takes_over_when_it_dies_or_stops(store, tmp_path):
     homes = [short_tmp(f"orp{i}") for i in range(3)]
-    env = {"ORCH_DATABASE_URL": store}
+    env = {"ORCH_DATABASE_URL": store, "ORCH_SECRET_KEY_FILE": str(tmp_path / "secret_key")}
     servers: list[Server] = []
     try:
         servers = [Server(h, env=env) for h in homes[:2]]
@@ -148,7 +148,8 @@ def test_jobs_logs_uploads_and_cron_slots_are_shared_by_replicas_and_survive_a_k
     boundary = (math.floor(now / 60) + 2) * 60
     offset = boundary - 20 - now  # the replicas' clock starts 20 s before a minute
     env = {"ORCH_DATABASE_URL": store, "ORCH_MODE": "hybrid", "ORCH_RAY_ADDRESS": cluster.address,
-           "ORCH_RAY_TOKEN_FILE": str(cluster.token_file)}
+           "ORCH_RAY_TOKEN_FILE": str(cluster.token_file),
+           "ORCH_SECRET_KEY_FILE": str(tmp_path / "secret_key")}  # one key, as each would have a copy
     args = ("--clock-file", str(clock))
     servers: list[Server] = []
     try:
@@ -186,17 +187,25 @@ def test_jobs_logs_uploads_and_cron_slots_are_shared_by_replicas_and_survive_a_k
         up = _call(standby, token, "POST", "/v1/jobs", {
             "spec": _job("from-upload", "cat message.txt", "workdir: ."), "upload": sent["upload"]})
         ids.append(up["id"])
+        # A secret value given with a job is held by the replica it was sent to (never
+        # stored): the leader hands that job's launch to it.
+        held = _call(standby, token, "POST", "/v1/jobs", {
+            "spec": _job("with-secret", '\'test "$API_KEY" = s3cr3t-value-9 && echo saw-it\''),
+            "secrets": {"API_KEY": "s3cr3t-value-9"}})
+        ids.append(held["id"])
 
         def ended():
             rows = [db.get(i) for i in ids]
             return all(r.status in ("SUCCEEDED", "FAILED", "CANCELLED") for r in rows) and rows
         rows = wait_until("the jobs to end", ended, timeout=240, poll_s=1)
-        assert [r.status for r in rows] == ["SUCCEEDED"] * 5, [(r.id, r.status, r.message) for r in rows]
+        assert [r.status for r in rows] == ["SUCCEEDED"] * 6, [(r.id, r.status, r.message) for r in rows]
         for rec in rows:
             assert _launches(servers, rec.id) == 1, rec.id
             logs = [_call(s, token, "GET", f"/v1/jobs/{rec.id}/logs") for s in (leader, standby)]
             assert logs[0] == logs[1] == db.kept_log(rec.id), rec.id
         assert "hello-2" in db.kept_log(ids[2]) and "from the upload" in db.kept_log(ids[4])
+        assert "saw-it" in db.kept_log(ids[5]) and "handed to the replica" in leader.log.read_text()
+        assert f"{ids[5]} (with-secret, owner alice): launched on" in standby.log.read_text()
         assert (Path(homes[servers.index(leader)]) / "uploads" / sent["upload"] / "message.txt").is_file()
 
         # The first slot runs; the holder is killed; the standby runs the next two.

@@ -42,6 +42,7 @@ def home(tmp_path, monkeypatch):
     token, digest = auth.new_token()
     store.add_token("alice", digest)
     info = {"submitter": {"pid": 4242, "host": "h", "started": 1.0}, "launcher": "srv/1/1.0",
+            "held_by": "srv/2/2.0",
             "env_secrets": ["WANDB_API_KEY"], "offers": [{"cloud": "runpod"}],
             "budget_stop": None, **SALT_AND_DIGESTS, "upload": "e" * 64, "schedule": "sched-1",
             "slot": "2027-01-15T08:00:00Z", "entrypoint": "python -m jobs.runner",

@@ -149,3 +149,13 @@ class JobCounts(_Shown):
     """`GET /v1/job-counts`."""
     hours: float
     states: dict[str, StateCount]
+
+
+class Replica(_Shown):
+    """One `orch serve` of the store, as its last look recorded it (server/replicas.py)."""
+    id: str = Field(description="host/pid/start time: the launcher name its claims carry")
+    url: Optional[str] = Field(default=None, description="where it listens, as it was started")
+    role: str = Field(description="leading (holds the lease and runs the scheduler's duties) or standby")
+    started_at: str
+    seen_at: str
+    this: bool = Field(description="whether it is the replica that answered")

@@ -50,7 +50,8 @@ def test_one_replica_leads_and_another_takes_over_when_it_dies_or_stops(store, t
     env = {"ORCH_DATABASE_URL": store, "ORCH_SECRET_KEY_FILE": str(tmp_path / "secret_key")}
     servers: list[Server] = []
     try:
-        servers = [Server(h, env=env) for h in homes[:2]]
+        for h in homes[:2]:  # one at a time: a second that fails to start leaves the first stopped
+            servers.append(Server(h, env=env))
         wait_until("one replica to lead", lambda: sorted(map(role, servers)) == ["leading", "standby"],
                    timeout=30)
         leader = next(s for s in servers if role(s) == "leading")
@@ -153,7 +154,8 @@ def test_jobs_logs_uploads_and_cron_slots_are_shared_by_replicas_and_survive_a_k
     args = ("--clock-file", str(clock))
     servers: list[Server] = []
     try:
-        servers = [Server(h, offset, env=env, args=args) for h in homes[:2]]
+        for h in homes[:2]:
+            servers.append(Server(h, offset, env=env, args=args))
         wait_until("one replica to lead", lambda: sorted(map(role, servers)) == ["leading", "standby"],
                    timeout=30)
         leader = next(s for s in servers if role(s) == "leading")

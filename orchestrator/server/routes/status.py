@@ -8,7 +8,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
 from orchestrator.base.errors import NotFound
+from orchestrator.records import iso
 from orchestrator.records.caller import Caller
+from orchestrator.records.page import Replica
 from orchestrator.server.routes.deps import Server, caller, server
 from orchestrator.service import views
 
@@ -20,6 +22,16 @@ def summary(who: Caller = Depends(caller), srv: Server = Depends(server)):
     """What the status page shows: jobs, the queue, the month's spend, the schedules."""
     with srv.scheduler.session() as orch:
         return views.summary(orch.core)
+
+
+@router.get("/v1/replicas", response_model=list[Replica])
+def replicas(who: Caller = Depends(caller), srv: Server = Depends(server)):
+    """The store's live replicas of `orch serve` (each looked within 20 s), the lease holder
+    first: one, on a SQLite store."""
+    with srv.scheduler.session() as orch:
+        rows = orch.store.replicas()
+    return [Replica(id=r["id"], url=r["url"], role=r["role"], started_at=str(iso(r["started_at"])),
+                    seen_at=str(iso(r["seen_at"])), this=r["id"] == srv.scheduler.me) for r in rows]
 
 
 @router.get("/healthz")

@@ -253,7 +253,7 @@ def test_every_endpoint_but_health_and_the_page_needs_a_valid_token(api):
                          ("GET", "/v1/schedules"), ("GET", "/v1/summary"), ("POST", "/v1/plan"),
                          ("POST", "/v1/jobs"), ("GET", "/v1/jobs/x/progress"), ("GET", "/v1/fleet"),
                          ("GET", "/v1/spend"), ("GET", "/v1/schedule-slots"),
-                         ("GET", "/v1/job-counts")):
+                         ("GET", "/v1/job-counts"), ("GET", "/v1/replicas")):
         r = api(method, path)
         assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", (method, path)
         assert r.json()["error"] == "this request needs a token: Authorization: Bearer <token>"
@@ -263,6 +263,19 @@ def test_every_endpoint_but_health_and_the_page_needs_a_valid_token(api):
     assert api("GET", "/v1/jobs", "bob").status_code == 401
     assert api("GET", "/v1/jobs", "alice").json() == []
     assert "/v1/jobs/{job_id}/logs" in api("GET", "/openapi.json").json()["paths"]
+
+
+def test_the_replicas_are_listed_as_their_last_looks_recorded_them(api, settings):
+    from orchestrator.server.replicas import Heartbeat
+
+    assert api("GET", "/v1/replicas", "bob").json() == []  # its scheduler (and beat) not started
+    Heartbeat(settings, api.sched.me, api.sched.role, "http://10.0.0.7:8765").beat()
+    api.store.replica_seen("elsewhere/9/9.0", "leading", "http://10.0.0.8:8765")
+    got = api("GET", "/v1/replicas", "bob").json()
+    assert [(r["id"], r["role"], r["url"], r["this"]) for r in got] == [
+        ("elsewhere/9/9.0", "leading", "http://10.0.0.8:8765", False),
+        (api.sched.me, "standby", "http://10.0.0.7:8765", True)]
+    assert got[0]["seen_at"].endswith("Z")
 
 
 def test_submit_queues_with_owner_and_only_owner_or_admin_cancels(api):

@@ -17,6 +17,13 @@ SCHEMA_VERSION = 4
 
 Step = Union[str, Callable[[Connection], None]]
 
+# Versions that only add (tables, indexes, nullable columns): the code of the version
+# before still works on a store at such a version, so replicas of `orch serve` on one
+# PostgreSQL store upgrade one by one. Each migration records, as `compatible_from`, the
+# oldest version whose code may use the store ("<version>:<oldest>"); a store newer than this code is used when
+# this code's version is at least that. (Code of version 3 and older predates the key.)
+ADDITIVE = {4}
+
 MIGRATIONS: dict[int, list[Step]] = {
     1: [
         """CREATE TABLE IF NOT EXISTS jobs (
@@ -192,12 +199,25 @@ def migrate(db: Connection, where: str, target: int,
                                  "`orch doctor` checks it") from None
             db.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(version),))
+            compatible = _compatible_from(db, current) if version in ADDITIVE else version
+            db.execute("INSERT INTO meta (key, value) VALUES ('compatible_from', ?) "
+                       "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                       (f"{version}:{compatible}",))
             current = version
-    if current > target:
+    if current > target and target < _compatible_from(db, current):
         raise StoreError(f"{where}: written by a newer orch (schema {current}, this orch "
                          f"knows {target})", "upgrade orch to the version that wrote "
                          "it; the store is left as it is (`orch doctor` shows its state)")
     check_tables(db, where)
+
+
+def _compatible_from(db: Connection, current: int) -> int:
+    """The oldest schema version whose code may use this store at `current` (`ADDITIVE`)."""
+    row = db.execute("SELECT value FROM meta WHERE key = 'compatible_from'").fetchone()
+    version, _, oldest = (row["value"] if row else "").partition(":")
+    # Recorded with the version it was written for; any other (a version set by hand, or by
+    # an orch before the key): none older than the store's own.
+    return int(oldest) if version == str(current) and oldest.isdigit() else current
 
 
 def check_tables(db: Connection, where: str) -> None:

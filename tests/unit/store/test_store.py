@@ -166,3 +166,31 @@ def test_a_schedule_removed_during_a_scheduler_pass_is_left_gone(tmp_path):
     assert store.schedule_done(s["id"], last_slot=60.0, next_at=120.0,
                                events=[(60.0, "orch-1", "slot ran")]) is None
     assert store.schedules() == [] and store.schedule_events(s["id"]) == []
+
+
+def test_a_newer_store_that_only_added_is_used_and_one_that_changed_is_refused(tmp_path, monkeypatch):
+    """Replicas upgrade one by one: code of schema N works on a store a replica with N+1
+    brought to N+1, where N+1 only added tables (schema.ADDITIVE)."""
+    from orchestrator.store import schema
+
+    store = store_at(tmp_path)
+    assert store._db.execute("SELECT value FROM meta WHERE key = 'compatible_from'"
+                             ).fetchone()["value"] == f"{SCHEMA_VERSION}:{SCHEMA_VERSION - 1}"  # added only
+    store.close()
+    newer = {**store_mod._MIGRATIONS, SCHEMA_VERSION + 1: ["CREATE TABLE extra (x INTEGER)"],
+             SCHEMA_VERSION + 2: ["CREATE TABLE more (x INTEGER)"]}
+    monkeypatch.setattr(store_mod, "_MIGRATIONS", newer)
+    monkeypatch.setattr(schema, "ADDITIVE", {4, SCHEMA_VERSION + 1, SCHEMA_VERSION + 2})
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 2)
+    store_at(tmp_path).close()  # a replica of the newer orch migrates it
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION)
+    old = store_at(tmp_path)  # this orch still uses it
+    assert old.schema_version == SCHEMA_VERSION + 2 and _new(old).status == "PENDING"
+    old.close()
+    monkeypatch.setattr(store_mod, "_MIGRATIONS", {**newer, SCHEMA_VERSION + 3: [
+        "ALTER TABLE jobs ADD COLUMN changed TEXT NOT NULL DEFAULT 'x'"]})
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 3)  # not additive
+    store_at(tmp_path).close()
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION)
+    with pytest.raises(StoreError, match="newer orch"):
+        store_at(tmp_path)

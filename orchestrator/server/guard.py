@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, MutableMapping, Optional
 
-from orchestrator.base.errors import OrchError
+from orchestrator.base.errors import OrchError, StoreError
 from orchestrator.records.caller import Caller
 from orchestrator.server import auth
 
@@ -97,6 +97,9 @@ class BodyGuard:
             who = await run_in_threadpool(self.identify, auth.bearer(headers.get("authorization")))
         except auth.Unauthorized as e:
             await _answer(send, 401, e, {"www-authenticate": "Bearer"})
+            return
+        except StoreError as e:  # the database away: a 503 its client retries, as the routes'
+            await _answer(send, 503, e)
             return
         scope.setdefault("state", {})[STATE_KEY] = who
         limit = self.limit(scope["path"])

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import shutil
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Optional
 
@@ -258,7 +259,7 @@ def write_private(path: Path, text: str) -> None:
     """Write a file only its owner can read (a log may hold what the job printed), whole
     or not at all: a reader never sees half of it."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")  # per writer
     fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)

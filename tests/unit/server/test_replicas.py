@@ -56,3 +56,51 @@ def test_a_launcher_on_another_host_is_alive_while_its_replica_beats(tmp_path, p
     store.replica_seen(here, "standby")
     assert launcher_alive(here, store) is False
     store.close()
+
+
+def test_a_request_while_the_database_is_away_is_a_503_its_client_retries(tmp_path, monkeypatch):
+    """The body guard looks the token up before the body: a store that does not answer is
+    the same 503 as in the routes, never a 500."""
+    from fastapi.testclient import TestClient
+
+    from orchestrator.server.app import create_app
+    from orchestrator.server.scheduler import Scheduler
+
+    monkeypatch.delenv("ORCH_DATABASE_URL", raising=False)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = Settings(home=tmp_path / "a", database_url=f"postgresql://orch:pw@127.0.0.1:{port}/orch")
+    with TestClient(create_app(settings, Scheduler(settings), run_scheduler=False)) as client:
+        for method, path in (("POST", "/v1/jobs"), ("GET", "/v1/jobs"), ("POST", "/v1/uploads")):
+            r = client.request(method, path, headers={"Authorization": "Bearer orch_x"},
+                               **({"json": {"spec": "run: echo"}} if path == "/v1/jobs" else {}))
+            assert r.status_code == 503, (method, path, r.text)
+            body = r.json()
+            assert "cannot connect to the PostgreSQL job store" in body["error"], body
+            assert "pw" not in r.text and "database_url" in body["hint"]
+
+
+def test_two_threads_ending_the_same_job_each_write_its_log_whole(tmp_path):
+    """Two request threads of one replica may see a job's end at once: each writes the log
+    through a temporary file of its own."""
+    import threading
+
+    from orchestrator.service.following import write_private
+
+    path, errors = tmp_path / "logs" / "j.log", []
+
+    def write(text: str) -> None:
+        try:
+            for _ in range(200):
+                write_private(path, text)
+        except OSError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(c * 5000,)) for c in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and path.read_text() in ("a" * 5000, "b" * 5000)
+    assert [p.name for p in path.parent.iterdir()] == ["j.log"]

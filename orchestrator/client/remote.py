@@ -101,8 +101,8 @@ class Remote:
                 raw = e.read()
             except (OSError, http.client.HTTPException):
                 raw = b""
-            if retry.proxy_failure(e.code, _orch_shaped(raw)):
-                raise retry.Lost(url, f"HTTP {e.code}: {_brief(raw)}", sent=True) from None
+            if retry.proxy_failure(e.code, raw):
+                raise retry.Lost(url, f"HTTP {e.code}: {retry.brief(raw)}", sent=True) from None
             raise self._error(e.code, raw, url) from None
         except urllib.error.URLError as e:  # while connecting or sending: not acted on
             raise retry.Lost(url, retry.why(e), sent=False) from None
@@ -374,27 +374,6 @@ def _lines(resp) -> Iterator[bytes]:
         *whole, buf = buf.split(b"\n")
         for line in whole:
             yield line + b"\n"
-
-
-def _orch_shaped(raw: bytes) -> bool:
-    """Whether an error's body is orch's own {"error", "hint"} (not a proxy's page)."""
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return False
-    return isinstance(body, dict) and "error" in body
-
-
-def _brief(raw: bytes) -> str:
-    """An error body in a few words: orch's message, or a proxy page's first line."""
-    try:
-        body = json.loads(raw)
-        if isinstance(body, dict) and body.get("error"):
-            return str(body["error"])[:200]
-    except ValueError:
-        pass
-    text = raw.decode(errors="replace").strip()
-    return (text.splitlines()[0][:200] if text else "no body")
 
 
 def _given(given: Optional[Overrides]) -> dict:

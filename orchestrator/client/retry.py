@@ -8,6 +8,7 @@ table of cases and a fake clock.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -40,13 +41,35 @@ class Lost(Exception):
         self.url, self.reason, self.sent = url, reason, sent
 
 
-def proxy_failure(status: int, orch_shaped: bool) -> bool:
-    """Whether an HTTP answer means "this server is unreachable now", to try again: a
-    proxy's 502/503/504 (its upstream down), or orch's own 503 (its store unreachable: the
-    database restarting) and 504. orch's own 502 is a backend that failed: said at once."""
+def proxy_failure(status: int, raw: bytes) -> bool:
+    """Whether an HTTP answer (its status and body) means "this server is unreachable now",
+    to try again: a proxy's 502/503/504 (its upstream down), or orch's own 503 (its store
+    unreachable: the database restarting). orch's own 502 is a backend that failed: said at
+    once."""
     if status in (503, 504):
         return True
-    return status == 502 and not orch_shaped
+    return status == 502 and not orch_shaped(raw)
+
+
+def orch_shaped(raw: bytes) -> bool:
+    """Whether an error's body is orch's own {"error", "hint"} (not a proxy's page)."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and "error" in body
+
+
+def brief(raw: bytes) -> str:
+    """An error body in a few words: orch's message, or a proxy page's first line."""
+    try:
+        body = json.loads(raw)
+        if isinstance(body, dict) and body.get("error"):
+            return str(body["error"])[:200]
+    except ValueError:
+        pass
+    text = raw.decode(errors="replace").strip()
+    return (text.splitlines()[0][:200] if text else "no body")
 
 
 def why(e: BaseException) -> str:

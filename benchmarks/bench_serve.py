@@ -246,13 +246,26 @@ def faults(args, replicas: list[Replica], pg, began: float) -> list[tuple[str, s
             rows.append(("a new replica on the killed one's port", now(), f"answers as {holder.role()}"))
     at(args.pg_at)
     t0, when = time.monotonic(), now()
-    pg.restart(down_s=args.pg_down_s)
+    restart = threading.Thread(target=pg.restart, kwargs={"down_s": args.pg_down_s})
+    restart.start()
+    lost = None  # when /healthz first showed no replica leading
+    while restart.is_alive():
+        if lost is None and not any(r.role() == "leading" for r in replicas):
+            lost = time.monotonic()
+        time.sleep(0.1)
     back = time.monotonic()
     log(f"PostgreSQL stopped for {args.pg_down_s:g} s and started again")
     new, took = leader_after(back)
-    rows.append(("PostgreSQL stopped and started", when,
-                 f"down {back - t0:.1f} s; " + (f"port {new.port} leads {took:.1f} s after it is back"
-                                                if new else f"no replica leads {took:.0f} s after")))
+    while lost is None and time.monotonic() - back < 3 * args.period_s:  # a holder's next look
+        if not any(r.role() == "leading" for r in replicas):
+            lost = time.monotonic()
+            new, took = leader_after(back)
+        time.sleep(0.1)
+    seen = (f"the lease seen lost {lost - t0:.1f} s after the stop; " if lost is not None
+            else "the lease never seen lost; ")
+    rows.append(("PostgreSQL stopped and started", when, f"down {back - t0:.1f} s; {seen}"
+                 + (f"port {new.port} leads {took:.1f} s after it is back" if new
+                    else f"no replica leads {took:.0f} s after it is back")))
     return rows
 
 

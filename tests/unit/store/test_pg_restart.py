@@ -87,3 +87,21 @@ def test_the_lease_holder_sees_the_lease_lost_and_one_replica_takes_it_again(ser
     finally:
         a.close()
         b.close()
+
+
+def test_a_waiting_holder_stops_waiting_when_the_restart_cuts_its_lease(server):
+    """The scheduler waits out its period in `wait`: a cut connection ends the wait at once,
+    so the holder's next look (which says the lease is gone) does not wait for the period."""
+    holder = PgLease(server.url, "pg", slice_s=0.05)
+    try:
+        assert holder.held()
+        restart = threading.Timer(0.5, server.restart, kwargs={"down_s": 2.0})
+        restart.start()
+        started = time.monotonic()
+        holder.wait(30.0, threading.Event())
+        waited = time.monotonic() - started
+        restart.join()
+        assert waited < 5, waited  # the stop, not the 30 s period
+        assert holder.held() is True  # back, and free: taken again at the next look
+    finally:
+        holder.close()

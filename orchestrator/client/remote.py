@@ -102,7 +102,9 @@ class Remote:
             except (OSError, http.client.HTTPException):
                 raw = b""
             if retry.proxy_failure(e.code, raw):
-                raise retry.Lost(url, f"HTTP {e.code}: {retry.brief(raw)}", sent=True) from None
+                said = self._error(e.code, raw, url) if retry.orch_shaped(raw) else None
+                raise retry.Lost(url, f"HTTP {e.code}: {retry.brief(raw)}", sent=True,
+                                 said=said) from None
             raise self._error(e.code, raw, url) from None
         except urllib.error.URLError as e:  # while connecting or sending: not acted on
             raise retry.Lost(url, retry.why(e), sent=False) from None
@@ -129,6 +131,9 @@ class Remote:
                             "been done, and it is not sent again, as doing it twice is not safe",
                             hint or "look before doing it again")
         wait = tries.failed(lost)
+        if wait is None and lost.said is not None:  # the server itself said it cannot now
+            raise type(lost.said)(f"{lost.said.message} (after {tries.spent()})",
+                                  lost.said.hint) from None
         if wait is None:
             several = len(self.urls) > 1
             raise OrchError(
@@ -212,11 +217,14 @@ class Remote:
         key = key or f"client-{uuid.uuid4().hex}"
         # A schedule is registered anew by each request (the server keys only jobs), so it
         # is resent only when the server surely did not get it.
+        hint = ("`orch schedule list` shows whether it was registered; submit it again only "
+                "if it was not") if spec.schedule.cron else (
+                f"when the server is back, `orch submit {file} --idempotency-key {key}` returns "
+                "the job if one of these tries recorded it, and submits it if none did")
         answer = self._with_workdir(spec, "/v1/jobs", {
             "spec": Path(file).read_text(encoding="utf-8"), "file": str(Path(file).resolve()),
             "idempotency_key": key, "priority": priority, **_given(given)},
-            safe=not spec.schedule.cron, hint="`orch schedule list` shows whether it was "
-            "registered; submit it again only if it was not")
+            safe=not spec.schedule.cron, hint=hint)
         if "schedule" in answer:
             return read(records.Registered, answer)
         if "stages" in answer:

@@ -34,11 +34,12 @@ def server_urls(text: str) -> list[str]:
 class Lost(Exception):
     """A request that got no answer from `url`. `sent`: the server may have received it
     whole, and may have acted on it; else it surely did not (refused, or cut off while
-    connecting or sending)."""
+    connecting or sending). `said`: the server's own error, when it answered one."""
 
-    def __init__(self, url: str, reason: str, sent: bool):
+    def __init__(self, url: str, reason: str, sent: bool, said: Optional[OrchError] = None):
         super().__init__(reason)
         self.url, self.reason, self.sent = url, reason, sent
+        self.said = said  # orch's own 503 (its store unreachable): said if no try succeeds
 
 
 def proxy_failure(status: int, raw: bytes) -> bool:

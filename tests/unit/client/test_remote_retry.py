@@ -23,7 +23,7 @@ JOB = {"id": "orch-1", "name": "hi", "status": "PENDING", "existing": False}
 class Scripted:
     """A server on loopback that answers each request as its script says, in order:
     "close" (reads the request, then closes the connection without a word), "proxy503"
-    (a proxy's HTML 503), "orch502" (orch's own backend failure), a tuple of a followed
+    (a proxy's HTML 503), "orch503" / "orch502" (orch's own: store away, backend failed), a tuple of a followed
     log's lines ("close" among them cuts it there), or a JSON body (201)."""
 
     def __init__(self, *script):
@@ -47,6 +47,9 @@ class Scripted:
                     return
                 if step == "proxy503":
                     self._send(503, b"<html><body>503 Service Unavailable</body></html>", "text/html")
+                elif step == "orch503":  # orch's own: its store unreachable
+                    self._send(503, json.dumps({"error": "the PostgreSQL job store failed",
+                                                "hint": "check database_url"}).encode())
                 elif step == "orch502":
                     self._send(502, json.dumps({"error": "ray is down", "hint": "start it"}).encode())
                 elif isinstance(step, tuple):  # a followed log's lines
@@ -159,6 +162,20 @@ def test_orchs_own_backend_failure_is_said_at_once(servers):
     with pytest.raises(BackendError) as e:
         client([s.url]).jobs()
     assert e.value.message == "ray is down" and len(s.seen) == 1
+
+
+def test_a_store_away_for_longer_than_the_bound_is_the_servers_own_message(servers):
+    s = servers(*["orch503"] * 50)
+    with pytest.raises(OrchError) as e:
+        client([s.url], retry_s=0.6).jobs()
+    assert e.value.message.startswith("the PostgreSQL job store failed (after ")
+    assert e.value.hint == "check database_url" and len(s.seen) >= 2
+
+
+def test_a_submit_nobody_answered_says_how_to_resend_it_safely(job_file):
+    with pytest.raises(OrchError) as e:
+        client([refused_url()], retry_s=0.3).submit(job_file)
+    assert "--idempotency-key client-" in e.value.hint and "returns the job" in e.value.hint
 
 
 def test_every_replica_down_says_which_were_tried_and_what_to_do_within_the_bound():

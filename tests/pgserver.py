@@ -125,6 +125,23 @@ class PgServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stop the server (every connection to it cut), wait `down_s`, and start it again
+        with the same options, data kept: a database restart as a client sees it."""
+        import shlex
+
+        opts = shlex.split((self.data / "postmaster.opts").read_text())[1:]  # the options it ran with
+        stop = self._run(self.bin / "pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
+        if stop.returncode != 0:
+            raise RuntimeError(f"pg_ctl stop failed: {stop.stderr.strip()}")
+        time.sleep(down_s)
+        start = self._run(self.bin / "pg_ctl", "-D", self.data, "-l", self.dir / "server.log",
+                          "-o", shlex.join(opts[2:] if opts[:1] == ["-D"] else opts),
+                          "-w", "-t", "60", "start")
+        if start.returncode != 0:
+            raise RuntimeError(f"pg_ctl start failed: {start.stderr.strip()}")
+
+
 def _has_c_utf8() -> bool:
     return any(Path(p).exists() for p in ("/usr/lib/locale/C.utf8", "/usr/lib/locale/C.UTF-8"))
 

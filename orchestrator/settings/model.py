@@ -22,6 +22,23 @@ def _split_list(v: Any) -> Any:
     return v
 
 
+def _server_url(v: str) -> str:
+    """One `orch serve` URL, checked: http(s)://host[:port], no path."""
+    if "://" not in v:
+        v = "http://" + v
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(v)
+        parts.port  # noqa: B018  (raises on a bad port)
+    except ValueError as e:
+        raise ValueError(f"{clip(v)}: {e}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path:
+        raise ValueError("give the server's address, e.g. http://127.0.0.1:8765 (several "
+                         "replicas: their addresses separated by commas)")
+    return v
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ORCH_", env_nested_delimiter="__",
                                       extra="forbid", validate_default=True, allow_inf_nan=False)
@@ -103,8 +120,10 @@ class Settings(BaseSettings):
                                            description="GPUs you might buy, for `orch advise`")
     # `orch serve`, and the CLI as its client.
     server: Optional[str] = Field(None, description="an `orch serve` URL, http://host:8765 (or "
-                                  "http://TOKEN@host:8765): submit, plan, status, logs, cancel and "
-                                  "cost then talk to it; unset: orch works alone")
+                                  "http://TOKEN@host:8765), or several replicas' separated by "
+                                  "commas (tried in turn when one does not answer): submit, plan, "
+                                  "status, logs, cancel and cost then talk to it; unset: orch "
+                                  "works alone")
     token: Optional[SecretStr] = Field(None, description="the API token for `server` (from `orch "
                                        "token create NAME` on the server)")
     serve_host: str = Field("127.0.0.1", description="where `orch serve` listens; loopback by default")
@@ -195,21 +214,12 @@ class Settings(BaseSettings):
     @field_validator("server", mode="before")
     @classmethod
     def _server(cls, v: Any) -> Any:
+        """One URL (a server, or a load balancer before replicas), or several replicas'
+        separated by commas; each checked, kept as one comma-separated text."""
         if not isinstance(v, str) or not v.strip():
             return None if isinstance(v, str) else v
-        v = v.strip().rstrip("/")
-        if "://" not in v:
-            v = "http://" + v
-        from urllib.parse import urlsplit
-
-        try:
-            parts = urlsplit(v)
-            parts.port  # noqa: B018  (raises on a bad port)
-        except ValueError as e:
-            raise ValueError(f"{clip(v)}: {e}") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path:
-            raise ValueError("give the server's address, e.g. http://127.0.0.1:8765")
-        return v
+        urls = [u.strip().rstrip("/") for u in v.split(",") if u.strip()]
+        return ",".join(_server_url(u) for u in urls) or None
 
     @field_validator("database_url", mode="before")
     @classmethod
@@ -233,12 +243,17 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _token_in_url(self) -> Settings:
         """http://TOKEN@host:port: the token moves to `token`, so the URL shown has none."""
-        if self.server and "@" in self.server.split("://", 1)[1]:
-            scheme, rest = self.server.split("://", 1)
-            user, host = rest.rsplit("@", 1)
-            if self.token is None and user:
-                self.token = SecretStr(user.split(":", 1)[0])
-            self.server = f"{scheme}://{host}"
+        if not self.server:
+            return self
+        urls = []
+        for url in self.server.split(","):
+            scheme, rest = url.split("://", 1)
+            if "@" in rest:
+                user, rest = rest.rsplit("@", 1)
+                if self.token is None and user:
+                    self.token = SecretStr(user.split(":", 1)[0])
+            urls.append(f"{scheme}://{rest}")
+        self.server = ",".join(urls)
         return self
 
     @field_validator("clouds", mode="before")

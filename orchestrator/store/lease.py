@@ -7,8 +7,8 @@ running jobs, budget stops and the upload clean-up run in the lease holder alone
   of the lease's own. It is held while that connection lives: a replica that dies, SIGKILL
   included, has its socket closed by the kernel, PostgreSQL frees the lock at once, and a
   standby takes it at its next look (every LOOK_S). A holder whose connection is lost (the
-  database restarted) has lost the lock with it: its next look fails, it stops its duties
-  and competes again. The lock is keyed by the store's schema, so stores in other schemas of
+  database restarted) has lost the lock with it: its wait ends at once, its next look fails,
+  it stops its duties and competes again. The lock is keyed by the store's schema, so stores in other schemas of
   one database have leases of their own. Chosen over claiming each item (`FOR UPDATE SKIP
   LOCKED`): the scheduler's passes read the whole queue and every running job's backend at
   once (the queue is launched in order per target, against each target's room), which a
@@ -117,8 +117,11 @@ class PgLease:
                         if any(True for _ in self._conn.notifies(timeout=step, stop_after=1)):
                             return  # another replica queued a job
                         continue
-                    except Exception:  # noqa: BLE001  (the database is away: wait without it)
+                    except Exception:  # noqa: BLE001  (the database is away)
+                        # A holder's lock went with the connection: back to the loop now,
+                        # whose next look says so, rather than leading on to the period's end.
                         self._drop()
+                        return
             woken.wait(step)
 
     def poke(self) -> None:

@@ -87,7 +87,7 @@ class PgConnection:
                              HINT) from None
 
     def execute(self, sql: str, params: Any = ()) -> PgCursor:
-        cur = self._conn.cursor()
+        cur = self._guard(self._conn.cursor)  # a connection a restart cut refuses even this
         if params:
             sql = sql.replace("%", "%%").replace("?", "%s")
             self._guard(cur.execute, sql, [_param(p) for p in params])
@@ -97,7 +97,10 @@ class PgConnection:
 
     @property
     def in_transaction(self) -> bool:
-        return self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        # A lost connection's status is UNKNOWN: no transaction left to roll back there (the
+        # server ended it), and a ROLLBACK would only hide the StoreError that says so.
+        return self._conn.info.transaction_status not in (psycopg.pq.TransactionStatus.IDLE,
+                                                         psycopg.pq.TransactionStatus.UNKNOWN)
 
     def begin_write(self) -> None:
         self.execute("BEGIN")

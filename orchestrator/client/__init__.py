@@ -44,7 +44,8 @@ def connect(settings=None, on_ray_start: Optional[Callable[[], None]] = None,
         settings = load_settings()
     if settings.server:
         return Remote(settings.server, settings.token.get_secret_value() if settings.token else None,
-                      upload_max_bytes=settings.upload_max_mb * MiB, on_note=on_note)
+                      upload_max_bytes=settings.upload_max_mb * MiB, on_note=on_note,
+                      retry_s=settings.server_retry_s)
     return Local(settings, on_ray_start, on_note=on_note)
 
 

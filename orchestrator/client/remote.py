@@ -143,8 +143,9 @@ class Remote:
                 "URLs separated by commas); unset ORCH_SERVER to run orch alone on this "
                 "machine") from None
         if tries.failures == 1:
+            bound = min(self.retry_s, retry.REFUSED_S) if tries.refused_only else self.retry_s
             note(self.on_note, f"no answer from the orch server at {lost.url} ({lost.reason}): "
-                 f"trying {tries.url} for up to {self.retry_s:g} s")
+                 f"trying {tries.url} for up to {bound:g} s")
         time.sleep(wait)
 
     def _call(self, method: str, path: str, body: Optional[dict] = None, *,

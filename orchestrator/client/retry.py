@@ -17,6 +17,10 @@ from typing import Callable, Optional
 from orchestrator.base.errors import OrchError
 
 RETRY_S = 30.0  # how long a request is tried again before the client gives up
+# While every try was refused (nothing listens at any URL: no server, or one restarting on
+# its machine), the tries stop sooner: a server that is simply not there says so at once.
+REFUSED_S = 10.0
+REFUSED = "connection refused"
 FIRST_WAIT_S = 0.25  # the pause after the first round over every URL; it doubles after each
 MAX_WAIT_S = 4.0
 
@@ -77,7 +81,7 @@ def why(e: BaseException) -> str:
     """A lost connection in a few words."""
     reason = getattr(e, "reason", None) or e
     if isinstance(reason, ConnectionRefusedError):
-        return "connection refused"
+        return REFUSED
     if isinstance(reason, ConnectionResetError):
         return "connection reset"
     if isinstance(reason, TimeoutError):
@@ -91,7 +95,7 @@ class Tries:
     """The tries of one request over `urls`, from `start`: each failure moves to the next
     URL; after a whole round of them failed, a pause (FIRST_WAIT_S, doubling up to
     MAX_WAIT_S, with jitter so that many clients do not come back at once); none after
-    `budget_s` from the first try."""
+    `budget_s` from the first try (REFUSED_S while every try was refused)."""
 
     urls: list[str]
     budget_s: float = RETRY_S
@@ -101,6 +105,7 @@ class Tries:
     failures: int = field(init=False, default=0)
     began: float = field(init=False)
     last: dict[str, str] = field(init=False, default_factory=dict)  # url -> its last failure
+    refused_only: bool = field(init=False, default=True)  # every failure so far a refusal
 
     def __post_init__(self) -> None:
         self.index = self.start % len(self.urls)
@@ -116,7 +121,9 @@ class Tries:
         self.failures += 1
         self.last[lost.url] = lost.reason
         self.index = (self.index + 1) % len(self.urls)
-        left = self.budget_s - (self.clock() - self.began)
+        self.refused_only = self.refused_only and lost.reason == REFUSED and not lost.sent
+        budget = min(self.budget_s, REFUSED_S) if self.refused_only else self.budget_s
+        left = budget - (self.clock() - self.began)
         if left <= 0:
             return None
         if self.failures % len(self.urls):
@@ -127,7 +134,7 @@ class Tries:
 
     def ok(self) -> None:
         """The request got through: a later loss (a followed log's) starts afresh."""
-        self.failures, self.began = 0, self.clock()
+        self.failures, self.began, self.refused_only = 0, self.clock(), True
         self.last.clear()
 
     def spent(self) -> str:

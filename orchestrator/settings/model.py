@@ -126,6 +126,10 @@ class Settings(BaseSettings):
                                   "works alone")
     token: Optional[SecretStr] = Field(None, description="the API token for `server` (from `orch "
                                        "token create NAME` on the server)")
+    server_retry_s: float = Field(30.0, ge=0, le=3600, description="how long a client tries "
+                                  "a request again when `server` does not answer (a replica "
+                                  "lost, a restart, the database restarting), moving to the "
+                                  "next replica; at most 10 s while every try is refused")
     serve_host: str = Field("127.0.0.1", description="where `orch serve` listens; loopback by default")
     serve_port: int = Field(8765, ge=1, le=65535, description="`orch serve`'s port")
     serve_period_s: float = Field(15.0, gt=0, le=3600, description="`orch serve`'s scheduler "

@@ -141,7 +141,8 @@ def test_tokens_errors_plan_cost_and_cancel_rights_through_the_client(home, clie
         assert json.loads(remote.stdout) == json.loads(alone.stdout)
     finally:
         server.stop()
-    proc = as_client(server, client_home, "bob", "status")  # the server is gone
+    proc = run_orch(client_home, "status", ORCH_SERVER=server.url,  # the server is gone
+                    ORCH_TOKEN=_token(home, "bob"), ORCH_SERVER_RETRY_S="1")
     assert proc.returncode == 1 and f"cannot reach the orch server at {server.url} (ORCH_SERVER)" in proc.stderr
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.base.errors import BackendError, OrchError
 from orchestrator.client.remote import Remote
-from orchestrator.client.retry import Lost, Tries
+from orchestrator.client.retry import REFUSED, Lost, Tries
 from orchestrator.settings import Settings
 
 JOB = {"id": "orch-1", "name": "hi", "status": "PENDING", "existing": False}
@@ -220,6 +220,23 @@ def test_tries_pause_after_each_round_and_stop_at_the_bound():
     now[0] = 10.5
     assert tries.failed(Lost("a", "refused", False)) is None
     assert "3 tries over 10 s" in tries.spent() and "b: reset" in tries.spent()
+
+
+def test_tries_that_were_all_refused_stop_sooner():
+    """Nothing listens at any URL: no server there (or one restarting on its machine)."""
+    now = [0.0]
+    tries = Tries(["a"], budget_s=30, clock=lambda: now[0])
+    now[0] = 9.0
+    assert tries.failed(Lost("a", REFUSED, False)) is not None
+    now[0] = 10.5
+    assert tries.failed(Lost("a", REFUSED, False)) is None  # 10 s, not 30
+    tries = Tries(["a"], budget_s=30, clock=lambda: now[0])
+    tries.failed(Lost("a", "HTTP 503: the store is away", True))
+    now[0] = 21.0
+    assert tries.failed(Lost("a", REFUSED, False)) is not None  # one answer that was not a refusal
+    tries = Tries(["a"], budget_s=5, clock=lambda: now[0])
+    now[0] = 26.0
+    assert tries.failed(Lost("a", REFUSED, False)) is None  # a shorter bound given stays
 
 
 def test_server_setting_takes_several_replicas_and_a_token_in_either():

@@ -216,18 +216,19 @@ class Remote:
         # the job the first one recorded rather than a second job.
         ours = key is None
         key = key or f"client-{uuid.uuid4().hex}"
-        # A schedule is registered anew by each request (the server keys only jobs), so it
-        # is resent only when the server surely did not get it.
-        hint = ("`orch schedule list` shows whether it was registered; submit it again only "
-                "if it was not") if spec.schedule.cron else (
-                f"when the server is back, `orch submit {file} --idempotency-key {key}` returns "
-                "the job if one of these tries recorded it, and submits it if none did")
+        # A schedule is keyed as a job is: a resend returns the one the first try registered.
+        hint = (f"when the server is back, `orch submit {file} --idempotency-key {key}` returns "
+                f"the {'schedule' if spec.schedule.cron else 'job'} if one of these tries "
+                "recorded it, and submits it if none did")
         answer = self._with_workdir(spec, "/v1/jobs", {
             "spec": Path(file).read_text(encoding="utf-8"), "file": str(Path(file).resolve()),
             "idempotency_key": key, "priority": priority, **_given(given)},
-            safe=not spec.schedule.cron, hint=hint)
+            hint=hint)
         if "schedule" in answer:
-            return read(records.Registered, answer)
+            registered = read(records.Registered, answer)
+            if ours and registered.schedule.existing:  # our own earlier try got through
+                registered.schedule.existing = False
+            return registered
         if "stages" in answer:
             return read(records.SubmittedPipeline, answer)
         job = read(records.SubmittedJob, answer)

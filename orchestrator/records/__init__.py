@@ -252,7 +252,8 @@ class ScheduleEvent(BaseModel):
 class Schedule(BaseModel):
     """A cron schedule as `orch schedule ... --json` and `GET /v1/schedules` show it (no job
     file text): `log` only where its log was asked for, `unchanged` only on a pause or
-    resume that found it in that state already. Times are ISO 8601 UTC."""
+    resume that found it in that state already, `existing` only on a registration that
+    found it registered under its idempotency key. Times are ISO 8601 UTC."""
     id: str
     name: str
     owner: Optional[str] = None
@@ -265,14 +266,16 @@ class Schedule(BaseModel):
     paused: bool = False
     log: Optional[list[ScheduleEvent]] = None
     unchanged: bool = False
+    existing: bool = False  # a registration whose idempotency key named it already
 
     @model_serializer(mode="wrap")
     def _json(self, dump: Any) -> dict[str, Any]:
         out = dump(self)
         if self.log is None:
             out.pop("log", None)
-        if not self.unchanged:
-            out.pop("unchanged", None)
+        for flag in ("unchanged", "existing"):
+            if not getattr(self, flag):
+                out.pop(flag, None)
         return out
 
     def to_json(self) -> dict:

@@ -82,16 +82,17 @@ def check_server_secrets(spec, settings, owner: Optional[str]) -> None:
 
 
 def register(orch: Orch, spec, text: str, file: Optional[str], owner: Optional[str],
-             priority: int = 0, now: Optional[float] = None) -> dict:
+             priority: int = 0, now: Optional[float] = None, key: Optional[str] = None) -> dict:
     """Register a client's cron job: the secrets the server's environment gives it checked
     for its owner, then the service's rules (service/schedule_rules.register)."""
     check_server_secrets(spec, orch.settings, owner)
-    return schedule_rules.register(orch.core, spec, text, file, owner, priority, now)
+    return schedule_rules.register(orch.core, spec, text, file, owner, priority, now, key)
 
 
 def queue_job(scheduler, body: JobIn, who: Caller, text: str, spec):
     """Record the job as queued for the scheduler (its secrets held in memory until it is
     launched), or register its schedule; the API's answer."""
+    key = f"api:{who.name}:{body.idempotency_key}" if body.idempotency_key else None
     with scheduler.session() as orch:
         if spec.schedule.cron:
             if body.env or body.secrets:  # a schedule keeps the file's text, not these
@@ -100,10 +101,9 @@ def queue_job(scheduler, body: JobIn, who: Caller, text: str, spec):
                                  "write the envs into the job file; a scheduled job's "
                                  "secrets come from the server's environment")
             schedule = register(orch, spec, text, body.file, who.name, body.priority,
-                                now=scheduler.clock())
+                                now=scheduler.clock(), key=key)
             return Registered.model_validate({"schedule": schedule})
         check_server_secrets(spec, orch.settings, who.name)
-        key = f"api:{who.name}:{body.idempotency_key}" if body.idempotency_key else None
         extra = {"upload": body.upload} if body.upload else {}
         rec, _, existing = orch.record(spec, key, owner=who.name, priority=body.priority,
                                        info=queue_info(spec, **extra))

@@ -32,7 +32,8 @@ def literal_secrets(spec) -> list[str]:
 
 
 def register(core: Core, spec, text: str, file: Optional[str], owner: Optional[str],
-             priority: int = 0, now: Optional[float] = None) -> dict:
+             priority: int = 0, now: Optional[float] = None,
+             idempotency_key: Optional[str] = None) -> dict:
     """Check a cron job as a submit of a client's would be checked and placed (the plan
     entry: service/placing.py), refuse stored secrets, and record its schedule; its first
     slot is the first one after `now` (the scheduler's clock). Each slot's run reads the
@@ -57,7 +58,7 @@ def register(core: Core, spec, text: str, file: Optional[str], owner: Optional[s
         name=spec.name or "job", owner=owner, cron=expr,
         spec=redact.redact_spec(spec.model_dump(mode="json")), source_text=text,
         source_file=file, next_at=cron_slots.next_slot(expr, core.clock() if now is None else now),
-        priority=priority)
+        priority=priority, idempotency_key=idempotency_key)
     return public_schedule(rec, store.schedule_events(rec["id"]))
 
 

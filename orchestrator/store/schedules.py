@@ -16,16 +16,22 @@ Event = tuple[Optional[float], Optional[str], str]
 class Schedules(StoreBase):
     def add_schedule(self, *, name: str, owner: Optional[str], cron: str, spec: dict,
                      source_text: str, source_file: Optional[str], next_at: float,
-                     priority: int = 0) -> dict:
+                     priority: int = 0, idempotency_key: Optional[str] = None) -> dict:
         """Register a schedule; `spec` redacted, `source_text` free of secret values (the
-        caller refuses any), `next_at` its first slot."""
+        caller refuses any), `next_at` its first slot. With an idempotency key another
+        schedule registered with already has, that one, "existing": True."""
         sched_id, now = "sched-" + uuid.uuid4().hex[:8], time.time()
         with self._write() as db:
+            if idempotency_key:
+                found = db.execute("SELECT id FROM schedules WHERE idempotency_key = ?",
+                                   (idempotency_key,)).fetchone()
+                if found is not None:
+                    return {**self.schedule(found["id"]), "existing": True}
             db.execute("""INSERT INTO schedules (id, name, owner, cron, spec_json, source_text,
-                          source_file, priority, created_at, next_at) VALUES
-                          (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                          source_file, priority, created_at, next_at, idempotency_key) VALUES
+                          (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                        (sched_id, name, owner, cron, json.dumps(spec), source_text, source_file,
-                        int(priority), now, next_at))
+                        int(priority), now, next_at, idempotency_key))
             db.execute("INSERT INTO schedule_events (schedule_id, ts, message) VALUES (?, ?, ?)",
                        (sched_id, now, f"registered: cron {cron!r}"))
         return self.schedule(sched_id)
@@ -89,6 +95,7 @@ def _schedule(row: Row) -> dict:
     rec = {k: row[k] for k in row.keys()}
     rec["spec"] = json.loads(rec.pop("spec_json"))
     rec["paused"] = bool(rec["paused"])
+    rec.pop("idempotency_key", None)  # the store's own: a user sees the schedule
     return rec
 
 
@@ -98,6 +105,8 @@ def public_schedule(rec: dict, events: Optional[list] = None) -> dict:
            "priority": rec["priority"], "source_file": rec["source_file"],
            "created_at": iso(rec["created_at"]), "next_at": iso(rec["next_at"]),
            "last_slot": iso(rec["last_slot"]), "paused": rec["paused"]}
+    if rec.get("existing"):
+        out["existing"] = True
     if events is not None:
         out["log"] = events
     return out

@@ -130,6 +130,10 @@ MIGRATIONS: dict[int, list[Step]] = {
             owner TEXT NOT NULL,
             PRIMARY KEY (digest, owner)
         )""",
+        # A schedule registered through the API keeps its idempotency key, as a job does:
+        # a client's resend after a lost answer returns it rather than a second one.
+        "ALTER TABLE schedules ADD COLUMN idempotency_key TEXT",
+        "CREATE UNIQUE INDEX schedules_key ON schedules(idempotency_key)",
         """CREATE TABLE replicas (
             id TEXT PRIMARY KEY,
             url TEXT,

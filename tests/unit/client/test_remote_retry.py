@@ -189,17 +189,17 @@ def test_every_replica_down_says_which_were_tried_and_what_to_do_within_the_boun
     assert "connection refused" in message and "comma" in e.value.hint and "orch serve" in e.value.hint
 
 
-def test_a_schedule_is_not_registered_twice_after_a_lost_answer(servers, tmp_path):
+def test_a_schedule_resent_after_a_lost_answer_carries_its_key_and_is_returned(servers, tmp_path):
+    """The server keys a schedule's registration as it keys a job (test_serve_unit checks
+    that side): the resend returns the schedule the first try registered."""
     cron = tmp_path / "cron.yaml"
     cron.write_text("name: nightly\nrun: echo hi\nschedule: {cron: '0 3 * * *'}\n")
-    s = servers("close")
-    with pytest.raises(OrchError) as e:
-        client([s.url]).submit(cron)
-    assert len(s.seen) == 1 and "may or may not have been done" in e.value.message
-    assert "orch schedule list" in e.value.hint
-    # Refused before it was sent: surely not registered, so sent to the next replica.
-    live = servers({"schedule": {"id": "sched-1", "name": "nightly", "cron": "0 3 * * *"}})
-    assert client([refused_url(), live.url]).submit(cron).schedule.id == "sched-1"
+    s = servers("close", {"schedule": {"id": "sched-1", "name": "nightly", "cron": "0 3 * * *",
+                                       "existing": True}})
+    got = client([s.url]).submit(cron).schedule
+    assert got.id == "sched-1" and got.existing is False  # our own first try: new to the user
+    (_, _, first), (_, _, again) = s.seen
+    assert first["idempotency_key"].startswith("client-") and first == again
 
 
 def test_a_followed_log_reattaches_and_skips_the_lines_already_given(servers):

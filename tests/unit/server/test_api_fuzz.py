@@ -84,7 +84,7 @@ OPERATIONS = [("POST", "/v1/jobs"), ("POST", "/v1/plan"), ("GET", "/v1/jobs"),
               ("DELETE", "/v1/schedules/{sched_id}"), ("POST", "/v1/uploads"),
               ("GET", "/v1/uploads/{digest}"), ("GET", "/v1/jobs/{job_id}/progress"),
               ("GET", "/v1/fleet"), ("GET", "/v1/spend"), ("GET", "/v1/schedule-slots"),
-              ("GET", "/v1/job-counts"), ("GET", "/metrics")]
+              ("GET", "/v1/job-counts"), ("GET", "/v1/replicas"), ("GET", "/metrics")]
 
 
 STATUSES: dict[str, list[int]] = {}  # what each operation answered: the last test reads it

@@ -278,6 +278,19 @@ def test_the_replicas_are_listed_as_their_last_looks_recorded_them(api, settings
     assert got[0]["seen_at"].endswith("Z")
 
 
+def test_a_schedule_registered_twice_with_one_key_is_one_schedule(api):
+    cron = {"spec": "name: tick\nrun: echo tick\nschedule: {cron: '0 3 * * *'}\n",
+            "idempotency_key": "k-1"}
+    first = api("POST", "/v1/jobs", "alice", json=cron)
+    again = api("POST", "/v1/jobs", "alice", json=cron)
+    assert first.status_code == again.status_code == 201, (first.text, again.text)
+    one, two = first.json()["schedule"], again.json()["schedule"]
+    assert "existing" not in one and two["existing"] is True and two["id"] == one["id"]
+    other = api("POST", "/v1/jobs", "bob", json=cron).json()["schedule"]  # keys are per user
+    assert other["id"] != one["id"] and "existing" not in other
+    assert len(api("GET", "/v1/schedules", "root").json()) == 2
+
+
 def test_submit_queues_with_owner_and_only_owner_or_admin_cancels(api):
     r = api("POST", "/v1/jobs", "alice", json={"spec": "name: q\nrun: echo hi\n", "priority": 3})
     assert r.status_code == 201, r.text

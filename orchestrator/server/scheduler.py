@@ -26,7 +26,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
-from orchestrator.base.errors import BackendError, OrchError
+from orchestrator.base.errors import BackendError, OrchError, StoreError
 from orchestrator.base.targets import ONPREM
 from orchestrator.decision import cron_slots as cron
 from orchestrator.records import JobRow
@@ -62,6 +62,7 @@ class Scheduler:
         self._uploads_checked: Optional[float] = None  # time.monotonic() of the last step 4
         self.lease: Lease = Sole()  # start() takes the store's own
         self.leading = False  # whether this replica ran the duties at its last look
+        self._problem: Optional[str] = None  # why its last look could not ask the store
         self.heartbeat: Optional[Heartbeat] = None  # start() starts it
         self.url: Optional[str] = None  # where this replica answers, as `orch serve` listens
 
@@ -117,11 +118,18 @@ class Scheduler:
         while not self._stop.is_set():
             self._wake.clear()
             leading = self.lease.held()
-            if leading != self.leading:
-                log.info("%s the scheduler's duties (%s)", "took on" if leading else "left",
-                         "this replica holds the store's lease" if leading else
-                         "another replica holds the store's lease; this one answers the API")
-                self.leading = leading
+            problem = getattr(self.lease, "problem", None)
+            if leading != self.leading or problem != self._problem:
+                if leading:
+                    log.info("took on the scheduler's duties (this replica holds the store's lease)")
+                elif problem:  # not another replica's doing: the database does not answer
+                    log.warning("%s the scheduler's duties: cannot reach the store to hold its "
+                                "lease (%s); looking again every %g s",
+                                "left" if self.leading else "without", problem, LOOK_S)
+                else:
+                    log.info("left the scheduler's duties (another replica holds the store's "
+                             "lease; this one answers the API)")
+                self.leading, self._problem = leading, problem
             try:
                 if leading:
                     self.tick()
@@ -129,7 +137,10 @@ class Scheduler:
                     with self.session() as orch:
                         self.launch_held(orch)
                         self.collect_uploads(orch)
-            except Exception:  # a bug or a store problem: logged, and tried again next period
+            except StoreError as e:  # the database away mid-pass: one line, no traceback
+                log.warning("scheduler pass stopped: %s; trying again in %g s", e.message,
+                            self.period_s)
+            except Exception:  # a bug: logged whole, and tried again next period
                 log.exception("scheduler tick failed; trying again in %g s", self.period_s)
             if not self._stop.is_set():
                 self.lease.wait(self.period_s if leading else min(LOOK_S, self.period_s), self._wake)

@@ -75,6 +75,7 @@ class PgLease:
         self._key: Optional[int] = None
         self._holding = False
         self._lock = threading.Lock()  # the connection, between the scheduler and API threads
+        self.problem: Optional[str] = None  # why the last look could not ask (the database away)
 
     def _connect(self):
         import psycopg
@@ -98,8 +99,11 @@ class PgLease:
                     row = self._conn.execute("SELECT pg_try_advisory_lock(%s, %s)",
                                              (LEASE_CLASS, self._key)).fetchone()
                     self._holding = bool(row and row[0])
-            except Exception:  # noqa: BLE001  (psycopg's errors: the database is away)
+                self.problem = None
+            except Exception as e:  # noqa: BLE001  (psycopg's errors: the database is away)
                 self._drop()
+                text = str(e).strip()
+                self.problem = f"{self.shown}: {text.splitlines()[0] if text else type(e).__name__}"
             return self._holding
 
     def wait(self, timeout_s: float, woken: threading.Event) -> None:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from orchestrator.base.errors import Forbidden, InputError
+from orchestrator.base.errors import Forbidden, InputError, StoreError
 from orchestrator.records import CancelledJob, JobDetail, JobRecord, SubmittedJob
 from orchestrator.records.caller import Caller, may_change
 from orchestrator.server import intake
@@ -20,6 +20,10 @@ from orchestrator.service import views
 from orchestrator.store import SORTS, STATUSES, TERMINAL, JobQuery
 
 router = APIRouter()
+
+# A followed log waits this long for a store that stopped answering (a database restart)
+# before it ends, saying so.
+STORE_AWAY_S = 60.0
 
 
 @router.post("/v1/jobs", status_code=201, response_model=Union[SubmittedJob, Registered])
@@ -97,12 +101,21 @@ async def logs(request: Request, job_id: str, follow: bool = False,
     full_id = await run_in_threadpool(poll)
 
     async def lines():
-        printed = 0
+        printed, away = 0, 0.0
         while True:
-            if not await run_in_threadpool(still_valid, request):
-                yield "orch: this stream ended: its token was revoked\n"
-                return
-            status, text = await run_in_threadpool(poll, full_id)
+            try:
+                if not await run_in_threadpool(still_valid, request):
+                    yield "orch: this stream ended: its token was revoked\n"
+                    return
+                status, text = await run_in_threadpool(poll, full_id)
+            except StoreError as e:  # the database restarting: the stream waits it out
+                away += 1.0
+                if away > STORE_AWAY_S:
+                    yield f"orch: this stream ended: {e.message}; `orch logs -f` again\n"
+                    return
+                await asyncio.sleep(1.0)
+                continue
+            away = 0.0
             new = text.splitlines()
             if new[printed:]:
                 yield "".join(line + "\n" for line in new[printed:])

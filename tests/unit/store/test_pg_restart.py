@@ -70,9 +70,11 @@ def test_the_lease_holder_sees_the_lease_lost_and_one_replica_takes_it_again(ser
     a, b = PgLease(server.url, "pg", slice_s=0.05), PgLease(server.url, "pg", slice_s=0.05)
     try:
         assert a.held() and not b.held()
+        assert a.problem is None and b.problem is None  # b: another holds it, nothing wrong
         server.restart()
-        # The restart freed the lock: the holder's next look says so (its connection is gone).
-        assert a.held() is False
+        # The restart freed the lock: the holder's next look says so (its connection is gone),
+        # and why: not another replica's lease, the database (the scheduler logs which).
+        assert a.held() is False and a.problem and a.problem.startswith("pg: ")
         deadline, holders = time.monotonic() + 10, 0
         while time.monotonic() < deadline:
             holders = sum((b.held(), a.held()))
@@ -81,6 +83,7 @@ def test_the_lease_holder_sees_the_lease_lost_and_one_replica_takes_it_again(ser
             time.sleep(0.1)
         assert holders == 1  # taken again, by one
         assert sum((a.held(), b.held())) == 1  # and kept
+        assert a.problem is None and b.problem is None  # both asked the store again
         woken = threading.Event()
         woken.set()
         a.wait(5.0, woken)  # waiting works on the new connection
@@ -105,3 +108,41 @@ def test_a_waiting_holder_stops_waiting_when_the_restart_cuts_its_lease(server):
         assert holder.held() is True  # back, and free: taken again at the next look
     finally:
         holder.close()
+
+
+def test_a_followed_log_waits_out_a_database_restart_and_ends_with_its_job(server, tmp_path):
+    """`orch logs -f` through the API while the database restarts: the stream keeps polling
+    rather than ending on the store's error, and ends when the job does."""
+    from fastapi.testclient import TestClient
+
+    from orchestrator.server import auth
+    from orchestrator.server.app import create_app
+    from orchestrator.server.scheduler import Scheduler
+    from orchestrator.settings import Settings
+
+    store = Store(server.url)
+    token, digest = auth.new_token()
+    store.add_token(f"follower-{time.monotonic_ns()}", digest)
+    job = store.create_job(name="waits", spec={"name": "waits", "run": "echo"}, kind="exploratory",
+                           target="local", fingerprint=None, info={"queued": True})
+    store.close()
+    settings = Settings(home=tmp_path / "home", mode="local", database_url=server.url)
+
+    def restart_then_cancel():
+        time.sleep(1.5)
+        server.restart(down_s=2.0)
+        after = Store(server.url)
+        after.set_status(job.id, "CANCELLED", "cancelled while followed")
+        after.close()
+
+    worker = threading.Thread(target=restart_then_cancel)
+    with TestClient(create_app(settings, Scheduler(settings), run_scheduler=False)) as client:
+        worker.start()
+        started = time.monotonic()
+        with client.stream("GET", f"/v1/jobs/{job.id}/logs?follow=true",
+                           headers={"Authorization": f"Bearer {token}"}) as r:
+            assert r.status_code == 200
+            body = r.read().decode()
+        worker.join()
+    assert "this stream ended" not in body, body
+    assert time.monotonic() - started > 3  # it lasted across the outage

@@ -64,6 +64,7 @@ class Replica:
         self.home = Path(tempfile.mkdtemp(prefix="obr", dir="/tmp"))
         (self.home / "local").symlink_to(ray_home / "local", target_is_directory=True)
         self.db_url, self.period_s = db_url, period_s
+        self.key_file = ray_home / "replicas-secret_key"  # removed with the Ray's home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: Optional[subprocess.Popen] = None
@@ -73,6 +74,8 @@ class Replica:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCH_", "RAY_"))}
         env.update(ORCH_HOME=str(self.home), ORCH_CONFIG=str(self.home / "config.toml"),
                    ORCH_MODE="local", ORCH_DATABASE_URL=self.db_url, PYTHONPATH=str(ROOT),
+                   # one secret key for every replica, as each would hold a copy
+                   ORCH_SECRET_KEY_FILE=str(self.key_file),
                    SKYPILOT_DISABLE_USAGE_COLLECTION="1", AWS_EC2_METADATA_DISABLED="true")
         return env
 

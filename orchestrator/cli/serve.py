@@ -34,7 +34,7 @@ def serve(
     from orchestrator.base.errors import InputError, OrchError
     from orchestrator.server.replicas import check_key
     from orchestrator.settings import load_settings
-    from orchestrator.store import database_url, open_store, store_location
+    from orchestrator.store import database_url, open_store, pool, store_location
     from orchestrator.store.lease import FileLease
 
     settings = load_settings()
@@ -47,6 +47,7 @@ def serve(
         raise InputError(f"--period {period:g}: out of range", "give seconds, over 0 and at most 3600")
     open_store(settings).close()  # a damaged or unwritable store: one message, now
     check_key(settings)  # replicas share one secret key
+    pool.enable()  # a request reuses a store another closed: no connect per request
     if not database_url(settings):  # a SQLite store has one server: a second is refused
         FileLease(settings.home / "orch.db").take()  # held until this process ends
     try:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from orchestrator.store import pool
 from orchestrator.store.base import DOCTOR_HINT, iso
 from orchestrator.store.job_pages import SORTS, JobQuery
 from orchestrator.store.jobs import STATUSES, TERMINAL, JobCount, Jobs, new_job_id
@@ -35,6 +36,8 @@ __all__ = ["DOCTOR_HINT", "SCHEMA_VERSION", "SORTS", "STATUSES", "TERMINAL", "Jo
 
 class Store(Jobs, Tokens, Schedules, Shared):
     """The job store: a SQLite file (a Path), or PostgreSQL (a postgresql:// URL)."""
+
+    _pooled = False  # handed out by store/pool.py: close() gives it back
 
     def __init__(self, where: Path | str):
         if is_database_url(where):
@@ -76,6 +79,19 @@ class Store(Jobs, Tokens, Schedules, Shared):
         # This module's names, read now: a test stands in another schema by setting them here.
         migrate(self._db, self.where, SCHEMA_VERSION, _MIGRATIONS)
 
+    def close(self) -> None:
+        if self._pooled:
+            pool.give_back(self)
+        else:
+            self._db.close()
+
+    def close_now(self) -> None:
+        """Close the connection, pooled or not."""
+        try:
+            self._db.close()
+        except Exception:  # noqa: BLE001  (a connection the database already cut)
+            pass
+
     @property
     def schema_version(self) -> int:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -83,6 +99,13 @@ class Store(Jobs, Tokens, Schedules, Shared):
 
 
 def open_store(settings) -> Store:
-    """The job store these settings name: PostgreSQL at `database_url`, else SQLite."""
+    """The job store these settings name: PostgreSQL at `database_url`, else SQLite; in a
+    process that keeps them (`pool.enable()`: `orch serve`), one opened before if one is idle."""
     url = database_url(settings)
-    return Store(url) if url else Store(settings.home / "orch.db")
+    if not url:
+        return Store(settings.home / "orch.db")
+    if not pool.enabled():
+        return Store(url)
+    store = pool.take(url) or Store(url)
+    store._pooled = True
+    return store

@@ -54,12 +54,12 @@ def register(core: Core, spec, text: str, file: Optional[str], owner: Optional[s
     # A schedule is always a client's; refused now rather than at every slot.
     placing.placement(spec, placing.plan(core, spec, owner, client=True))
     store = core.store
-    rec = store.add_schedule(
+    rec, existing = store.keyed_schedule(
         name=spec.name or "job", owner=owner, cron=expr,
         spec=redact.redact_spec(spec.model_dump(mode="json")), source_text=text,
         source_file=file, next_at=cron_slots.next_slot(expr, core.clock() if now is None else now),
         priority=priority, idempotency_key=idempotency_key)
-    return public_schedule(rec, store.schedule_events(rec["id"]))
+    return public_schedule(rec, store.schedule_events(rec["id"]), existing)
 
 
 def _check_may_change(s: dict, who: Optional[Caller]) -> None:

@@ -106,6 +106,7 @@ def open_store(settings) -> Store:
         return Store(settings.home / "orch.db")
     if not pool.enabled():
         return Store(url)
-    store = pool.take(url) or Store(url)
+    taken = pool.take(url)
+    store = taken if isinstance(taken, Store) else Store(url)
     store._pooled = True
     return store

@@ -12,10 +12,18 @@ that is in a transaction or whose connection failed is closed for good, and each
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
-if TYPE_CHECKING:
-    from orchestrator.store import Store
+from orchestrator.store.base import Connection
+
+
+class Store(Protocol):
+    """What the pool uses of a store (orchestrator.store.Store, which imports this)."""
+
+    url: Optional[str]
+    _db: Connection
+
+    def close_now(self) -> None: ...
 
 MAX_IDLE = 16
 

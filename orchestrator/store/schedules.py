@@ -16,17 +16,26 @@ Event = tuple[Optional[float], Optional[str], str]
 class Schedules(StoreBase):
     def add_schedule(self, *, name: str, owner: Optional[str], cron: str, spec: dict,
                      source_text: str, source_file: Optional[str], next_at: float,
-                     priority: int = 0, idempotency_key: Optional[str] = None) -> dict:
+                     priority: int = 0) -> dict:
         """Register a schedule; `spec` redacted, `source_text` free of secret values (the
-        caller refuses any), `next_at` its first slot. With an idempotency key another
-        schedule registered with already has, that one, "existing": True."""
+        caller refuses any), `next_at` its first slot."""
+        return self.keyed_schedule(name=name, owner=owner, cron=cron, spec=spec,
+                                   source_text=source_text, source_file=source_file,
+                                   next_at=next_at, priority=priority)[0]
+
+    def keyed_schedule(self, *, name: str, owner: Optional[str], cron: str, spec: dict,
+                       source_text: str, source_file: Optional[str], next_at: float,
+                       priority: int = 0, idempotency_key: Optional[str] = None
+                       ) -> tuple[dict, bool]:
+        """`add_schedule` under an idempotency key: (the schedule, whether it was there
+        already, registered under the same key)."""
         sched_id, now = "sched-" + uuid.uuid4().hex[:8], time.time()
         with self._write() as db:
             if idempotency_key:
                 found = db.execute("SELECT id FROM schedules WHERE idempotency_key = ?",
                                    (idempotency_key,)).fetchone()
                 if found is not None:
-                    return {**self.schedule(found["id"]), "existing": True}
+                    return self.schedule(found["id"]), True
             db.execute("""INSERT INTO schedules (id, name, owner, cron, spec_json, source_text,
                           source_file, priority, created_at, next_at, idempotency_key) VALUES
                           (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
@@ -34,7 +43,7 @@ class Schedules(StoreBase):
                         int(priority), now, next_at, idempotency_key))
             db.execute("INSERT INTO schedule_events (schedule_id, ts, message) VALUES (?, ?, ?)",
                        (sched_id, now, f"registered: cron {cron!r}"))
-        return self.schedule(sched_id)
+        return self.schedule(sched_id), False
 
     def schedule(self, sched_id: str) -> dict:
         """A schedule by id, or by a unique prefix of it."""
@@ -99,13 +108,14 @@ def _schedule(row: Row) -> dict:
     return rec
 
 
-def public_schedule(rec: dict, events: Optional[list] = None) -> dict:
-    """The JSON a user sees for a schedule: no job file text."""
+def public_schedule(rec: dict, events: Optional[list] = None, existing: bool = False) -> dict:
+    """The JSON a user sees for a schedule: no job file text; `existing`: a registration
+    found it under its idempotency key."""
     out = {"id": rec["id"], "name": rec["name"], "owner": rec["owner"], "cron": rec["cron"],
            "priority": rec["priority"], "source_file": rec["source_file"],
            "created_at": iso(rec["created_at"]), "next_at": iso(rec["next_at"]),
            "last_slot": iso(rec["last_slot"]), "paused": rec["paused"]}
-    if rec.get("existing"):
+    if existing:
         out["existing"] = True
     if events is not None:
         out["log"] = events

@@ -27,11 +27,17 @@ def job_records(core: Core, limit: int = 50) -> list[JobRecord]:
     return [JobRecord.from_row(shown(core, r)) for r in following.list_jobs(core, limit)]
 
 
-def job_page(core: Core, query: JobQuery) -> tuple[list[JobRecord], Optional[str]]:
-    """One page of jobs (the store's `JobQuery`), each checked with its backend, and the
-    next page's cursor (None: the last page)."""
+def job_page(core: Core, query: JobQuery,
+             fresh_s: float = 0.0) -> tuple[list[JobRecord], Optional[str]]:
+    """One page of jobs (the store's `JobQuery`), each checked with its backend unless its
+    record changed within `fresh_s` seconds (`orch serve` reconciles every job each
+    period: a list need not ask every backend again), and the next page's cursor (None: the
+    last page)."""
     rows, nxt = core.store.page(query)
-    return [JobRecord.from_row(shown(core, r)) for r in following.refreshed(core, rows)], nxt
+    now = time.time()
+    stale = following.refreshed(core, [r for r in rows if now - r.updated_at >= fresh_s])
+    by_id = {r.id: r for r in stale}
+    return [JobRecord.from_row(shown(core, by_id.get(r.id, r))) for r in rows], nxt
 
 
 def job_detail(core: Core, job_id: str) -> JobDetail:

@@ -60,14 +60,14 @@ def jobs(response: Response, limit: int = Query(50, ge=1, le=1000),
                                        description="the X-Next-Cursor of the page before"),
          who: Caller = Depends(caller), srv: Server = Depends(server)):
     """A page of jobs, newest first unless `sort` says otherwise, each checked with its
-    backend: the `orch status --json` shape. Filters are exact (`q`: a part of the name);
+    backend unless the scheduler did within its period: the `orch status --json` shape. Filters are exact (`q`: a part of the name);
     the next page's cursor is the X-Next-Cursor header, absent on the last page."""
     if status is not None and status not in STATUSES:
         raise InputError(f"status {status!r}: not a job state", f"use one of: {', '.join(STATUSES)}")
     query = JobQuery(limit=limit, status=status, owner=owner, kind=kind, target=target,
                      search=q or None, sort=sort, cursor=cursor or None)
     with srv.scheduler.session() as orch:
-        page, nxt = views.job_page(orch.core, query)
+        page, nxt = views.job_page(orch.core, query, fresh_s=srv.scheduler.period_s)
     if nxt:
         response.headers["X-Next-Cursor"] = nxt
     return page

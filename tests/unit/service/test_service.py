@@ -155,3 +155,21 @@ def test_a_finished_jobs_log_is_read_from_the_store_where_its_file_is_not(tmp_pa
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "j.log").write_text("this replica's own file\n")
     assert following.logs(orch.core, orch.get(rec.id)) == "this replica's own file\n"
+
+
+def test_a_page_of_jobs_asks_the_backend_only_of_records_older_than_the_period(tmp_path):
+    """`orch serve` reconciles every job each period: its list asks the backend again only
+    of records that period did not touch."""
+    from orchestrator.service import views
+    from orchestrator.store import JobQuery
+
+    orch = _orch(tmp_path)
+    rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
+                                fingerprint="f")
+    orch.store.update(rec.id, backend_id=rec.id)
+    orch.store.set_status(rec.id, "RUNNING", "running")  # its local Ray is gone, unasked
+    page, _ = views.job_page(orch.core, JobQuery(limit=10), fresh_s=60)
+    assert [j.status for j in page] == ["RUNNING"]  # touched just now: shown as recorded
+    orch.store._db.execute("UPDATE jobs SET updated_at = ? WHERE id = ?", (time.time() - 61, rec.id))
+    page, _ = views.job_page(orch.core, JobQuery(limit=10), fresh_s=60)
+    assert [j.status for j in page] == ["FAILED"]  # older than the period: asked, and gone

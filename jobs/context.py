@@ -97,7 +97,10 @@ class WorkerContext:
             timings = {}
             for workers in [w for w in (0, 2, 4) if w <= limit]:
                 it = iter(make(workers))
-                next(it, None)  # start-up of the loader processes is paid once, not per batch
+                # Each loader process's start-up is paid once, not per batch: a batch from
+                # each before the clock starts (on a busy machine the second may start late).
+                for _ in range(max(1, workers)):
+                    next(it, None)
                 start = time.perf_counter()
                 n = sum(1 for _, _ in zip(range(warmup_batches), it))
                 timings[workers] = (time.perf_counter() - start) / max(n, 1)

@@ -89,3 +89,33 @@ def test_the_loader_shards_itself_and_keeps_its_processes_across_epochs():
                           precision="fp32", loader_workers=0, pin_memory=False,
                           requested_loader_workers=0)
     assert sorted(int(i) for _, y in alone.data_loader(data, 5) for i in y) == list(range(20))
+
+
+class _SlowStart(torch.utils.data.Dataset):
+    """3 ms a sample; the second loader process's first sample takes 1 s more (a process
+    that starts late on a busy machine)."""
+
+    started = False
+
+    def __len__(self):
+        return 400
+
+    def __getitem__(self, i):
+        import time
+
+        info = torch.utils.data.get_worker_info()
+        if info is not None and info.id == 1 and not _SlowStart.started:
+            _SlowStart.started = True  # this process's copy of the class
+            time.sleep(1.0)
+        time.sleep(0.003)
+        return torch.tensor(float(i)), i
+
+
+def test_auto_loader_workers_time_batches_only_once_every_loader_process_has_started():
+    ctx = WorkerContext(job_id="t", rank=0, world_size=1, device=torch.device("cpu"),
+                        precision="fp32", loader_workers=0, pin_memory=False,
+                        requested_loader_workers="auto")
+    ctx.data_loader(_SlowStart(), batch_size=5)
+    tuning = ctx.loader_tuning
+    assert set(tuning) >= {"0", "2"} and ctx.loader_workers >= 2, tuning
+    assert tuning["2"] < tuning["0"] / 1.5, tuning  # the late start is not in the timing

@@ -118,7 +118,7 @@ class Scheduler:
         while not self._stop.is_set():
             self._wake.clear()
             leading = self.lease.held()
-            problem = getattr(self.lease, "problem", None)
+            problem = self.lease.problem
             if leading != self.leading or problem != self._problem:
                 if leading:
                     log.info("took on the scheduler's duties (this replica holds the store's lease)")
@@ -347,7 +347,7 @@ class Scheduler:
 
         spec = spec_from_record(rec)
         upload = rec.info.upload if isinstance(rec.info.upload, str) else None
-        workdir = relocate(self.settings, spec.workdir, upload)
+        workdir = relocate(self.settings, spec.workdir, upload, rec.owner)
         return spec if workdir == spec.workdir else spec.model_copy(update={"workdir": workdir})
 
     # -- 4. uploads nobody needs --------------------------------------------------------

@@ -36,6 +36,7 @@ LOOK_S = 2.0  # how often a standby looks for the lease
 
 
 class Lease(Protocol):
+    problem: Optional[str]  # why the last look could not ask the store; None: it could
     def held(self) -> bool:
         """Whether this process holds the lease now (taking it when it is free)."""
 
@@ -52,6 +53,8 @@ class Lease(Protocol):
 class Sole:
     """The lease of a store only this process serves (SQLite, whose file lock `orch serve`
     took at start; or a scheduler run in a test): always held."""
+
+    problem: Optional[str] = None
 
     def held(self) -> bool:
         return True

@@ -39,37 +39,30 @@ def shared(settings) -> bool:
 
 def keep(settings, digest: str, archive: bytes, size: int, user: str) -> None:
     """Keep a received upload (its archive, `size` bytes unpacked) for every replica."""
-    if not shared(settings):
-        return
-    from orchestrator.store import open_store
-
-    store = open_store(settings)
-    try:
-        store.keep_upload(digest, archive, size, user)
-    finally:
-        store.close()
+    if shared(settings):
+        _with_store(settings, lambda store: store.keep_upload(digest, archive, size, user))
 
 
 def fetch(home: Path, store, digest: str) -> bool:
     """Unpack the store's copy of an upload into HOME/uploads/<digest> (unless it is there
-    already); False when the store has none."""
+    already, as another user's), and record here every user who sent it; False when the
+    store has none."""
     root = uploads_root(home)
-    if (root / digest).is_dir():
-        return True
     got = store.upload_archive(digest)
     if got is None:
         return False
     archive, size, names = got
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    unpacking = root / f".unpacking-{uuid.uuid4().hex}"
-    unpack(io.BytesIO(archive), unpacking, max(2 * size, 1 << 20), MAX_FILES)
+    if not (root / digest).is_dir():
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        unpacking = root / f".unpacking-{uuid.uuid4().hex}"
+        unpack(io.BytesIO(archive), unpacking, max(2 * size, 1 << 20), MAX_FILES)
+        os.utime(unpacking)
+        try:
+            os.rename(unpacking, root / digest)
+        except OSError:  # unpacked meanwhile by another request: theirs is as good
+            shutil.rmtree(unpacking, ignore_errors=True)
+        log.info("unpacked upload %s... from the store (sent to another replica)", digest[:16])
     owners.adopt(root, digest, size, names)
-    os.utime(unpacking)
-    try:
-        os.rename(unpacking, root / digest)
-    except OSError:  # unpacked meanwhile by another request: theirs is as good
-        shutil.rmtree(unpacking, ignore_errors=True)
-    log.info("unpacked upload %s... from the store (sent to another replica)", digest[:16])
     return (root / digest).is_dir()
 
 
@@ -107,19 +100,23 @@ def ensure(settings, digest: str, user: Optional[str], admin: bool = False) -> N
     _with_store(settings, get)
 
 
-def relocate(settings, workdir: object, digest: Optional[str]) -> object:
-    """A stored workdir that is an upload (`digest`, or `uploads/<sha256>` in the path)
-    as this replica's own folder of it, unpacked from the store if need be; any other
-    workdir as it is."""
+def relocate(settings, workdir: object, digest: Optional[str], owner: Optional[str]) -> object:
+    """A stored workdir that is an upload as this replica's own folder of it, unpacked from
+    the store if need be; any other workdir as it is. `digest`: the upload the job was sent
+    with (checked as the sender's when it was taken). Without it, an `uploads/<sha256>` at
+    the path's end (a schedule's run: the stored job file names the folder of the replica
+    that took it) is moved only where `owner` sent that upload: a path is the job file's
+    own text, and must not reach another user's upload."""
     if not isinstance(workdir, str):
         return workdir
+    user: Optional[str] = None  # the upload the job was sent with: whoever sent it
     if digest is None:
         path = Path(os.path.normpath(workdir))
         if path.parent.name != "uploads" or not re.fullmatch(DIGEST_PATTERN, path.name):
             return workdir
-        digest = path.name
+        digest, user = path.name, owner or ""
     mine = uploads_root(settings.home) / digest
     if Path(workdir) == mine:
         return workdir
-    ensure(settings, digest, None)
-    return str(mine) if mine.is_dir() else workdir
+    ensure(settings, digest, user)
+    return str(mine) if has(settings.home, digest, user or "", admin=user is None) else workdir

@@ -75,6 +75,10 @@ def test_an_upload_sent_to_one_replica_is_unpacked_by_another_for_its_owners_onl
     # bob sends the same bytes to b: he owns it too, everywhere
     assert _send(b, tmp_path / "work", "bob") == digest
     assert store_at(a.home).upload_owned(digest, "bob")
+    # carol sends them to a, where b has the folder already (alice's): b learns she owns it
+    assert _send(a, tmp_path / "work", "carol") == digest
+    sharing.ensure(b, digest, "carol")
+    assert upload.folder(b.home, digest, "carol") == path
 
 
 def test_a_job_taken_by_one_replica_runs_from_the_launching_replicas_own_folder(tmp_path, pg):
@@ -82,15 +86,22 @@ def test_a_job_taken_by_one_replica_runs_from_the_launching_replicas_own_folder(
     digest = _send(a, _workdir(tmp_path), "alice")
     stored = str(upload.uploads_root(a.home) / digest)  # the workdir a's intake wrote
     mine = upload.uploads_root(c.home) / digest
-    assert sharing.relocate(c, stored, None) == str(mine)  # found in the path, unpacked here
+    assert sharing.relocate(c, stored, None, "alice") == str(mine)  # found in the path, unpacked here
     assert (mine / "train.py").is_file()
-    assert sharing.relocate(c, stored, digest) == str(mine)
-    assert sharing.relocate(c, str(mine), None) == str(mine)
-    assert sharing.relocate(c, "/srv/code", None) == "/srv/code"  # not an upload
-    assert sharing.relocate(c, f"/srv/uploads/{'z' * 64}", None) == f"/srv/uploads/{'z' * 64}"
-    assert sharing.relocate(c, None, None) is None
+    assert sharing.relocate(c, stored, digest, "alice") == str(mine)
+    assert sharing.relocate(c, str(mine), None, "alice") == str(mine)
+    assert sharing.relocate(c, "/srv/code", None, "alice") == "/srv/code"  # not an upload
+    assert sharing.relocate(c, f"/srv/uploads/{'z' * 64}", None, "alice") == f"/srv/uploads/{'z' * 64}"
+    assert sharing.relocate(c, None, None, "alice") is None
+    # A job file's own path naming another user's upload reaches nothing: not unpacked on a
+    # replica that lacks it, not moved where this one has it.
+    d = _replica(tmp_path, "d", pg)
+    assert sharing.relocate(d, stored, None, "bob") == stored
+    assert not (upload.uploads_root(d.home) / digest).exists()
+    assert sharing.relocate(c, stored, None, "bob") == stored
+    assert sharing.relocate(d, stored, digest, "bob") == str(upload.uploads_root(d.home) / digest)
     missing = "e" * 64
-    assert sharing.relocate(c, f"/x/uploads/{missing}", None) == f"/x/uploads/{missing}"  # says so at launch
+    assert sharing.relocate(c, f"/x/uploads/{missing}", None, "alice") == f"/x/uploads/{missing}"  # says so at launch
 
 
 def test_the_archives_nobody_needs_are_dropped_and_those_a_job_needs_kept(tmp_path, pg):

@@ -247,8 +247,7 @@ class Remote:
             **_given(given)})
         return read(PipelinePlan, answer) if "stages" in answer else read(Plan, answer)
 
-    def _with_workdir(self, spec, path: str, body: dict, safe: bool = True,
-                      hint: Optional[str] = None) -> dict:
+    def _with_workdir(self, spec, path: str, body: dict, hint: Optional[str] = None) -> dict:
         """POST `body` with the job's workdir as {"upload": digest}, sent first unless the
         server has the same files. The server removes uploads nobody used for a while, so
         one it had a moment ago may be gone by the POST: then it is sent again, once."""
@@ -256,7 +255,7 @@ class Remote:
 
         where = self._workdir(spec)
         if where is None:
-            return self._json("POST", path, body, safe, hint)
+            return self._json("POST", path, body, hint=hint)
         packed = up.pack(where, self.upload_max_bytes)
         try:
             for item in packed.left_out:
@@ -264,14 +263,14 @@ class Remote:
             self._offer(packed, where)
             body = {**body, "upload": packed.digest}
             try:
-                return self._json("POST", path, body, safe, hint)
+                return self._json("POST", path, body, hint=hint)
             except InputError as e:
                 if e.message != up.missing(packed.digest).message:
                     raise
             note(self.on_note, "the server removed its copy of the workdir meanwhile (unused "
                   "for upload_keep_hours): sending it again")
             self._send(packed)
-            return self._json("POST", path, body, safe, hint)
+            return self._json("POST", path, body, hint=hint)
         finally:
             packed.close()
 

@@ -44,8 +44,7 @@ async def upload(request: Request, who: Caller = Depends(caller), srv: Server = 
         except ClientDisconnect:
             raise InputError("the upload was cut off before its end", "send it again") from None
         answer = await run_in_threadpool(receiver.finish)
-        await run_in_threadpool(sharing.keep, settings, answer["upload"], receiver.archive(),
-                                receiver.unpacked, who.name)
+        await run_in_threadpool(sharing.keep, settings, answer["upload"], receiver, who.name)
         return answer
     finally:
         receiver.close()

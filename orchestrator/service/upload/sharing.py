@@ -24,7 +24,7 @@ from typing import Optional
 
 from orchestrator.service.upload import owners
 from orchestrator.service.upload.limits import DIGEST_PATTERN, MAX_FILES
-from orchestrator.service.upload.receive import has, touch, uploads_root
+from orchestrator.service.upload.receive import Receiver, has, touch, uploads_root
 from orchestrator.service.upload.unpacking import unpack
 
 log = logging.getLogger("orch.serve")
@@ -37,10 +37,11 @@ def shared(settings) -> bool:
     return database_url(settings) is not None
 
 
-def keep(settings, digest: str, archive: bytes, size: int, user: str) -> None:
-    """Keep a received upload (its archive, `size` bytes unpacked) for every replica."""
+def keep(settings, digest: str, received: Receiver, user: str) -> None:
+    """Keep a received upload (its archive, read only here) for every replica."""
     if shared(settings):
-        _with_store(settings, lambda store: store.keep_upload(digest, archive, size, user))
+        archive = received.archive()
+        _with_store(settings, lambda s: s.keep_upload(digest, archive, received.unpacked, user))
 
 
 def fetch(home: Path, store, digest: str) -> bool:

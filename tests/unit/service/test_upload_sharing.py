@@ -45,7 +45,7 @@ def _send(settings: Settings, workdir, user: str) -> str:
     try:
         receiver.write(packed.file.read())
         digest = receiver.finish()["upload"]
-        sharing.keep(settings, digest, receiver.archive(), receiver.unpacked, user)
+        sharing.keep(settings, digest, receiver, user)
     finally:
         receiver.close()
         packed.close()

@@ -61,8 +61,16 @@ def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=
     alt_usd = sum(g.alternative_usd for g in total)
     month = None
     if settings.monthly_budget:
+        # The month as the budget counts it: every job of this month, whatever `since` kept
+        # for the lines above (with --since D, the jobs since D alone were once counted).
         basis = settings.budget_basis
-        month = MonthSpend(spent=ledger.month_spend(entries, now, basis) * rate,
+        if start is None or orch is None:
+            spent = ledger.month_spend(entries, now, basis)
+        else:
+            from orchestrator.service.planning import month_spent
+
+            spent = month_spent(orch.store, now, basis)
+        month = MonthSpend(spent=spent * rate,
                            budget=settings.monthly_budget, basis=basis,
                            month=time.strftime("%Y-%m", time.gmtime(now)))
     for g in groups:  # in the report's currency too

@@ -322,3 +322,28 @@ def test_orch_cost_groups_writes_csv_and_refuses_bad_flags(tmp_path):
     for bad in (["--by", "week"], ["--since", "yesterday"], ["--plot", "x.svg"]):
         p = run_orch(home, "cost", *bad)
         assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("error:") == 1
+
+
+def test_orch_cost_since_a_date_gives_the_month_the_budget_counts(tmp_path):
+    """`--since D` keeps the jobs since D in its lines, but the month's line is the budget's:
+    every job of this month (it once summed the jobs since D alone)."""
+    import time
+
+    home = tmp_path / "home"
+    store = store_at(home)
+    start = ledger.month_start(time.time())
+    rec = owned_record(info={"backend_start": start + 60, "backend_end": start + 7260})
+    job = store.create_job(name="early", spec={}, kind="steady", target="local", fingerprint="f",
+                           decision=rec["decision"])
+    store.update(job.id, info=rec["info"])
+    store.set_status(job.id, "SUCCEEDED")
+    store.update(job.id, created_at=start + 30, started_at=start + 60, finished_at=start + 7300)
+    store.close()
+    tomorrow = time.strftime("%Y-%m-%d", time.gmtime(time.time() + 86400))
+    whole = json.loads(run_orch(home, "cost", "--json", ORCH_MONTHLY_BUDGET="100").stdout)
+    since = run_orch(home, "cost", "--json", "--since", tomorrow, ORCH_MONTHLY_BUDGET="100")
+    assert since.returncode == 0, since.stderr
+    d = json.loads(since.stdout)
+    assert d["jobs"] == [] and d["total"]["jobs"] == 0
+    assert whole["month"]["spent"] == pytest.approx(0.2)  # 2 h of its power, in cash
+    assert d["month"]["spent"] == pytest.approx(whole["month"]["spent"])

@@ -31,6 +31,33 @@ def _stage(rec: JobRecord) -> str:
     return f" [{run.stage}/{run.stages}]" if run.stage else ""
 
 
+def _rows(recs: list[JobRecord]) -> list[tuple[JobRecord, str, str]]:
+    """(record, name, status) a listed row: a job group's tasks as one row, at its first
+    task's place, named for the group with its tasks' states (`orch status ID` of a task
+    shows it whole)."""
+    from orchestrator.decision.reconcile import group_status
+
+    groups: dict[tuple, list[JobRecord]] = {}
+    for r in recs:
+        if r.run.group_jobs:
+            groups.setdefault(tuple(sorted(r.run.group_jobs.values())), []).append(r)
+    rows, shown = [], set()
+    for r in recs:
+        key = tuple(sorted(r.run.group_jobs.values())) if r.run.group_jobs else None
+        if key is None:
+            rows.append((r, r.name + _stage(r), r.status))
+            continue
+        if key in shown:
+            continue
+        shown.add(key)
+        order = list((r.run.group_jobs or {}).values())
+        tasks = sorted(groups[key], key=lambda t: order.index(t.id) if t.id in order else 0)
+        state = group_status([(t.status, t.run.primary is not False) for t in tasks])
+        parts = ", ".join(f"{t.run.task} {t.status.lower()}" for t in tasks)
+        rows.append((tasks[0], f"{r.run.group} (group: {parts})", state))
+    return rows
+
+
 def _client() -> Client:
     from orchestrator.client import connect
 
@@ -56,10 +83,10 @@ def status(
             return
         out.print(table(
             ["ID", "NAME", "STATUS", "KIND", "TARGET", "CREATED", "DURATION", "METRICS"],
-            [(r.id, r.name + _stage(r), status_text(r.status), r.kind, r.target,
+            [(r.id, name, status_text(state), r.kind, r.target,
               time.strftime("%Y-%m-%d %H:%M", time.localtime(when(r.created_at))),
               duration(run_time(r)), metric_summary(r.metrics or {}))
-             for r in recs]))
+             for r, name, state in _rows(recs)]))
         return
     rec = client.job(job_id)
     warning = rec.warning
@@ -72,7 +99,10 @@ def status(
     run = rec.run
     stage = (f"{run.pipeline}: stage {run.stage} of {run.stages}"
              + (f", after {run.after} succeeded" if run.after else "")) if run.stage else None
-    for label, value in (("pipeline", stage), ("kind", rec.kind), ("target", rec.target),
+    group = (f"{run.group}: task {run.task} ({'primary' if run.primary else 'auxiliary'}); "
+             + ", ".join(f"{t} {i}" for t, i in (run.group_jobs or {}).items())) if run.group else None
+    for label, value in (("pipeline", stage), ("job group", group), ("kind", rec.kind),
+                         ("target", rec.target),
                          ("fingerprint", rec.fingerprint), ("duration", duration(run_time(rec))),
                          ("job file", rec.source_file), ("message", rec.message),
                          ("log", rec.log_path)):

@@ -14,7 +14,7 @@ from orchestrator.cli.given import ENV, ENV_FILE, SECRET, given
 from orchestrator.cli.render import out, print_json
 
 if TYPE_CHECKING:
-    from orchestrator.records.placement import PipelinePlan, PlacedOffer, Placement
+    from orchestrator.records.placement import GroupPlan, PipelinePlan, PlacedOffer, Placement
 
 
 def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
@@ -27,11 +27,14 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
     """Show every place the job could run, ranked by cost per job, and the choice."""
     from orchestrator.cli.render import note
     from orchestrator.client import connect
-    from orchestrator.records.placement import PipelinePlan
+    from orchestrator.records.placement import GroupPlan, PipelinePlan
 
     values = given(env, env_file, secret)
     client = connect(on_note=note)
     d = client.plan(file, values)
+    if isinstance(d, GroupPlan):  # a job group: each task's plan
+        _plan_group(d, json_out, show_all)
+        return
     if isinstance(d, PipelinePlan):  # a pipeline: each stage's plan, in order
         _plan_pipeline(d, file, values, emit, json_out, show_all)
         return
@@ -46,6 +49,16 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
         from orchestrator.spec import load_spec
 
         render(d, load_spec(file, values).name or str(file), limit=None if show_all else 40)
+
+
+def _plan_group(d: GroupPlan, json_out: bool, show_all: bool) -> None:
+    if json_out:
+        print_json(d.model_dump(mode="json"))
+        return
+    for i, (name, task) in enumerate(zip(d.task_names, d.tasks)):
+        out.print(f"[bold]task {escape(name)}[/] ({i + 1} of {len(d.tasks)}) of job group "
+                  f"{escape(d.group)}")
+        render(task, name, limit=None if show_all else 40)
 
 
 def _plan_pipeline(d: PipelinePlan, file: Path, values, emit: Optional[str], json_out: bool,

@@ -30,7 +30,7 @@ def submit(
     from orchestrator.cli.follow import follow
     from orchestrator.cli.render import note
     from orchestrator.client import Remote, connect
-    from orchestrator.records import Registered, SubmittedPipeline
+    from orchestrator.records import Registered, SubmittedGroup, SubmittedPipeline
 
     console = err if json_out else out
     values = given(env, env_file, secret)
@@ -47,6 +47,9 @@ def submit(
         else:
             out.print(f"[bold]{s.id}[/] {escape(s.name)}: cron {escape(s.cron)}, next run "
                       f"{s.next_at} (UTC){server}")
+        return
+    if isinstance(sub, SubmittedGroup):  # one job a task, all at once
+        _group(client, sub, console, detach, json_out)
         return
     if isinstance(sub, SubmittedPipeline):  # one job a stage, each after the one before
         _pipeline(client, sub, console, detach, json_out)
@@ -131,3 +134,50 @@ def _pipeline(client, sub: SubmittedPipeline, console, detach: bool, json_out: b
         print_json({"pipeline": name,
                     "stages": [r.model_dump(mode="json", exclude={"warning"}) for r in final]})
     raise typer.Exit(0 if all(r.status == "SUCCEEDED" for r in final) else 1)
+
+
+def _group(client, sub, console, detach: bool, json_out: bool) -> None:
+    """A job group's tasks, launched together: their ids when detached, else each task's
+    status as it changes until every one has ended (an auxiliary task is stopped once the
+    primary ones have ended, after its termination_delay)."""
+    import time
+
+    tasks, name = sub.tasks, sub.group
+    if any(t.existing for t in tasks):
+        err.print("[yellow]note:[/] this idempotency key was submitted before: these are that "
+                  "group's tasks; nothing new was launched")
+    if detach:
+        if json_out:
+            print_json(sub.model_dump(mode="json"))
+        else:
+            out.print("\n".join(t.id for t in tasks))
+        return
+    console.print(f"[bold]job group {escape(name)}[/]: {len(tasks)} tasks, side by side; "
+                  "Ctrl-C detaches")
+    for t in tasks:
+        console.print(f"  {t.id} {escape(t.name)} -> {t.target} ({t.kind}); "
+                      f"`orch logs {t.id}` its output")
+    final = {t.id: client.job(t.id) for t in tasks}
+    seen = {i: r.status for i, r in final.items()}
+    try:
+        while any(r.status not in ("SUCCEEDED", "FAILED", "CANCELLED") for r in final.values()):
+            time.sleep(1.0)
+            for i, r in final.items():
+                if r.status not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                    final[i] = client.job(i)
+                if final[i].status != seen[i]:
+                    seen[i] = final[i].status
+                    if final[i].status in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                        _ended(console, final[i])
+                    else:
+                        console.print(f"{i} {escape(final[i].name)} {status_text(final[i].status)}")
+    except KeyboardInterrupt:
+        err.print("\ndetached: the group keeps running; `orch status` follows its tasks (and "
+                  "stops the auxiliary ones once the primary ones end), `orch cancel ID` stops one")
+        raise typer.Exit(130) from None
+    if json_out:
+        print_json({"group": name, "tasks": [r.model_dump(mode="json", exclude={"warning"})
+                                             for r in final.values()]})
+    ok = all(r.status == "SUCCEEDED" or (r.status == "CANCELLED" and r.run.primary is False)
+             for r in final.values())
+    raise typer.Exit(0 if ok else 1)

@@ -65,10 +65,15 @@ class Local:
 
     def submit(self, file: Path, key: Optional[str] = None, priority: int = 0,
                given: Optional[Overrides] = None) -> Submitted:
-        from orchestrator.records import SubmittedJob, SubmittedPipeline
+        from orchestrator.records import SubmittedGroup, SubmittedJob, SubmittedPipeline
+        from orchestrator.spec.job_group import JobGroup
         from orchestrator.spec.pipeline import Pipeline, load_job
 
         spec = load_job(file, given)
+        if isinstance(spec, JobGroup):
+            tasks = self.orch.submit_group(spec, idempotency_key=key)
+            return SubmittedGroup(group=spec.name, tasks=[
+                SubmittedJob.from_row(s.rec, existing=s.existing) for s in tasks])
         if isinstance(spec, Pipeline):
             done = self.orch.submit_pipeline(spec, idempotency_key=key)
             return SubmittedPipeline(pipeline=spec.name, stages=[
@@ -81,10 +86,14 @@ class Local:
         return SubmittedJob.from_row(rec, existing=existing)
 
     def plan(self, file: Path, given: Optional[Overrides] = None) -> Planned:
-        from orchestrator.records.placement import PipelinePlan
+        from orchestrator.records.placement import GroupPlan, PipelinePlan
+        from orchestrator.spec.job_group import JobGroup
         from orchestrator.spec.pipeline import Pipeline, load_job
 
         job = load_job(file, given)
+        if isinstance(job, JobGroup):  # each task placed on its own, as its submit would
+            return GroupPlan(group=job.name, task_names=job.task_names(),
+                             tasks=[self.plan_spec(s) for s in job.tasks])
         if isinstance(job, Pipeline):  # each stage placed on its own, as its submit would
             return PipelinePlan(pipeline=job.name, stages=[self.plan_spec(s) for s in job.stages])
         return self.plan_spec(job)

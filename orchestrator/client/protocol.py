@@ -13,15 +13,16 @@ if TYPE_CHECKING:
         JobRecord,
         Registered,
         Schedule,
+        SubmittedGroup,
         SubmittedJob,
         SubmittedPipeline,
     )
     from orchestrator.records.cost import CostReport
-    from orchestrator.records.placement import PipelinePlan, Plan
+    from orchestrator.records.placement import GroupPlan, PipelinePlan, Plan
     from orchestrator.spec import Overrides
 
-Submitted = Union["SubmittedJob", "SubmittedPipeline", "Registered"]
-Planned = Union["Plan", "PipelinePlan"]
+Submitted = Union["SubmittedJob", "SubmittedPipeline", "SubmittedGroup", "Registered"]
+Planned = Union["Plan", "PipelinePlan", "GroupPlan"]
 
 
 class Client(Protocol):

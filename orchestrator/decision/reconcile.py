@@ -68,3 +68,17 @@ def launched(*, gone: Optional[str], backend_status: Optional[str],
     if backend_status == "RUNNING":
         return Step("running", "RUNNING", backend_message)
     return Step("keep")
+
+
+def group_status(tasks: list[tuple[str, bool]]) -> str:
+    """A job group's one status from its tasks' (status, primary): running while any task
+    is not finished; then SUCCEEDED when every primary task succeeded (an auxiliary task
+    stopped at the group's end is how a group ends well), FAILED when one failed, else
+    CANCELLED."""
+    ended = ("SUCCEEDED", "FAILED", "CANCELLED")
+    if any(s not in ended for s, _ in tasks):
+        return "PENDING" if all(s == "PENDING" for s, _ in tasks) else "RUNNING"
+    primary = [s for s, p in tasks if p] or [s for s, _ in tasks]
+    if all(s == "SUCCEEDED" for s in primary):
+        return "SUCCEEDED"
+    return "FAILED" if "FAILED" in primary else "CANCELLED"

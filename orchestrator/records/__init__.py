@@ -60,6 +60,14 @@ class RunInfo(_Public):
     stages: Optional[int] = Field(default=None, description="how many stages the pipeline has")
     after: Optional[str] = Field(default=None, description="the stage (job id) that must "
                                  "succeed before it starts")
+    group: Optional[str] = Field(default=None, description="the job group it is a task of")
+    task: Optional[str] = Field(default=None, description="its task's name in the job group")
+    primary: Optional[bool] = Field(default=None, description="whether the group ends with it "
+                                    "(a primary task) or is stopped after it (an auxiliary one)")
+    termination_delay_s: Optional[float] = Field(default=None, description="how long an "
+                                                 "auxiliary task may outlive the primary ones")
+    group_jobs: Optional[dict[str, str]] = Field(default=None, description="the group's tasks' "
+                                                 "job ids, by task name")
     entrypoint: Optional[str] = Field(default=None, description="the command its backend runs")
     storage_path: Optional[str] = Field(default=None, description="where its checkpoints go")
     run_name: Optional[str] = Field(default=None, description="its run's folder under storage_path")
@@ -237,6 +245,12 @@ class SubmittedPipeline(BaseModel):
     """The answer to submitting a pipeline: each stage's record, in order."""
     pipeline: str
     stages: list[SubmittedJob]
+
+
+class SubmittedGroup(BaseModel):
+    """The answer to submitting a job group: each task's record, in the file's order."""
+    group: str
+    tasks: list[SubmittedJob]
 
 
 

@@ -128,3 +128,10 @@ class PipelinePlan(BaseModel):
     """`orch plan --json` of a pipeline: each stage placed on its own."""
     pipeline: str
     stages: list[Plan]
+
+
+class GroupPlan(BaseModel):
+    """`orch plan --json` of a job group: each task placed on its own, in the file's order."""
+    group: str
+    task_names: list[str]
+    tasks: list[Plan]

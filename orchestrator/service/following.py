@@ -15,7 +15,7 @@ from orchestrator.base import redact
 from orchestrator.base.errors import BackendError, OrchError
 from orchestrator.decision import reconcile
 from orchestrator.records import JobRow, with_info
-from orchestrator.service import pipelines, run_metrics
+from orchestrator.service import job_groups, pipelines, run_metrics
 from orchestrator.service.budgets import enforce_budget
 from orchestrator.service.core import Core
 from orchestrator.service.git_workdir import checkout_folder
@@ -70,7 +70,10 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
         text = redact_text(core, rec, core.retry(provider, "logs", rec.backend_id))
         rec = core.store.set_status(rec.id, "RUNNING", step.message,
                                     metrics=from_log(text, rec.metrics, **trust(core, rec)))
-        return enforce_budget(core, rec, provider), text
+        rec = enforce_budget(core, rec, provider)
+        if rec.info.primary is False:  # a job group's auxiliary task
+            rec = job_groups.advance_group(core, rec, refresh)
+        return rec, text
     return rec, None
 
 

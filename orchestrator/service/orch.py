@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Optional
 
-from orchestrator.service import budgets, following, launch_spec, pipelines, placing, submitting
+from orchestrator.service import budgets, following, job_groups, launch_spec, pipelines, placing, submitting
 from orchestrator.service.core import Core
 
 if TYPE_CHECKING:
@@ -90,6 +90,9 @@ class Orch:
 
     def submit_pipeline(self, pipeline, idempotency_key: Optional[str] = None) -> list[submitting.Submitted]:
         return pipelines.submit_pipeline(self.core, pipeline, idempotency_key)
+
+    def submit_group(self, group, idempotency_key: Optional[str] = None) -> list[submitting.Submitted]:
+        return job_groups.submit_group(self.core, group, idempotency_key)
 
     # -- what a provider runs, and its budget ------------------------------------------
 

@@ -1,7 +1,7 @@
 """A SkyPilot pipeline: one file of several YAML documents, a header (`name:`) and then one
 task per document, run in order, each after the one before it succeeded. A job group (a
-header with `execution: parallel`: its tasks run at once, side by side) is refused, wherever
-its header stands."""
+header with `execution: parallel`: its tasks run at once, side by side) is read by
+spec/job_group.py, wherever its header stands."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from orchestrator.base.errors import SpecError
 from orchestrator.base.inputs import clip
 from orchestrator.spec.document import MAX_BYTES, MAX_DEPTH, read_document, too_big
 from orchestrator.spec.job import JobSpec
+from orchestrator.spec.job_group import JobGroup, load_group
 from orchestrator.spec.load import default_name, load_spec_text, read_job_file
 from orchestrator.spec.overrides import Overrides
 
@@ -54,15 +55,15 @@ def documents(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def load_job(path: str | Path, given: Optional[Overrides] = None) -> Union[JobSpec, Pipeline]:
-    """The file, read once: a pipeline when it holds several YAML documents, else its one
-    task. SpecError (file, line, key) for anything wrong, in a stage at its own line."""
+def load_job(path: str | Path, given: Optional[Overrides] = None) -> Union[JobSpec, Pipeline, JobGroup]:
+    """The file, read once: a pipeline (or a job group) when it holds several YAML
+    documents, else its one task. SpecError (file, line, key) for anything wrong, in a stage at its own line."""
     text, file = read_job_file(path)
     return load_pipeline_text(text, file, given) or load_spec_text(text, file, given)
 
 
 def load_pipeline_text(text: str, file: str = "<job>",
-                       given: Optional[Overrides] = None) -> Optional[Pipeline]:
+                       given: Optional[Overrides] = None) -> Union[Pipeline, JobGroup, None]:
     if len(text) > MAX_BYTES:
         raise too_big(file, len(text.encode("utf-8", "surrogatepass")))
     try:
@@ -71,7 +72,9 @@ def load_pipeline_text(text: str, file: str = "<job>",
         return None  # not YAML: load_spec says where and why
     if len(docs) < 2:
         return None
-    _refuse_job_group(docs, file)
+    group = _job_group(docs, file, given)
+    if group is not None:
+        return group
     header: dict = {}
     first_line, first = docs[0]
     data, _ = read_document(first, file)
@@ -95,21 +98,37 @@ def load_pipeline_text(text: str, file: str = "<job>",
     return Pipeline(name=name, stages=stages)
 
 
-def _refuse_job_group(docs: list[tuple[int, str]], file: str) -> None:
-    """A job group's header (`execution` other than serial), wherever it stands: first, after
-    a document of comments only, or holding primary_tasks and the like beside it. A document
-    that does not read is left to the stage loading, which says where and why."""
+def _job_group(docs: list[tuple[int, str]], file: str,
+               given: Optional[Overrides]) -> Optional[JobGroup]:
+    """The job group whose header (`execution` other than serial) stands first, after
+    documents of comments only, or holds primary_tasks and the like beside it; None for a
+    pipeline. A document that does not read is left to the stage loading, which says where
+    and why."""
     first = True
-    for _, body in docs:
+    for i, (_, body) in enumerate(docs):
         try:
             data, src = read_document(body, file)
         except SpecError:
             continue  # comments only, or broken
         execution = data.get("execution")
         if execution not in (None, "serial") and (first or set(data) <= GROUP_HEADER_KEYS):
-            raise SpecError(file, src.line_of(("execution",)), "execution",
-                            f"is {clip(execution, quote=False)}: this is a SkyPilot job group, "
-                            "whose tasks run at once, side by side; orch runs a pipeline's "
-                            "stages one after another",
-                            f"launch the group with `sky jobs launch {file}`")
+            where = src.line_of(("execution",))
+            if execution != "parallel":
+                raise SpecError(file, where, "execution", f"is {clip(execution, quote=False)}: "
+                                "neither serial (a pipeline) nor parallel (a job group)",
+                                "write `execution: parallel` for a job group, or leave it out "
+                                "for a pipeline")
+            if not first:
+                raise SpecError(file, where, "execution", "a job group's header must come "
+                                "before its tasks", "move the header to the file's first document")
+            return load_group(data, src, [d for d in docs[i + 1:] if _has_keys(d[1], file)],
+                              file, given)
         first = False
+    return None
+
+
+def _has_keys(body: str, file: str) -> bool:
+    try:
+        return bool(read_document(body, file)[0])
+    except SpecError:
+        return True  # broken: loading it as a task says where and why

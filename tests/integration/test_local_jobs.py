@@ -314,3 +314,66 @@ def test_a_pipeline_runs_its_stages_in_order_and_stops_after_a_failure(ray_home,
     assert first["status"] == "FAILED" and second["status"] == "CANCELLED"
     assert second["message"] == f"not started: stage 1 ({first['id']}) ended FAILED"
     assert second["backend_id"] is None and "never" not in out.read_text()
+
+
+GROUP = """\
+name: pair
+execution: parallel
+primary_tasks: [client]
+termination_delay: 2s
+---
+name: server
+envs: {{PORT: "{port}"}}
+run: python -m http.server "$PORT" --bind "$ORCH_JOBGROUP_SERVER_HOST"
+---
+name: client
+envs: {{PORT: "{port}"}}
+run: |
+  python - <<'PY'
+  import os, time, urllib.request
+  url = f"http://{{os.environ['ORCH_JOBGROUP_SERVER_HOST']}}:{{os.environ['PORT']}}/"
+  for _ in range(120):
+      try:
+          urllib.request.urlopen(url, timeout=2).read()
+          break
+      except OSError:
+          time.sleep(0.5)
+  else:
+      raise SystemExit(f"no server at {{url}}")
+  print("reached the server of", os.environ["SKYPILOT_JOBGROUP_NAME"])
+  PY
+"""
+
+
+def test_a_job_group_runs_side_by_side_and_stops_its_auxiliary_task_after_the_delay(
+        ray_home, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    group = tmp_path / "group.yaml"
+    group.write_text(GROUP.format(port=port))
+    proc = run_orch(ray_home, "submit", str(group), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    server, client = json.loads(proc.stdout)["tasks"]
+    # The client reached the server: both ran at once, the client told the server's address.
+    assert client["status"] == "SUCCEEDED", client["message"]
+    assert "reached the server of pair" in run_orch(ray_home, "logs", client["id"]).stdout
+    # The server (it would serve for ever) was stopped once the client had ended, 2 s on.
+    assert server["status"] == "CANCELLED"
+    assert "primary tasks succeeded" in server["message"] and "termination_delay 2s" in server["message"]
+    stopping = [h for h in server["history"] if "primary tasks succeeded" in (h["message"] or "")]
+    assert stopping, server["history"]
+    waited = _epoch(stopping[0]["at"]) - _epoch(client["finished_at"])
+    assert waited >= 1, (stopping, client["finished_at"])  # 2 s, counted in whole seconds
+    assert (server["run"]["primary"], client["run"]["primary"]) == (False, True)
+    listed = run_orch(ray_home, "status").stdout
+    assert "pair (group: server cancelled, client succeeded)" in " ".join(listed.split())
+
+
+def _epoch(iso: str) -> float:
+    import calendar
+    import time
+
+    return float(calendar.timegm(time.strptime(iso, "%Y-%m-%dT%H:%M:%SZ")))

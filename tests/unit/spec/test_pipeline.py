@@ -85,60 +85,6 @@ def test_a_deeply_nested_file_stops_the_document_split_at_the_depth_limit(monkey
     assert e.value.line == 2
 
 
-def test_a_job_group_is_refused_with_what_to_use_instead():
-    text = "---\nname: server-client\nexecution: parallel\n---\nrun: a\n---\nrun: b\n"
-    with pytest.raises(SpecError) as e:
-        load_pipeline_text(text, "group.yaml")
-    assert e.value.key == "execution" and "job group" in e.value.message
-    assert "sky jobs launch group.yaml" in e.value.hint
-
-
-# SkyPilot's own job groups (llm/rl-post-training-jobgroup) open with a comment block and
-# `---`, and their header holds more than name and execution.
-GROUP_AFTER_COMMENTS = """\
-# A job group: a server and a client, side by side.
-#
-# Usage:
-#   sky jobs launch group.yaml
----
-name: server-client
-execution: parallel
-primary_tasks: [client]
-termination_delay: 5s
-
----
-# The server
-name: server
-run: python -m http.server
----
-name: client
-run: curl server-0.${SKYPILOT_JOBGROUP_NAME}
-"""
-# An empty document (comments only) before the header: the header is the second one.
-GROUP_SECOND = "---\n# what this group does\n---\nname: pair\nexecution: parallel\n---\nrun: a\n---\nrun: b\n"
-
-
-@pytest.mark.parametrize("text,line", [(GROUP_AFTER_COMMENTS, 7), (GROUP_SECOND, 5)])
-def test_a_job_group_is_named_wherever_its_header_stands(text, line):
-    with pytest.raises(SpecError) as e:
-        load_pipeline_text(text, "group.yaml")
-    assert (e.value.line, e.value.key) == (line, "execution")
-    assert "this is a SkyPilot job group" in e.value.message
-    assert "sky jobs launch group.yaml" in e.value.hint
-
-
-def test_a_job_group_file_is_exit_2_with_its_line_from_the_cli(orch_home, tmp_path):
-    from tests.conftest import run_orch
-
-    path = tmp_path / "group.yaml"
-    path.write_text(GROUP_AFTER_COMMENTS)
-    proc = run_orch(orch_home, "plan", str(path))
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
-    assert proc.stderr.startswith(f"error: {path}:7: execution: is parallel: this is a SkyPilot "
-                                  "job group"), proc.stderr
-    assert f"sky jobs launch {path}" in proc.stderr
-
-
 def _submit(orch, scripts):  # noqa: F811
     from orchestrator.spec.pipeline import load_pipeline_text
 

@@ -95,10 +95,10 @@ def read_document(text: str, file: str) -> tuple[dict[str, Any], SourceMap]:
                             f"YAML syntax error: {e.problem or e}",
                             "check the indentation and quoting on that line") from None
         raise SpecError(file, e.problem_mark.line + 1 if e.problem_mark else None, None,
-                        f"holds {_documents(text)} YAML documents (a SkyPilot pipeline): "
-                        "only `orch submit` and `orch plan` without ORCH_SERVER run pipelines",
-                        "submit it from this machine (unset ORCH_SERVER), or put each stage "
-                        "in a file of its own") from None
+                        f"holds {_documents(text)} YAML documents (a SkyPilot pipeline or job "
+                        "group): only `orch submit` and `orch plan` without ORCH_SERVER run "
+                        "those", "submit it from this machine (unset ORCH_SERVER), or put each "
+                        "task in a file of its own") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None

@@ -36,6 +36,9 @@ class Launch:
     secrets: dict[str, str] = field(default_factory=dict)
     workdir: Optional[str] = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The backend's name for this launch of the job: its id, or `<id>-r<n>` when a
+    # preempted job is launched again (a backend never launches one id twice).
+    submission_id: Optional[str] = None
     # For a cloud VM: what SkyPilot provisions. `offers` are the chosen offer first, then
     # the next-best in cost order, each a dict as `orch plan --json` shows alternatives.
     setup: Optional[str] = None
@@ -64,6 +67,7 @@ class BackendState:
     status: str  # one of orch's statuses: PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED
     message: Optional[str] = None
     info: Optional[dict] = None  # facts to keep with the job (a cloud job's cost ledger)
+    exit_code: Optional[int] = None  # its entrypoint's, where the backend says (Ray does)
 
 
 class Backend(abc.ABC):

@@ -3,8 +3,7 @@
 orch decides what to rent (cloud, region, GPU, spot) and hands SkyPilot exactly that,
 with the next-best offers as ordered fallbacks. SkyPilot provisions, recovers spot
 preemptions (job_recovery) and runs the same runner as on-prem. The SDK is reached only
-through `SkySDK`, which tests replace with a fake that replays managed-job states.
-"""
+through `SkySDK`, which tests replace with a fake that replays managed-job states."""
 
 from __future__ import annotations
 
@@ -16,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from orchestrator.base.errors import BackendError
+from orchestrator.base.preemption import PREEMPTED_EXIT
 from orchestrator.base.targets import CLOUD
 from orchestrator.decision.cloud_bill import update_ledger
 from providers.base import Backend, BackendState, HasLaunchInfo, Launch
@@ -154,9 +154,10 @@ def _resources(offer: PlacedOffer, launch: Launch):
         kw["instance_type"] = offer.instance_type
     if launch.disk_size:
         kw["disk_size"] = launch.disk_size
-    if offer.spot:
-        # Preempted spot VMs come back elsewhere; errors in user code retry once.
-        kw["job_recovery"] = {"strategy": "EAGER_NEXT_REGION", "max_restarts_on_errors": 1}
+    # Exit PREEMPTED_EXIT asks for another run (docs/preemption.md), not an error; preempted
+    # spot VMs come back elsewhere, and errors on spot retry once.
+    kw["job_recovery"] = {"strategy": "EAGER_NEXT_REGION", "recover_on_exit_codes": [PREEMPTED_EXIT],
+                          "max_restarts_on_errors": 1 if offer.spot else 0}
     kw.update(vm)  # the job file's own VM keys (image_id, ports, ...) win
     # Read as SkyPilot reads a task file's resources, so every form its schema takes works.
     return next(iter(sky.Resources.from_yaml_config(kw)))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 from jobs import secret_env
 from orchestrator.base.errors import BackendError
+from orchestrator.base.preemption import job_of
 from providers.base import Backend, BackendState, HasCapacity, Launch
 
 if TYPE_CHECKING:
@@ -67,12 +68,13 @@ class RayJobsProvider(Backend, HasCapacity):
             try:
                 # The client packs and uploads the working_dir here, file included, before
                 # it returns: the local copy can go as soon as this call ends.
-                return client.submit_job(entrypoint=entrypoint, submission_id=launch.job_id,
+                return client.submit_job(entrypoint=entrypoint,
+                                         submission_id=launch.submission_id or launch.job_id,
                                          runtime_env=runtime_env,
                                          metadata={k: str(v) for k, v in launch.metadata.items()})
             except Exception as e:
-                if "already exists" in str(e):
-                    return launch.job_id  # submitted before a crash: never launch twice
+                if "already exists" in str(e):  # submitted before a crash: never launch twice
+                    return launch.submission_id or launch.job_id
                 raise BackendError(f"Ray at {self.address} rejected job {launch.job_id}: {_short(e)}",
                                    self.hint) from None
 
@@ -136,11 +138,11 @@ class RayJobsProvider(Backend, HasCapacity):
         if status == "FAILED" and job.driver_exit_code is not None and "exit code" not in (message or ""):
             message = f"{message} (exit code {job.driver_exit_code})"
         if status == "FAILED" and message != job.message:
-            message = f"{message}; its output: `orch logs {backend_id}`"
+            message = f"{message}; its output: `orch logs {job_of(backend_id)}`"
         # Ray's own clock for when the job held the cluster: what the ledger prices.
         times = {k: t / 1000.0 for k, t in (("backend_start", job.start_time),
                                              ("backend_end", job.end_time)) if t}
-        return BackendState(status, message, times or None)
+        return BackendState(status, message, times or None, exit_code=job.driver_exit_code)
 
     def logs(self, backend_id: str) -> str:
         try:

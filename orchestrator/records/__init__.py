@@ -60,6 +60,10 @@ class RunInfo(_Public):
     stages: Optional[int] = Field(default=None, description="how many stages the pipeline has")
     after: Optional[str] = Field(default=None, description="the stage (job id) that must "
                                  "succeed before it starts")
+    preemptions: Optional[int] = Field(default=None, description="times it ended by the "
+                                       "preemption contract (exit 75) and was run again")
+    earlier_runs: Optional[list[str]] = Field(default=None, description="the backend's ids of "
+                                              "its runs before the last (preemptions)")
     group: Optional[str] = Field(default=None, description="the job group it is a task of")
     task: Optional[str] = Field(default=None, description="its task's name in the job group")
     primary: Optional[bool] = Field(default=None, description="whether the group ends with it "

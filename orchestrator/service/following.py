@@ -15,7 +15,7 @@ from orchestrator.base import redact
 from orchestrator.base.errors import BackendError, OrchError
 from orchestrator.decision import reconcile
 from orchestrator.records import JobRow, with_info
-from orchestrator.service import job_groups, pipelines, run_metrics
+from orchestrator.service import job_groups, pipelines, preemption, run_metrics
 from orchestrator.service.budgets import enforce_budget
 from orchestrator.service.core import Core
 from orchestrator.service.git_workdir import checkout_folder
@@ -64,6 +64,11 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
     step = reconcile.launched(gone=None, backend_status=state.status, backend_message=state.message,
                               cancel_requested=bool(rec.cancel_requested),
                               budget_stop=rec.info.budget_stop)
+    if step.action == "finish" and state.exit_code == preemption.PREEMPTED_EXIT:
+        run = redact_text(core, rec, core.retry(provider, "logs", rec.backend_id))
+        again = preemption.resumed(core, rec, state, run)
+        if again is not None:
+            return again, None
     if step.action == "finish":
         return finish(core, rec, step.status or "FAILED", step.message), None
     if step.action == "running":
@@ -208,11 +213,12 @@ def raw_logs(core: Core, rec: JobRow) -> str:
     provider = core.provider(rec.placed_on)
     if isinstance(provider, KeepsLogs) and provider.gone():
         return provider.saved_logs(rec.backend_id)
+    earlier = preemption.earlier_output(core, rec, provider)  # a resumed job's earlier runs
     try:
-        return provider.logs(rec.backend_id)
+        return earlier + provider.logs(rec.backend_id)
     except BackendError:
         if isinstance(provider, KeepsLogs):  # what it left on disk, when it does not answer
-            return provider.saved_logs(rec.backend_id)
+            return earlier + provider.saved_logs(rec.backend_id)
         raise
 
 

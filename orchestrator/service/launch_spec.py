@@ -8,6 +8,7 @@ import shlex
 from typing import Optional
 
 from jobs.telemetry import IdlePolicy
+from orchestrator.base.preemption import CHECKPOINT_VAR, EXIT_VAR, PREEMPTED_EXIT
 from orchestrator.records import JobRow
 from orchestrator.records.placement import Placement
 from orchestrator.service.budgets import run_budget
@@ -43,6 +44,11 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
     run_name = resume["run_name"] if resume else job_id
     if resume:
         storage = resume["storage_path"]
+    # The preemption contract (docs/preemption.md): the code that asks for another run, and
+    # where this job's checkpoints live across its runs (a `run:` job's own choice to use).
+    env[EXIT_VAR] = str(PREEMPTED_EXIT)
+    if storage:
+        env[CHECKPOINT_VAR] = f"{storage.rstrip('/')}/{run_name}"
     # What the job holds on the offer it was placed on: what `orch serve`'s queue
     # reserves for it and placement's wait estimate assumed.
     choice = decision.choice if decision else None

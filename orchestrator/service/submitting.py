@@ -3,6 +3,7 @@ backend, storing the backend's id as soon as it exists."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from secrets import token_hex
@@ -10,6 +11,7 @@ from typing import NamedTuple, Optional
 
 from orchestrator.base import failpoints, redact
 from orchestrator.base.errors import BackendError
+from orchestrator.base.preemption import RESTARTS_VAR, run_name
 from orchestrator.records import JobRow, with_info
 from orchestrator.records.placement import Placement
 from orchestrator.service import placing
@@ -117,6 +119,9 @@ def launch(core: Core, rec: JobRow, spec: JobSpec, secrets: Optional[dict] = Non
         made = core.backend_class(target).adapt_launch(
             launch_for(core, rec.id, spec, target, decision, secrets,
                        event_key=rec.info.event_key), spec, decision)
+        if rec.info.preemptions:  # run again by the preemption contract: a new name for it
+            made = dataclasses.replace(made, submission_id=run_name(rec.id, rec.info.preemptions + 1),
+                                       env={**made.env, RESTARTS_VAR: str(rec.info.preemptions)})
         backend_id = core.retry(provider, "submit", made)
         failpoints.reached("launched")
     except BackendError as e:

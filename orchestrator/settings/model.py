@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     spot_rework_minutes: float = Field(15, ge=0, le=1440, description="work redone after a "
                                        "preemption, on average (half the time between a job's "
                                        "checkpoints)")
+    preemption_restarts: int = Field(10, ge=0, le=1000, description="times a job on owned "
+                                     "hardware that exits 75 (the preemption contract) is run "
+                                     "again before it is failed")
     exploratory_backfill: bool = Field(True, description="exploratory work may run on owned GPUs "
                                        "that are idle now and stay free for its whole run; off: "
                                        "exploratory work always rents")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import stat
 import subprocess
@@ -377,3 +378,68 @@ def _epoch(iso: str) -> float:
     import time
 
     return float(calendar.timegm(time.strptime(iso, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+PREEMPTIBLE = """\
+name: preemptible
+run: |
+  python - <<'PY'
+  import json, os, pathlib, signal, sys, time
+  ck = pathlib.Path(os.environ["ORCH_CHECKPOINT_PATH"])
+  ck.mkdir(parents=True, exist_ok=True)
+  state = ck / "state.json"
+  epoch = json.loads(state.read_text())["epoch"] if state.exists() else 0
+  print(f"run {int(os.environ.get('ORCH_RESTARTS', '0')) + 1} starts at epoch {epoch}", flush=True)
+  def preempted(*_):  # the contract: save, then exit with the code that asks for another run
+      state.write_text(json.dumps({"epoch": epoch}))
+      print(f"preempted at epoch {epoch}: checkpoint saved", flush=True)
+      sys.exit(int(os.environ["ORCH_PREEMPTED_EXIT_CODE"]))
+  signal.signal(signal.SIGTERM, preempted)
+  (ck / "pid").write_text(str(os.getpid()))
+  while epoch < 4:
+      time.sleep(0.5)
+      epoch += 1
+      state.write_text(json.dumps({"epoch": epoch}))
+      print(f"epoch {epoch} done", flush=True)
+      if epoch == 2 and not os.environ.get("ORCH_RESTARTS"):
+          (ck / "at-2").write_text("")
+          time.sleep(60)  # waits here for the notice
+  PY
+"""
+
+
+def test_a_job_preempted_by_the_contract_resumes_from_its_checkpoint_as_one_record(
+        ray_home, tmp_path):
+    import signal
+
+    job = tmp_path / "preemptible.yaml"
+    job.write_text(PREEMPTIBLE)
+    job_id = run_orch(ray_home, "submit", str(job), "--detach").stdout.strip()
+    ck = ray_home / "checkpoints" / job_id
+    deadline = time.monotonic() + 120
+    while not (ck / "at-2").exists():
+        assert time.monotonic() < deadline, run_orch(ray_home, "logs", job_id).stdout[-2000:]
+        time.sleep(0.5)
+    os.kill(int((ck / "pid").read_text()), signal.SIGTERM)  # the platform's notice
+    while True:
+        rec = json.loads(run_orch(ray_home, "status", job_id, "--json").stdout)
+        if rec["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            break
+        assert time.monotonic() < deadline, rec
+        time.sleep(1)
+    out = run_orch(ray_home, "logs", job_id).stdout
+    assert rec["status"] == "SUCCEEDED", (rec["message"], out[-2000:])
+    assert rec["run"]["preemptions"] == 1
+    # Both runs' output, in order, in the one job's log: the second went on from epoch 2.
+    import re
+
+    lines = [ln for ln in out.splitlines() if re.match(r"(run \d|epoch \d|preempted at epoch)", ln)]
+    assert lines == ["run 1 starts at epoch 0", "epoch 1 done", "epoch 2 done",
+                     "preempted at epoch 2: checkpoint saved", "run 2 starts at epoch 2",
+                     "epoch 3 done", "epoch 4 done"], out[-3000:]
+    assert any("preempted (exit 75) in run 1" in h["message"] for h in rec["history"])
+    # Recorded once: no second job, and no failure in its history.
+    listed = json.loads(run_orch(ray_home, "status", "--json").stdout)
+    assert [r["id"] for r in listed].count(job_id) == 1
+    assert sum(r["name"] == "preemptible" for r in listed) == 1
+    assert "FAILED" not in {h["status"] for h in rec["history"]}

@@ -81,6 +81,11 @@ def test_task_round_trips_through_skypilot_yaml(orch, accel):
     allowed = {c.name for c in spec.resources.accelerator_choices()}
     assert all(next(iter(r["accelerators"])) in allowed for r in ordered)
     assert cfg["envs"]["ORCH_JOB_ID"] == "orch-t" and "_orch_runner.runner" in cfg["run"]
+    # The preemption contract, as SkyPilot reads it: exit 75 recovers, not counted an error.
+    assert cfg["envs"]["ORCH_PREEMPTED_EXIT_CODE"] == "75"
+    recovery = ordered[0]["job_recovery"]
+    assert recovery["recover_on_exit_codes"] == [75]
+    assert recovery["max_restarts_on_errors"] == (1 if first.spot else 0)
 
 
 def test_pending_starting_running_succeeded(orch):

@@ -41,11 +41,19 @@ def _rows(recs: list[JobRecord]) -> list[tuple[JobRecord, str, str]]:
     for r in recs:
         if r.run.group_jobs:
             groups.setdefault(tuple(sorted(r.run.group_jobs.values())), []).append(r)
+        elif r.run.sweep:
+            groups.setdefault((r.run.sweep,), []).append(r)
     rows, shown = [], set()
     for r in recs:
-        key = tuple(sorted(r.run.group_jobs.values())) if r.run.group_jobs else None
+        key = (tuple(sorted(r.run.group_jobs.values())) if r.run.group_jobs
+               else (r.run.sweep,) if r.run.sweep else None)
         if key is None:
             rows.append((r, r.name + _stage(r), r.status))
+            continue
+        if r.run.sweep:
+            if key not in shown:
+                shown.add(key)
+                rows.append(_sweep_row(groups[key]))
             continue
         if key in shown:
             continue
@@ -56,6 +64,24 @@ def _rows(recs: list[JobRecord]) -> list[tuple[JobRecord, str, str]]:
         parts = ", ".join(f"{t.run.task} {t.status.lower()}" for t in tasks)
         rows.append((tasks[0], f"{r.run.group} (group: {parts})", state))
     return rows
+
+
+def _sweep_row(runs: list[JobRecord]) -> tuple[JobRecord, str, str]:
+    """A sweep's one row: its id, its runs' states and its best run so far."""
+    from orchestrator.decision.reconcile import group_status
+    from orchestrator.decision.sweeps import best
+
+    first = min(runs, key=lambda t: t.run.sweep_run or 0)
+    run = first.run
+    counts: dict[str, int] = {}
+    for t in runs:
+        counts[t.status.lower()] = counts.get(t.status.lower(), 0) + 1
+    states = ", ".join(f"{n} {s}" for s, n in counts.items())
+    top = best([(t, t.metrics or {}) for t in runs], run.sweep_metric, run.sweep_mode or "min")
+    score = (f"; best {run.sweep_metric} {top[1]:.4g} ({top[0].run.sweep_values})" if top else "")
+    shown = first.model_copy(update={"id": run.sweep or first.id})
+    return (shown, f"{run.sweep_name or first.name} (sweep of {run.sweep_runs}: {states}{score})",
+            group_status([(t.status, True) for t in runs]))
 
 
 def _client() -> Client:
@@ -101,7 +127,9 @@ def status(
              + (f", after {run.after} succeeded" if run.after else "")) if run.stage else None
     group = (f"{run.group}: task {run.task} ({'primary' if run.primary else 'auxiliary'}); "
              + ", ".join(f"{t} {i}" for t, i in (run.group_jobs or {}).items())) if run.group else None
-    for label, value in (("pipeline", stage), ("job group", group), ("kind", rec.kind),
+    sweep = (f"{run.sweep_name} ({run.sweep}): run {run.sweep_run} of {run.sweep_runs}, "
+             f"{run.sweep_values}") if run.sweep else None
+    for label, value in (("pipeline", stage), ("job group", group), ("sweep", sweep), ("kind", rec.kind),
                          ("target", rec.target),
                          ("fingerprint", rec.fingerprint), ("duration", duration(run_time(rec))),
                          ("job file", rec.source_file), ("message", rec.message),
@@ -158,8 +186,13 @@ def logs(
         out.print(text, markup=False, highlight=False, end="" if text.endswith("\n") else "\n")
 
 
-def cancel(job_id: str = typer.Argument(..., help="a job id (or a unique prefix)")) -> None:
-    """Stop a job; it ends as CANCELLED."""
+def cancel(job_id: str = typer.Argument(..., help="a job id (or a unique prefix), or a sweep's id")) -> None:
+    """Stop a job (or every run of a sweep); it ends as CANCELLED."""
+    if job_id.startswith("sweep-"):  # every run of a sweep at once
+        runs = _client().cancel_sweep(job_id)
+        for r in runs:
+            out.print(f"{r.id} {escape(r.name)} {status_text(r.status)}")
+        return
     rec = _client().cancel(job_id)
     if rec.already_ended:
         out.print(f"{rec.id} already ended: {status_text(rec.status)}")

@@ -27,13 +27,16 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
     """Show every place the job could run, ranked by cost per job, and the choice."""
     from orchestrator.cli.render import note
     from orchestrator.client import connect
-    from orchestrator.records.placement import GroupPlan, PipelinePlan
+    from orchestrator.records.placement import GroupPlan, PipelinePlan, SweepPlan
 
     values = given(env, env_file, secret)
     client = connect(on_note=note)
     d = client.plan(file, values)
     if isinstance(d, GroupPlan):  # a job group: each task's plan
         _plan_group(d, json_out, show_all)
+        return
+    if isinstance(d, SweepPlan):  # a sweep: each run's plan, in a line
+        _plan_sweep(d, json_out)
         return
     if isinstance(d, PipelinePlan):  # a pipeline: each stage's plan, in order
         _plan_pipeline(d, file, values, emit, json_out, show_all)
@@ -49,6 +52,25 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
         from orchestrator.spec import load_spec
 
         render(d, load_spec(file, values).name or str(file), limit=None if show_all else 40)
+
+
+def _plan_sweep(d, json_out: bool) -> None:
+    from orchestrator.cli.render import table
+    from orchestrator.decision.pricing import fmt_money
+
+    if json_out:
+        print_json(d.model_dump(mode="json"))
+        return
+    rows = []
+    for i, (label, p) in enumerate(zip(d.values, d.runs), 1):
+        est = p.estimate
+        rows.append((i, label, p.target or "-", p.kind or "-",
+                     f"{est.hours:.2f}" if est and est.hours is not None else "-",
+                     fmt_money(est.cost_usd or 0.0, "USD", 1.0) if est else "-"))
+    out.print(f"[bold]sweep {escape(d.sweep)}[/]: {len(d.runs)} runs, planned at "
+              f"{fmt_money(d.total_cost_usd, 'USD', 1.0)} in all; each placed alone here: "
+              "`orch submit` gives owned GPUs to the longest runs first")
+    out.print(table(["RUN", "VALUES", "TARGET", "KIND", "EST. HOURS", "EST. COST"], rows))
 
 
 def _plan_group(d: GroupPlan, json_out: bool, show_all: bool) -> None:

@@ -30,7 +30,7 @@ def submit(
     from orchestrator.cli.follow import follow
     from orchestrator.cli.render import note
     from orchestrator.client import Remote, connect
-    from orchestrator.records import Registered, SubmittedGroup, SubmittedPipeline
+    from orchestrator.records import Registered, SubmittedGroup, SubmittedPipeline, SubmittedSweep
 
     console = err if json_out else out
     values = given(env, env_file, secret)
@@ -47,6 +47,9 @@ def submit(
         else:
             out.print(f"[bold]{s.id}[/] {escape(s.name)}: cron {escape(s.cron)}, next run "
                       f"{s.next_at} (UTC){server}")
+        return
+    if isinstance(sub, SubmittedSweep):  # one job a run, placed together
+        _sweep(client, sub, console, detach, json_out)
         return
     if isinstance(sub, SubmittedGroup):  # one job a task, all at once
         _group(client, sub, console, detach, json_out)
@@ -140,7 +143,6 @@ def _group(client, sub, console, detach: bool, json_out: bool) -> None:
     """A job group's tasks, launched together: their ids when detached, else each task's
     status as it changes until every one has ended (an auxiliary task is stopped once the
     primary ones have ended, after its termination_delay)."""
-    import time
 
     tasks, name = sub.tasks, sub.group
     if any(t.existing for t in tasks):
@@ -157,27 +159,72 @@ def _group(client, sub, console, detach: bool, json_out: bool) -> None:
     for t in tasks:
         console.print(f"  {t.id} {escape(t.name)} -> {t.target} ({t.kind}); "
                       f"`orch logs {t.id}` its output")
-    final = {t.id: client.job(t.id) for t in tasks}
-    seen = {i: r.status for i, r in final.items()}
-    try:
-        while any(r.status not in ("SUCCEEDED", "FAILED", "CANCELLED") for r in final.values()):
-            time.sleep(1.0)
-            for i, r in final.items():
-                if r.status not in ("SUCCEEDED", "FAILED", "CANCELLED"):
-                    final[i] = client.job(i)
-                if final[i].status != seen[i]:
-                    seen[i] = final[i].status
-                    if final[i].status in ("SUCCEEDED", "FAILED", "CANCELLED"):
-                        _ended(console, final[i])
-                    else:
-                        console.print(f"{i} {escape(final[i].name)} {status_text(final[i].status)}")
-    except KeyboardInterrupt:
-        err.print("\ndetached: the group keeps running; `orch status` follows its tasks (and "
-                  "stops the auxiliary ones once the primary ones end), `orch cancel ID` stops one")
-        raise typer.Exit(130) from None
+    final = _watch(client, [t.id for t in tasks], console, "`orch cancel ID` stops one "
+                   "(the auxiliary tasks stop once the primary ones end)")
     if json_out:
         print_json({"group": name, "tasks": [r.model_dump(mode="json", exclude={"warning"})
                                              for r in final.values()]})
     ok = all(r.status == "SUCCEEDED" or (r.status == "CANCELLED" and r.run.primary is False)
              for r in final.values())
     raise typer.Exit(0 if ok else 1)
+
+
+def _sweep(client, sub, console, detach: bool, json_out: bool) -> None:
+    """A sweep's runs, launched longest first: their ids when detached, else each run's
+    status as it changes until every one has ended, then the best run."""
+    runs = sub.runs
+    if any(r.existing for r in runs):
+        err.print("[yellow]note:[/] this idempotency key was submitted before: these are that "
+                  "sweep's runs; nothing new was launched")
+    if detach:
+        if json_out:
+            print_json(sub.model_dump(mode="json"))
+        else:
+            out.print(sub.sweep)
+        return
+    where: dict[str, int] = {}
+    for r in runs:
+        where[r.target or "-"] = where.get(r.target or "-", 0) + 1
+    console.print(f"[bold]sweep {escape(sub.name)}[/] ({sub.sweep}): {len(runs)} runs, "
+                  + ", ".join(f"{n} on {t}" for t, n in sorted(where.items()))
+                  + f"; Ctrl-C detaches, `orch cancel {sub.sweep}` stops them all")
+    final = _watch(client, [r.id for r in runs], console, f"`orch cancel {sub.sweep}` stops them all")
+    ended = list(final.values())
+    from orchestrator.decision.reconcile import group_status
+    from orchestrator.decision.sweeps import best
+
+    run = runs[0].run
+    top = best([(r, r.metrics or {}) for r in ended], run.sweep_metric, run.sweep_mode or "min")
+    if top is not None:
+        row, value = top
+        console.print(f"best {run.sweep_metric} {value:.4g}: {row.id} ({row.run.sweep_values})")
+    if json_out:
+        print_json({"sweep": sub.sweep, "name": sub.name,
+                    "runs": [r.model_dump(mode="json", exclude={"warning"}) for r in ended]})
+    state = group_status([(r.status, True) for r in ended])
+    raise typer.Exit(0 if state == "SUCCEEDED" else 1)
+
+
+def _watch(client, ids: list[str], console, hint: str) -> dict:
+    """Each job's status printed as it changes until all have ended; their last records."""
+    import time
+
+    final = {i: client.job(i) for i in ids}
+    seen = {i: r.status for i, r in final.items()}
+    done = ("SUCCEEDED", "FAILED", "CANCELLED")
+    try:
+        while any(r.status not in done for r in final.values()):
+            time.sleep(1.0)
+            for i, r in final.items():
+                if r.status not in done:
+                    final[i] = client.job(i)
+                if final[i].status != seen[i]:
+                    seen[i] = final[i].status
+                    if final[i].status in done:
+                        _ended(console, final[i])
+                    else:
+                        console.print(f"{i} {escape(final[i].name)} {status_text(final[i].status)}")
+    except KeyboardInterrupt:
+        err.print(f"\ndetached: they keep running; `orch status` follows them, {hint}")
+        raise typer.Exit(130) from None
+    return final

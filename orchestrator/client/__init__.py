@@ -65,11 +65,16 @@ class Local:
 
     def submit(self, file: Path, key: Optional[str] = None, priority: int = 0,
                given: Optional[Overrides] = None) -> Submitted:
-        from orchestrator.records import SubmittedGroup, SubmittedJob, SubmittedPipeline
+        from orchestrator.records import SubmittedGroup, SubmittedJob, SubmittedPipeline, SubmittedSweep
         from orchestrator.spec.job_group import JobGroup
         from orchestrator.spec.pipeline import Pipeline, load_job
 
         spec = load_job(file, given)
+        if not isinstance(spec, (JobGroup, Pipeline)) and spec.sweep is not None:
+            runs = self.orch.submit_sweep(spec, idempotency_key=key)
+            return SubmittedSweep(sweep=runs[0].rec.info.sweep or "", name=spec.name or "sweep",
+                                  runs=[SubmittedJob.from_row(s.rec, existing=s.existing)
+                                        for s in runs])
         if isinstance(spec, JobGroup):
             tasks = self.orch.submit_group(spec, idempotency_key=key)
             return SubmittedGroup(group=spec.name, tasks=[
@@ -91,6 +96,14 @@ class Local:
         from orchestrator.spec.pipeline import Pipeline, load_job
 
         job = load_job(file, given)
+        if not isinstance(job, (JobGroup, Pipeline)) and job.sweep is not None:
+            from orchestrator.records.placement import SweepPlan
+            from orchestrator.spec.sweep import expand, run_label
+
+            plans = [self.plan_spec(run) for run in expand(job)]
+            costs = [float(p.estimate.cost_usd or 0.0) if p.estimate else 0.0 for p in plans]
+            return SweepPlan(sweep=job.name or "sweep", values=[run_label(v) for v in job.sweep.values()],
+                             runs=plans, total_cost_usd=sum(costs))
         if isinstance(job, JobGroup):  # each task placed on its own, as its submit would
             return GroupPlan(group=job.name, task_names=job.task_names(),
                              tasks=[self.plan_spec(s) for s in job.tasks])
@@ -143,6 +156,11 @@ class Local:
         from orchestrator.service import views
 
         return views.cancel_job(self.orch.core, job_id)
+
+    def cancel_sweep(self, sweep_id: str) -> list[CancelledJob]:
+        from orchestrator.records import CancelledJob
+
+        return [CancelledJob.from_row(r, already_ended=False) for r in self.orch.cancel_sweep(sweep_id)]
 
     def cost(self, by: str = "target", since: Optional[str] = None) -> CostReport:
         return cost_report(self.settings, by, since, self.orch)

@@ -16,13 +16,14 @@ if TYPE_CHECKING:
         SubmittedGroup,
         SubmittedJob,
         SubmittedPipeline,
+        SubmittedSweep,
     )
     from orchestrator.records.cost import CostReport
-    from orchestrator.records.placement import GroupPlan, PipelinePlan, Plan
+    from orchestrator.records.placement import GroupPlan, PipelinePlan, Plan, SweepPlan
     from orchestrator.spec import Overrides
 
-Submitted = Union["SubmittedJob", "SubmittedPipeline", "SubmittedGroup", "Registered"]
-Planned = Union["Plan", "PipelinePlan", "GroupPlan"]
+Submitted = Union["SubmittedJob", "SubmittedPipeline", "SubmittedGroup", "SubmittedSweep", "Registered"]
+Planned = Union["Plan", "PipelinePlan", "GroupPlan", "SweepPlan"]
 
 
 class Client(Protocol):
@@ -54,6 +55,9 @@ class Client(Protocol):
 
     def cancel(self, job_id: str) -> CancelledJob:
         """Stop a job; its record (`already_ended` when it had ended before)."""
+
+    def cancel_sweep(self, sweep_id: str) -> list[CancelledJob]:
+        """Stop every run of a sweep at once; each run's record."""
 
     def cost(self, by: str = "target", since: Optional[str] = None) -> CostReport:
         """The `orch cost --json` report."""

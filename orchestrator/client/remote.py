@@ -346,6 +346,10 @@ class Remote:
     def cancel(self, job_id: str) -> records.CancelledJob:
         return read(records.CancelledJob, self._json("POST", f"/v1/jobs/{self._id(job_id)}/cancel"))
 
+    def cancel_sweep(self, sweep_id: str) -> list[records.CancelledJob]:
+        raise InputError(f"{sweep_id}: sweeps run from `orch submit` without ORCH_SERVER, so "
+                         "this server has none", "unset ORCH_SERVER to reach the sweep's runs")
+
     def cost(self, by: str = "target", since: Optional[str] = None) -> CostReport:
         from urllib.parse import urlencode
 

@@ -64,6 +64,13 @@ class RunInfo(_Public):
                                        "preemption contract (exit 75) and was run again")
     earlier_runs: Optional[list[str]] = Field(default=None, description="the backend's ids of "
                                               "its runs before the last (preemptions)")
+    sweep: Optional[str] = Field(default=None, description="the sweep (its id) it is a run of")
+    sweep_name: Optional[str] = Field(default=None, description="the sweep's job file's name")
+    sweep_run: Optional[int] = Field(default=None, description="its place in the sweep, from 1")
+    sweep_runs: Optional[int] = Field(default=None, description="how many runs the sweep has")
+    sweep_values: Optional[str] = Field(default=None, description="its values, e.g. lr=0.01")
+    sweep_metric: Optional[str] = Field(default=None, description="what the best run is judged by")
+    sweep_mode: Optional[str] = Field(default=None, description="min or max: which is best")
     group: Optional[str] = Field(default=None, description="the job group it is a task of")
     task: Optional[str] = Field(default=None, description="its task's name in the job group")
     primary: Optional[bool] = Field(default=None, description="whether the group ends with it "
@@ -249,6 +256,13 @@ class SubmittedPipeline(BaseModel):
     """The answer to submitting a pipeline: each stage's record, in order."""
     pipeline: str
     stages: list[SubmittedJob]
+
+
+class SubmittedSweep(BaseModel):
+    """The answer to submitting a sweep: each run's record, in the file's order."""
+    sweep: str
+    name: str
+    runs: list[SubmittedJob]
 
 
 class SubmittedGroup(BaseModel):

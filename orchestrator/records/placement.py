@@ -135,3 +135,13 @@ class GroupPlan(BaseModel):
     group: str
     task_names: list[str]
     tasks: list[Plan]
+
+
+class SweepPlan(BaseModel):
+    """`orch plan --json` of a sweep: each run placed as it would be launched (longest first,
+    each after the ones before it took their places: only `orch submit` does that), its
+    values, and what the whole is planned at."""
+    sweep: str
+    values: list[str]
+    runs: list[Plan]
+    total_cost_usd: float

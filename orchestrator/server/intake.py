@@ -56,6 +56,10 @@ def job_file(settings, body, who: Optional[Caller] = None):
 
     given = Overrides(envs=dict(body.env), secrets=dict(body.secrets))
     spec = load_spec_text(body.spec, body.file or "<job>", given)
+    if spec.sweep is not None:  # expanded and placed together by the embedded client only
+        raise spec.error("sweep", "a sweep runs from `orch submit` without ORCH_SERVER (the "
+                         "server takes one job a file)", "submit it from this machine (unset "
+                         "ORCH_SERVER), or send each run as a file of its own")
     client_policy.check(spec, body, who.name if who else None, settings)  # no server path, no server env
     if body.upload is None:
         return body.spec, spec

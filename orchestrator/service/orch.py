@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Optional
 
-from orchestrator.service import budgets, following, job_groups, launch_spec, pipelines, placing, submitting
+from orchestrator.service import (
+    budgets,
+    following,
+    job_groups,
+    launch_spec,
+    pipelines,
+    placing,
+    submitting,
+    sweeps,
+)
 from orchestrator.service.core import Core
 
 if TYPE_CHECKING:
@@ -93,6 +102,12 @@ class Orch:
 
     def submit_group(self, group, idempotency_key: Optional[str] = None) -> list[submitting.Submitted]:
         return job_groups.submit_group(self.core, group, idempotency_key)
+
+    def submit_sweep(self, spec: JobSpec, idempotency_key: Optional[str] = None) -> list[submitting.Submitted]:
+        return sweeps.submit_sweep(self.core, spec, idempotency_key)
+
+    def cancel_sweep(self, sweep_id: str) -> list[JobRow]:
+        return sweeps.cancel_sweep(self.core, sweep_id)
 
     # -- what a provider runs, and its budget ------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Collection, Iterator, Optional, Sequence
 
 from orchestrator.base.targets import CLOUD, ONPREM, rented
@@ -220,10 +221,32 @@ def wants_cluster(spec, settings) -> bool:
                 and ONPREM in spec.placement.allow)
 
 
+# A cluster read that plans made in this context see instead of reading the cluster: a
+# sweep places its runs one after another on what the runs before them will hold.
+_CLUSTER_AS: ContextVar[Optional[object]] = ContextVar("orch_cluster_as", default=None)
+
+
+@contextmanager
+def cluster_read_as(snapshot) -> Iterator[None]:
+    token = _CLUSTER_AS.set(snapshot)
+    try:
+        yield
+    finally:
+        _CLUSTER_AS.reset(token)
+
+
 def _read_cluster(settings):
+    given = _CLUSTER_AS.get()
+    if given is not None:
+        return given
     from providers.onprem import read_cluster
 
     return read_cluster(settings.ray_address, settings.ray_token_file)
+
+
+def read_cluster(settings):
+    """The on-prem cluster as a plan reads it (a ClusterSnapshot, or the BackendError)."""
+    return _read_cluster(settings)
 
 
 def cluster_notes(settings, cluster, offers: Sequence[Offer]) -> list[str]:

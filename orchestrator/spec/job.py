@@ -27,6 +27,7 @@ from orchestrator.spec.sections import (
     Train,
     UtilizationPolicy,
 )
+from orchestrator.spec.sweep import Sweep
 
 # SkyPilot's task-level keys for a cloud VM, passed to its task as they are: `config` (its
 # config overrides for this task), `inputs`/`outputs` (data sizes its optimizer weighs),
@@ -40,7 +41,7 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # orch's own keys; the rest of a job file is SkyPilot's task, checked by its schema.
 ORCH_KEYS = ("train", "scaling", "precision", "data", "schedule", "budget", "placement",
-             "checkpoint", "estimate", "utilization_policy")
+             "checkpoint", "estimate", "utilization_policy", "sweep")
 
 
 class GitWorkdir(Strict):
@@ -109,6 +110,7 @@ class JobSpec(Strict):
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     estimate: Optional[Estimate] = None
     utilization_policy: Optional[UtilizationPolicy] = None
+    sweep: Optional[Sweep] = None  # spec/sweep.py: runs of this file with other values
 
     # Set by the loader; None for a spec built in code (errors then name no line).
     _source: Optional[SourceMap] = PrivateAttr(default=None)

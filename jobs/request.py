@@ -41,6 +41,9 @@ class RunRequest:
     job_id: str
     target: str  # the training loop: "module:function" or a built-in job's name
     num_workers: int = 1
+    # Elastic (scaling.num_workers: {min, max}): started on what is free, at least
+    # num_workers, grown up to this many as more frees; None: always num_workers.
+    max_workers: Optional[int] = None
     run_name: Optional[str] = None  # None: the job id
     config: dict = field(default_factory=dict)  # the loop's own config (train.config)
     use_gpu: Union[bool, str] = AUTO  # True, False or "auto" (a GPU per worker, if the cluster has them)
@@ -110,6 +113,9 @@ class RunRequest:
         for name in ("num_workers", "num_to_keep"):
             if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise bad(name, "a positive integer")
+        if self.max_workers is not None and (not _is_int(self.max_workers)
+                                             or self.max_workers < self.num_workers):
+            raise bad("max_workers", "an integer >= num_workers, or null")
         if not _is_int(self.max_failures) or self.max_failures < 0:
             raise bad("max_failures", "an integer >= 0")
         if self.cpus_per_worker is not None and (not _is_int(self.cpus_per_worker) or self.cpus_per_worker < 1):

@@ -98,7 +98,8 @@ class Local:
         job = load_job(file, given)
         if not isinstance(job, (JobGroup, Pipeline)) and job.sweep is not None:
             from orchestrator.records.placement import SweepPlan
-            from orchestrator.spec.sweep import expand, run_label
+            from orchestrator.spec.sweep import run_label
+            from orchestrator.spec.sweep_runs import expand
 
             plans = [self.plan_spec(run) for run in expand(job)]
             costs = [float(p.estimate.cost_usd or 0.0) if p.estimate else 0.0 for p in plans]

@@ -95,7 +95,7 @@ def _holds(spec: Any, priced: Optional[float]) -> Demand:
     """`priced`: the GPUs of the offer it runs on (None: none chosen yet)."""
     train = _field(spec, "train") is not None
     scaling, resources = _field(spec, "scaling"), _field(spec, "resources")
-    workers = float(_field(scaling, "num_workers") or 1) if train else 1.0
+    workers = float(_least(_field(scaling, "num_workers"))) if train else 1.0
     use_gpu = _field(scaling, "use_gpu")
     use_gpu = "auto" if use_gpu is None else use_gpu
     if priced is None:
@@ -107,3 +107,12 @@ def _holds(spec: Any, priced: Optional[float]) -> Demand:
     cpus = _field(resources, "cpus")
     asked = float(str(cpus).rstrip("+")) if cpus is not None else 0.0
     return Demand(max(workers, asked), 0.0)
+
+
+def _least(workers: Any) -> int:
+    """The workers a job starts with at least: `num_workers`, or an elastic one's `min`
+    (a stored spec's dict, or the model)."""
+    if isinstance(workers, dict):
+        return int(workers.get("min") or 1)
+    least = getattr(workers, "min", workers)
+    return int(least or 1)

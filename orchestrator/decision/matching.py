@@ -100,7 +100,7 @@ class Needs:
                    cpus=quantity_min(r.cpus), memory=quantity_min(r.memory),
                    cloud=cloud.lower() if cloud else None, region=region, use_spot=r.use_spot,
                    gpu_allowed=spec.scaling.use_gpu is not False,
-                   gpu_workers=float(spec.scaling.num_workers) if spec.train is not None else 1.0,
+                   gpu_workers=float(spec.scaling.min_workers) if spec.train is not None else 1.0,
                    gpu_required=spec.train is not None and spec.scaling.use_gpu is True,
                    nodes=spec.num_nodes, train=spec.train is not None,
                    cloud_only=spec.cloud_only(r),

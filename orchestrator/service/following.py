@@ -66,7 +66,7 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
                               budget_stop=rec.info.budget_stop)
     if step.action == "finish" and state.exit_code == preemption.PREEMPTED_EXIT:
         run = redact_text(core, rec, core.retry(provider, "logs", rec.backend_id))
-        again = preemption.resumed(core, rec, state, run)
+        again = preemption.resumed(core, rec, state, run, finish, write_private)
         if again is not None:
             return again, None
     if step.action == "finish":
@@ -77,7 +77,7 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
                                     metrics=from_log(text, rec.metrics, **trust(core, rec)))
         rec = enforce_budget(core, rec, provider)
         if rec.info.primary is False:  # a job group's auxiliary task
-            rec = job_groups.advance_group(core, rec, refresh)
+            rec = job_groups.advance_group(core, rec, refresh, cancel)
         return rec, text
     return rec, None
 

@@ -42,10 +42,15 @@ def group_envs(group: JobGroup, task: str, hosts: dict[str, str]) -> dict[str, s
     return envs
 
 
-def submit_group(core: Core, group: JobGroup, idempotency_key: Optional[str] = None) -> list[Submitted]:
+Cancel = Callable[..., JobRow]  # following.cancel: (core, job id, wait_s) -> its record
+
+
+def submit_group(core: Core, group: JobGroup, cancel: Cancel,
+                 idempotency_key: Optional[str] = None) -> list[Submitted]:
     """Check and place every task (one that cannot run refuses the group, nothing written),
-    record them all, then launch them all; a launch that fails cancels the others. A key
-    seen before returns that group's tasks, launching nothing."""
+    record them all, then launch them all; a launch that fails cancels the others
+    (`cancel`: following.cancel). A key seen before returns that group's tasks, launching
+    nothing."""
     names = group.task_names()
     checked = [check(core, spec) for spec in group.tasks]
     targets = {t: c.decision.target for t, c in zip(names, checked)}
@@ -84,7 +89,7 @@ def submit_group(core: Core, group: JobGroup, idempotency_key: Optional[str] = N
         try:
             out.append(Submitted(launch(core, row, spec, r.secrets), False))
         except (BackendError, InputError) as e:
-            _undo(core, [s.rec for s in out], rows[i + 1:], names[i], e)
+            _undo(core, cancel, [s.rec for s in out], rows[i + 1:], names[i], e)
             raise
     return out
 
@@ -106,12 +111,10 @@ def _fits_together(group: JobGroup, names: list[str], checked: list) -> None:
                          "(`inter_connection: false`)")
 
 
-def _undo(core: Core, launched: list[JobRow], waiting: list[JobRow], task: str,
+def _undo(core: Core, cancel: Cancel, launched: list[JobRow], waiting: list[JobRow], task: str,
           why: OrchError) -> None:
     """All or none: the tasks launched before the one that failed are cancelled, the ones
     after it are never started."""
-    from orchestrator.service.following import cancel
-
     for rec in launched:
         try:
             cancel(core, rec.id, wait_s=0)
@@ -150,9 +153,10 @@ def stop_due(rec: JobRow, tasks: dict[str, JobRow], now: float) -> Optional[str]
             f"(termination_delay {delay:g}s)")
 
 
-def advance_group(core: Core, rec: JobRow, refresh: Callable[[Core, JobRow], JobRow]) -> JobRow:
+def advance_group(core: Core, rec: JobRow, refresh: Callable[[Core, JobRow], JobRow],
+                  cancel: Cancel) -> JobRow:
     """An auxiliary task that runs: stopped once its group's primary tasks say so. The
-    primary ones are brought in step first (`refresh`: following.refresh)."""
+    primary ones are brought in step first (`refresh`, `cancel`: following's)."""
     if rec.info.primary is not False or rec.status in TERMINAL or rec.cancel_requested:
         return rec
     tasks = siblings(core, rec)
@@ -165,8 +169,6 @@ def advance_group(core: Core, rec: JobRow, refresh: Callable[[Core, JobRow], Job
     why = stop_due(rec, tasks, time.time())
     if why is None:
         return rec
-    from orchestrator.service.following import cancel
-
     core.store.set_status(rec.id, rec.status, why)  # in its history, whatever follows
     stopped = cancel(core, rec.id, wait_s=10)
     return core.store.update(stopped.id, message=why) if stopped.status in TERMINAL else stopped

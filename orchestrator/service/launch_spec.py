@@ -64,7 +64,8 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
         budget = run_budget(core, spec, choice, job_id)
         run = RunRequest(
             job_id=job_id, run_name=run_name, target=train_target,
-            config=spec.train.config, num_workers=spec.scaling.num_workers, use_gpu=use_gpu,
+            config=spec.train.config, num_workers=spec.scaling.min_workers, use_gpu=use_gpu,
+            max_workers=spec.scaling.max_workers if spec.scaling.elastic else None,
             precision=spec.precision, loader_workers=spec.data.loader_workers,
             pin_memory=spec.data.pin_memory, cpus_per_worker=_cpus_per_worker(spec),
             storage_path=storage, num_to_keep=spec.checkpoint.num_to_keep,
@@ -138,7 +139,7 @@ def _cpus_per_worker(spec: JobSpec) -> Optional[int]:
     from orchestrator.spec import quantity_min
 
     cpus = quantity_min(spec.resources.cpus)
-    return None if cpus is None else max(1, int(cpus // spec.scaling.num_workers))
+    return None if cpus is None else max(1, int(cpus // spec.scaling.max_workers))
 
 
 def _idle_policy(policy: Optional[UtilizationPolicy]) -> Optional[IdlePolicy]:

@@ -101,7 +101,7 @@ class Orch:
         return pipelines.submit_pipeline(self.core, pipeline, idempotency_key)
 
     def submit_group(self, group, idempotency_key: Optional[str] = None) -> list[submitting.Submitted]:
-        return job_groups.submit_group(self.core, group, idempotency_key)
+        return job_groups.submit_group(self.core, group, following.cancel, idempotency_key)
 
     def submit_sweep(self, spec: JobSpec, idempotency_key: Optional[str] = None) -> list[submitting.Submitted]:
         return sweeps.submit_sweep(self.core, spec, idempotency_key)

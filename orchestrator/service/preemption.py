@@ -9,7 +9,7 @@ script sees it."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from orchestrator.base.errors import BackendError, InputError
 from orchestrator.base.preemption import PREEMPTED_EXIT
@@ -51,15 +51,17 @@ def _between(n: int) -> str:
     return f"\n[orch] run {n} ended with exit {PREEMPTED_EXIT} (preempted): launching run {n + 1}\n"
 
 
-def resumed(core: Core, rec: JobRow, state: BackendState, text: str) -> Optional[JobRow]:
+def resumed(core: Core, rec: JobRow, state: BackendState, text: str,
+            finish: Callable[[Core, JobRow, str, Optional[str]], JobRow],
+            write: Callable[[Path, str], None]) -> Optional[JobRow]:
     """The job launched again where its run ended by the contract (exit 75 on owned
     hardware), or finished saying why it may not run again; None where it ended otherwise.
-    `text`: the run's output, kept before the next run's."""
+    `text`: the run's output, kept before the next run's; `finish` and `write`:
+    following's (a job's end recorded, a private file written whole)."""
     if state.exit_code != PREEMPTED_EXIT or rented(rec.placed_on) or rec.cancel_requested:
         return None
     runs = (rec.info.preemptions or 0) + 1
     limit = core.settings.preemption_restarts
-    from orchestrator.service.following import finish, write_private
     from orchestrator.service.submitting import launch
 
     if runs > limit:
@@ -71,7 +73,7 @@ def resumed(core: Core, rec: JobRow, state: BackendState, text: str) -> Optional
         return finish(core, rec, "FAILED", f"exit {PREEMPTED_EXIT} (preempted), and cannot run "
                       f"again: {e.message}")
 
-    write_private(earlier_runs_file(core, rec), _kept(core, rec) + text + _between(runs))
+    write(earlier_runs_file(core, rec), _kept(core, rec) + text + _between(runs))
     rec = core.store.update(rec.id, info=with_info(
         rec, preemptions=runs, earlier_runs=[*(rec.info.earlier_runs or []), rec.backend_id]))
     core.store.set_status(rec.id, "RUNNING", f"preempted (exit {PREEMPTED_EXIT}) in run {runs}: "

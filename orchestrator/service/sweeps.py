@@ -18,7 +18,8 @@ from orchestrator.records import JobRow
 from orchestrator.service.core import Core
 from orchestrator.service.submitting import Checked, Submitted, check, launch, record
 from orchestrator.spec import JobSpec
-from orchestrator.spec.sweep import expand, run_label
+from orchestrator.spec.sweep import run_label
+from orchestrator.spec.sweep_runs import expand
 from orchestrator.store import TERMINAL
 from providers.ray_cluster import ClusterJob, ClusterSnapshot
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
 
 # The tags pydantic puts in an error's location for the branch of a union it tried.
-_UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list", "GitWorkdir"}
+_UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list", "GitWorkdir", "ElasticWorkers"}
 
 
 def load_spec(path: str | Path, given: Optional[Overrides] = None) -> JobSpec:

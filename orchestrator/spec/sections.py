@@ -7,7 +7,16 @@ import difflib
 import re
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BeforeValidator, Field, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Discriminator,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.base.inputs import clip, storage_problem
 from orchestrator.spec.base import TARGETS, Strict, Target, plain
@@ -69,11 +78,49 @@ class Train(Strict):
         return self
 
 
+class ElasticWorkers(Strict):
+    """`num_workers: {min: 2, max: 8}`: an elastic run, started on what is free (at least
+    `min`), grown by a restart from its latest checkpoint as more frees, up to `max`."""
+    min: PositiveInt
+    max: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ElasticWorkers:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is more than max ({self.max})")
+        return self
+
+
+def _workers_kind(v: Any) -> str:
+    return "ElasticWorkers" if isinstance(v, (dict, ElasticWorkers)) else "int"
+
+
+# One number, or {min, max}: a mapping is read as the range alone, so its errors are its own.
+Workers = Annotated[Union[Annotated[PositiveInt, Tag("int")],
+                          Annotated[ElasticWorkers, Tag("ElasticWorkers")]],
+                    Discriminator(_workers_kind)]
+
+
 class Scaling(Strict):
-    num_workers: PositiveInt = 1
+    num_workers: Workers = 1
     use_gpu: AutoBool = "auto"
     # pack: fill a node before the next (fast links within a node); spread: one per node.
     placement: Literal["pack", "spread"] = "pack"
+
+    @property
+    def min_workers(self) -> int:
+        """The workers it starts with at least: what placement and the queue hold for it."""
+        n = self.num_workers
+        return n.min if isinstance(n, ElasticWorkers) else n
+
+    @property
+    def max_workers(self) -> int:
+        n = self.num_workers
+        return n.max if isinstance(n, ElasticWorkers) else n
+
+    @property
+    def elastic(self) -> bool:
+        return isinstance(self.num_workers, ElasticWorkers) and self.num_workers.min < self.num_workers.max
 
 
 class Data(Strict):

@@ -443,3 +443,49 @@ def test_a_job_preempted_by_the_contract_resumes_from_its_checkpoint_as_one_reco
     assert [r["id"] for r in listed].count(job_id) == 1
     assert sum(r["name"] == "preemptible" for r in listed) == 1
     assert "FAILED" not in {h["status"] for h in rec["history"]}
+
+
+HOLDER = """\
+name: holder
+run: |
+  python - <<'PY'
+  import os, time, ray
+  ray.init()
+  @ray.remote(num_cpus=1)
+  class Hold:
+      def ping(self):
+          return 1
+  hold = Hold.remote()
+  ray.get(hold.ping.remote())
+  open("{held}", "w").close()
+  while not os.path.exists("{free}"):
+      time.sleep(0.5)
+  PY
+"""
+
+
+def test_an_elastic_job_starts_on_the_one_free_slot_and_grows_when_the_other_frees(
+        ray_home, tmp_path):
+    held, free = tmp_path / "held", tmp_path / "free"
+    holder = tmp_path / "holder.yaml"
+    holder.write_text(HOLDER.format(held=held, free=free))
+    holder_id = run_orch(ray_home, "submit", str(holder), "--detach").stdout.strip()
+    deadline = time.monotonic() + 120
+    while not held.exists():  # one of the local Ray's 2 CPUs is taken
+        assert time.monotonic() < deadline, run_orch(ray_home, "logs", holder_id).stdout[-2000:]
+        time.sleep(0.5)
+    job = write_job(tmp_path, "name: elastic\nworkdir: userjob\ntrain:\n  entrypoint: "
+                              f"mytrain:elastic\n  config: {{epochs: 12, epoch_s: 2, free_at: 2, "
+                              f"free: '{free}'}}\nscaling: {{num_workers: {{min: 1, max: 2}}}}\n"
+                              "resources: {cpus: 2}\n")
+    proc = run_orch(ray_home, "submit", str(job), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout)
+    out = run_orch(ray_home, "logs", rec["id"], "--events").stdout or run_orch(
+        ray_home, "logs", rec["id"]).stdout
+    reports = [ev for ev in events.parse(out) if ev["event"] == "report"]
+    worlds = [(ev["metrics"]["epoch"], ev["metrics"]["world"]) for ev in reports]
+    assert rec["status"] == "SUCCEEDED" and rec["metrics"]["epoch"] == 12, (rec["message"], worlds)
+    assert worlds[0][1] == 1 and worlds[-1] == (12, 2), worlds  # started on 1, grew to 2
+    assert {e for e, _ in worlds} == set(range(1, 13)), worlds  # every epoch, from the checkpoint
+    assert run_orch(ray_home, "status", holder_id, "--json").returncode == 0

@@ -50,7 +50,11 @@ def home(tmp_path, monkeypatch):
             "backend_end": T0 + 60, "sky_request_id": "req-1", "sky_status": "SUCCEEDED",
             "sky_job_id": 3, "infra": "runpod/US", "ledger": LEDGER, "cost": {"cost_usd": 0.2},
             "launched_at": T0 - 2, "pipeline": "prep-train", "stage": 2, "stages": 2,
-            "after": "orch-prev"}
+            "after": "orch-prev", "preemptions": 1, "earlier_runs": ["orch-sky-0"],
+            "sweep": "sweep-1", "sweep_name": "lr", "sweep_run": 2, "sweep_runs": 3,
+            "sweep_values": "lr=0.1", "sweep_metric": "loss", "sweep_mode": "min",
+            "group": "pair", "task": "server", "primary": False, "termination_delay_s": 5.0,
+            "group_jobs": {"server": "orch-a", "client": "orch-b"}}
     assert set(info) == set(RunInfo.model_fields) - {"queued"} | set(INTERNAL_INFO)
     rec = store.create_job(name="j", spec={"run": "echo"}, kind="exploratory", target="cloud",
                            fingerprint="fp", owner="alice", idempotency_key="api:alice:k-77",

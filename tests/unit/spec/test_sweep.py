@@ -12,7 +12,8 @@ import pytest
 from orchestrator.base.errors import InputError, SpecError
 from orchestrator.decision import sweeps as rules
 from orchestrator.spec import load_spec_text
-from orchestrator.spec.sweep import expand, run_label
+from orchestrator.spec.sweep import run_label
+from orchestrator.spec.sweep_runs import expand
 
 BASE = """\
 name: lr

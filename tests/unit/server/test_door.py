@@ -71,6 +71,8 @@ NEW = [  # values whose meaning orch or a backend would otherwise find out only 
          "ends with '/'"),
     Case("mount-to-bucket", "run: echo\nfile_mounts:\n  's3://b/d': /tmp\n", "file_mounts.s3://b/d",
          "not a bucket"),
+    Case("sweep-at-a-server", "run: echo\nsweep: {grid: {envs.A: [1, 2]}}\n", "sweep",
+         "a sweep runs from `orch submit` without ORCH_SERVER"),
     Case("fifo", None, None, "is a FIFO (named pipe), not a job file", path="fifo"),
     Case("device", None, None, "is a character device, not a job file", path="/dev/zero"),
     Case("directory", None, None, "is a directory, not a job file", path="dir"),
@@ -88,7 +90,8 @@ IDS = [c.id for c in TABLE]
 assert len(set(IDS)) == len(IDS)
 # A pipeline (several YAML documents) is refused by the server, which takes one task a
 # file; `orch submit` and `orch plan` without ORCH_SERVER run it (tests/unit/spec/test_pipeline.py).
-SERVER_ONLY = {c.id for c in TABLE if "YAML documents" in c.words}
+# A sweep likewise: the embedded client expands it and places its runs together.
+SERVER_ONLY = {c.id for c in TABLE if "YAML documents" in c.words} | {"sweep-at-a-server"}
 assert SERVER_ONLY
 CLI_TABLE = [c for c in TABLE if c.id not in SERVER_ONLY]
 

@@ -46,8 +46,17 @@ def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None,
         cluster = _read_cluster(settings) if cluster is None else cluster
         if not isinstance(cluster, BackendError):  # unreachable: capacity says so
             offers.extend(cluster_offers(cluster.nodes, settings.electricity_price))
-    offers.extend(local_offers(settings) if local is None else local)
+    if not _server_keeps_jobs_off(settings):
+        offers.extend(local_offers(settings) if local is None else local)
     return offers
+
+
+def _server_keeps_jobs_off(settings) -> bool:
+    """`orch serve` runs no job on its own machine unless its admin trusts the team with
+    it (serve_local_trusted; server/client_policy.check_local_target says why)."""
+    from orchestrator.service.git_workdir import serves_clients
+
+    return serves_clients(settings) and not settings.serve_local_trusted
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,11 +50,13 @@ def test_a_fresh_home_is_all_ok_or_skipped_and_doctor_creates_nothing(orch_home,
     code, out, err = orch(monkeypatch, capsys, home, "doctor")
     assert code == 0, out + err
     lines = out.splitlines()
-    assert [line.split()[0] for line in lines[:-1]] == ["ok", "ok", "ok", "ok", "skipped",
-                                                        "skipped", "skipped"]
+    assert [line.split()[0] for line in lines[:-1]] == ["ok", "ok", "ok", "ok", "ok",
+                                                        "skipped", "skipped", "skipped"]
     assert lines[0] == f"ok       store            {home}/orch.db: none yet (a fresh home; " \
                        "the first job creates it)"
-    assert lines[4] == "skipped  on-prem cluster  not configured (ORCH_RAY_ADDRESS)"
+    assert lines[4].startswith("ok       local target     refused to clients: this home is in "
+                               "local-only mode")
+    assert lines[5] == "skipped  on-prem cluster  not configured (ORCH_RAY_ADDRESS)"
     assert lines[-1] == "no problems"
     assert not home.exists()
 

@@ -1,0 +1,49 @@
+"""What a job on orch's local Ray can reach of the orch that started it (issue 46): its
+environment holds none of orch's variables, only the allowlist (PATH, HOME, the locale),
+what orch sets and what the admin passes on by name (`local.pass_env`). A real job on the
+session's local Ray, which `orch local up` started from an environment holding a server's
+values (tests/integration/conftest.py, SERVER_ONLY)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import psutil
+import pytest
+
+from jobs.hosted import pid_file
+from providers.local_ray import processes_matching
+from tests.conftest import run_json, run_orch
+from tests.integration.conftest import SERVER_ONLY, local_ray_dir
+
+pytestmark = pytest.mark.integration
+
+# orch's settings that the server's environment holds (orch_env, and the PostgreSQL pass's
+# store URL): none may reach a job.
+ORCH_SETTINGS = {"ORCH_HOME", "ORCH_CONFIG", "ORCH_MODE", "ORCH_DATABASE_URL", *SERVER_ONLY}
+
+
+def test_a_jobs_environment_holds_no_variable_of_the_orch_that_started_its_ray(ray_home, tmp_path):
+    job = tmp_path / "env.yaml"
+    job.write_text("name: envdump\nrun: env | sort\n")
+    rec = run_json(ray_home, "submit", str(job), timeout=300)
+    assert rec["status"] == "SUCCEEDED", rec
+    log = run_orch(ray_home, "logs", rec["id"]).stdout
+    names = {line.split("=", 1)[0] for line in log.splitlines() if "=" in line}
+    assert {"PATH", "HOME", "AWS_ACCESS_KEY_ID"} <= names, sorted(names)  # allowlist, pass_env
+    assert not names & ORCH_SETTINGS, sorted(names & ORCH_SETTINGS)
+    assert SERVER_ONLY["SERVER_ONLY_TOKEN"] not in log
+    # The processes every job starts from: the local Ray's (raylet, workers) and its runner
+    # host, which runs the `train:` jobs' drivers.
+    state = json.loads((ray_home / "local" / "ray.json").read_text())
+    procs = processes_matching(local_ray_dir(ray_home))
+    with contextlib.suppress(OSError, ValueError):
+        procs.append(psutil.Process(int(open(pid_file(state["host_socket"])).read())))
+    seen = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            leaked = set(p.environ()) & ORCH_SETTINGS
+            assert not leaked, f"{p.pid} {p.name()}: {sorted(leaked)}"
+            seen += 1
+    assert seen >= 3, procs

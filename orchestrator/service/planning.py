@@ -112,7 +112,7 @@ def gather(spec, settings, now: float, *, fingerprint: str,
         if offers is None:
             offers = gather_offers(spec, settings, cluster=cluster, enabled=enabled)
         if capacity is None and cluster is not None:
-            capacity = cluster_capacity(spec, settings, now, cluster)
+            capacity = cluster_capacity(spec, settings, now, cluster, known=_active_ids(db))
             capacity = dataclasses.replace(capacity, reservations=_holds(db, settings, now,
                                                                          spec.name))
         elif capacity is None and settings.onprem:  # an inventory, no cluster read: the
@@ -248,11 +248,22 @@ def cluster_notes(settings, cluster, offers: Sequence[Offer]) -> list[str]:
     return notes
 
 
-def cluster_capacity(spec, settings, now: float, cluster=None) -> Capacity:
+def _active_ids(db) -> frozenset[str]:
+    """The ids of this store's unfinished jobs (none before the store exists)."""
+    if db is None:
+        return frozenset()
+    return frozenset(r.id for r in db.list(limit=1_000_000, statuses=("PENDING", "RUNNING")))
+
+
+def cluster_capacity(spec, settings, now: float, cluster=None,
+                     known: Collection[str] = frozenset()) -> Capacity:
     """Whether the on-prem cluster can start this job now, else about when; never raises.
     `load` lets placement ask again for each offer, with what the job would hold there
     (decision.demand); the answer here is for the job file's own accelerators. `cluster`:
-    the read this plan made (providers.onprem.read_cluster); None reads it here."""
+    the read this plan made (providers.onprem.read_cluster); None reads it here. Only the
+    Ray jobs whose `orch_job` is one of `known` (this store's unfinished jobs) count by what
+    their metadata says they hold: any job on the cluster can submit a Ray job with made-up
+    metadata; the others hold what Ray reports used."""
     from orchestrator.base.errors import BackendError
     from orchestrator.decision.capacity import ClusterLoad, Running
     from orchestrator.decision.demand import job_demand
@@ -262,7 +273,7 @@ def cluster_capacity(spec, settings, now: float, cluster=None) -> Capacity:
         why = f"on-prem: {snap.message}" + (f"; {snap.hint}" if snap.hint else "")
         return Capacity(unreachable=why, source=settings.ray_address)
     running = []
-    for j in snap.jobs:
+    for j in (j for j in snap.jobs if j.orch_id in known):
         remaining = None
         if j.est_hours is not None and j.status == "PENDING":
             remaining = j.est_hours * 3600  # its whole run, once it starts

@@ -2,7 +2,7 @@
 environment holds none of orch's variables, only the allowlist (PATH, HOME, the locale),
 what orch sets and what the admin passes on by name (`local.pass_env`). A real job on the
 session's local Ray, which `orch local up` started from an environment holding a server's
-values (tests/integration/conftest.py, SERVER_ONLY)."""
+values (tests/integration/conftest.py, SERVER_ONLY). And what it cannot do to the queue."""
 
 from __future__ import annotations
 
@@ -14,8 +14,14 @@ import pytest
 
 from jobs.hosted import pid_file
 from providers.local_ray import processes_matching
-from tests.conftest import run_json, run_orch
-from tests.integration.conftest import SERVER_ONLY, local_ray_dir
+from tests.conftest import environment, orch_env, run_json, run_orch, short_tmp
+from tests.integration.conftest import (
+    SERVER_ONLY,
+    local_ray_dir,
+    on_session_ray,
+    remove_home,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -47,3 +53,37 @@ def test_a_jobs_environment_holds_no_variable_of_the_orch_that_started_its_ray(r
             assert not leaked, f"{p.pid} {p.name()}: {sorted(leaked)}"
             seen += 1
     assert seen >= 3, procs
+
+
+def test_a_ghost_ray_job_with_made_up_metadata_does_not_fill_the_queue(ray_home):
+    """Any job holds the cluster's Ray token, so it can submit a Ray job of its own that says
+    it is orch's and holds 64 CPUs and 8 GPUs; `orch serve`'s queue counts only its own
+    records, and Ray's report of what is used."""
+    from ray.job_submission import JobSubmissionClient
+
+    from orchestrator.server.scheduler import Scheduler
+    from orchestrator.service.orch import Orch
+    from orchestrator.settings import load_settings
+    from providers.local import local_ray
+
+    home = on_session_ray(short_tmp("ohg"), ray_home)
+    with environment(orch_env(home)):
+        settings = load_settings()
+    ray = local_ray(settings)
+    client = JobSubmissionClient(ray.status()["dashboard_url"], headers=ray.headers())
+    ghost = client.submit_job(entrypoint="sleep 120", metadata={
+        "orch_job": "orch-ghost", "name": "ghost", "cpus": "64", "gpus": "8"})
+    orch = Orch(settings)
+    try:
+        wait_until("the ghost running", lambda: any(
+            j.submission_id == ghost and j.status == "RUNNING"
+            for j in orch.capacity("local").jobs), timeout=60)
+        room = Scheduler(settings).rooms(orch, {"local"}, [])["local"]
+        assert room.reserved.cpus == 0 and room.reserved.gpus == 0, room
+        assert room.free().cpus == room.total.cpus > 0, room  # the ghost holds nothing in Ray
+    finally:
+        orch.close()
+        client.stop_job(ghost)
+        wait_until("the ghost stopped", lambda: str(client.get_job_status(ghost)) in (
+            "STOPPED", "FAILED", "SUCCEEDED"), timeout=60)
+        remove_home(home)

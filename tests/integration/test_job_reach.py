@@ -7,7 +7,9 @@ values (tests/integration/conftest.py, SERVER_ONLY). And what it cannot do to th
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import secrets
 
 import psutil
 import pytest
@@ -87,3 +89,89 @@ def test_a_ghost_ray_job_with_made_up_metadata_does_not_fill_the_queue(ray_home)
         wait_until("the ghost stopped", lambda: str(client.get_job_status(ghost)) in (
             "STOPPED", "FAILED", "SUCCEEDED"), timeout=60)
         remove_home(home)
+
+
+# Another job's code, with the cluster's token as every job holds it: every package in
+# Ray's GCS, unzipped, and every job's runtime_env, metadata, entrypoint and log, searched
+# for a value. Prints what it searched and where it found the value.
+ATTACK = r"""
+import io, json, sys, zipfile
+from ray._raylet import GcsClient
+from ray.job_submission import JobSubmissionClient
+
+gcs_address, dashboard, token, needle = sys.argv[1:5]
+needle = needle.encode()
+gcs = GcsClient(address=gcs_address)
+found, packages = [], 0
+for key in gcs.internal_kv_keys(b"gcs://", None):
+    data = gcs.internal_kv_get(key, None) or b""
+    packages += 1
+    if needle in data:
+        found.append(f"{key!r} raw")
+    try:
+        z = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        continue
+    found += [f"{key!r} {n}" for n in z.namelist() if needle in z.read(n)]
+client = JobSubmissionClient(dashboard, headers={"Authorization": f"Bearer {token}"})
+jobs = client.list_jobs()
+for job in jobs:
+    seen = json.dumps([job.entrypoint, job.runtime_env, job.metadata, job.message])
+    if needle.decode() in seen:
+        found.append(f"{job.submission_id} info")
+    if job.submission_id and needle.decode() in (client.get_job_logs(job.submission_id) or ""):
+        found.append(f"{job.submission_id} log")
+print(json.dumps({"packages": packages, "jobs": len(jobs), "found": found}))
+"""
+
+
+def _attack(ray_home, needle: str) -> dict:
+    import subprocess
+    import sys
+
+    from providers.local_ray import ray_env
+
+    state = json.loads((ray_home / "local" / "ray.json").read_text())
+    token_file = ray_home / "local" / "auth_token"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(ray_home), **ray_env(token_file)}
+    proc = subprocess.run([sys.executable, "-c", ATTACK, state["address"], state["dashboard_url"],
+                           token_file.read_text().strip(), needle], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_another_job_finds_no_value_of_a_running_or_finished_job_in_what_ray_keeps(
+        ray_home, tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    from providers.local import local_ray
+    from tests.conftest import status_in_process
+
+    value = "pw-" + secrets.token_urlsafe(18)
+    digest = hashlib.sha256(value.encode()).hexdigest()
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "train.py").write_text("print('the job's own code')\n")
+    job = tmp_path / "victim.yaml"
+    job.write_text("name: victim\nworkdir: work\nsecrets: {DB_PASSWORD: null}\n"
+                   "run: printf 'sha256 %s\\n' \"$(printf %s \"$DB_PASSWORD\" | sha256sum)\"; "
+                   "sleep 4\n")
+    rec = run_json(ray_home, "submit", "-d", str(job), "--secret", f"DB_PASSWORD={value}",
+                   timeout=120)
+    with environment(orch_env(ray_home)):
+        from orchestrator.settings import load_settings
+
+        ray = local_ray(load_settings())
+    client = JobSubmissionClient(ray.status()["dashboard_url"], headers=ray.headers())
+    backend = wait_until("the victim's backend id",
+                         lambda: status_in_process(ray_home, rec["id"]).get("backend_id"))
+    # Its digest of the value, printed once its command runs (the entrypoint line that Ray's
+    # log begins with holds the command, not its output).
+    wait_until("the victim running", lambda: digest in client.get_job_logs(backend), timeout=120)
+    running = _attack(ray_home, value)
+    assert running["packages"] >= 1 and running["jobs"] >= 1, running
+    assert running["found"] == [], (running, client.get_job_logs(backend))
+    final = wait_until("the victim's end", lambda: (r := status_in_process(ray_home, rec["id"]))
+                       ["status"] in ("SUCCEEDED", "FAILED", "CANCELLED") and r, timeout=120)
+    assert final["status"] == "SUCCEEDED", final
+    assert _attack(ray_home, value)["found"] == []

@@ -19,7 +19,7 @@ from orchestrator.service.doctor.local import (
     serve_local_check,
     serves_team,
 )
-from orchestrator.service.doctor.remote import onprem_check, s3_checks, skypilot_checks
+from orchestrator.service.doctor.remote import cluster_mode_check, onprem_check, s3_checks, skypilot_checks
 from orchestrator.service.doctor.repair import LOST, repair_store
 from orchestrator.service.doctor.store import REPAIR, integrity_check, pg_store_check, store_checks
 from orchestrator.settings import Settings
@@ -37,6 +37,7 @@ def run_checks(settings: Settings, timeout: float = 5.0) -> list[Check]:
                      ("local target",
                       lambda: [serve_local_check(settings, serves_team(settings))]),
                      ("on-prem cluster", lambda: [onprem_check(settings, timeout)]),
+                     ("cluster mode", lambda: cluster_mode_check(settings)),
                      ("SkyPilot", lambda: skypilot_checks(settings)),
                      ("S3", lambda: s3_checks(settings))):
         checks.extend(guarded(name, fn))

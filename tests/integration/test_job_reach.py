@@ -175,3 +175,37 @@ def test_another_job_finds_no_value_of_a_running_or_finished_job_in_what_ray_kee
                        ["status"] in ("SUCCEEDED", "FAILED", "CANCELLED") and r, timeout=120)
     assert final["status"] == "SUCCEEDED", final
     assert _attack(ray_home, value)["found"] == []
+
+
+def test_a_job_that_ended_before_its_driver_took_the_values_leaves_none_in_ray(
+        ray_home, tmp_path, monkeypatch):
+    """Its driver never ran the copy-back (stopped, or dead before it took the values): when
+    orch records its end, it overwrites the package in Ray's GCS."""
+    from ray.job_submission import JobSubmissionClient
+
+    from orchestrator.client import Local
+    from orchestrator.settings import load_settings
+    from providers.local import LocalProvider, local_ray
+    from tests.conftest import status_in_process
+
+    # The fault: the job's driver dies before it takes its values.
+    monkeypatch.setattr(LocalProvider, "with_secrets", lambda self, entrypoint: "exit 3")
+    value = "pw-" + secrets.token_urlsafe(18)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "main.py").write_text("print('the job')\n")
+    job = tmp_path / "dies.yaml"
+    job.write_text("name: dies\nworkdir: work\nsecrets: {DB_PASSWORD: null}\nrun: python main.py\n")
+    with environment(orch_env(ray_home, DB_PASSWORD=value)):
+        settings = load_settings()
+        local = Local(settings)
+        try:
+            rec = local.submit(job)
+        finally:
+            local.close()
+    ray = local_ray(settings)
+    client = JobSubmissionClient(ray.status()["dashboard_url"], headers=ray.headers())
+    wait_until("Ray's end of it", lambda: str(client.get_job_status(rec.id)) == "FAILED")
+    assert _attack(ray_home, value)["found"]  # the package still holds the file
+    final = status_in_process(ray_home, rec.id)  # orch records its end
+    assert final["status"] == "FAILED", final
+    assert _attack(ray_home, value)["found"] == []

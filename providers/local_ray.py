@@ -326,14 +326,16 @@ def processes_matching(text: str, suffix: Optional[str] = None) -> list:
 # What of orch's environment every process of its local Ray (so every job there) gets: what
 # a shell, Python, Ray and CUDA need to run, nothing that names or holds a value of orch's.
 _BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
-             "TERM", "CUDA_VISIBLE_DEVICES", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
+             "TERM", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "LD_LIBRARY_PATH", "SSL_CERT_FILE",
+             "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
+_BASE_PREFIXES = ("LC_", "NCCL_")  # the locale; NCCL's network settings (which interface)
 
 
 def job_base_env(environ: Mapping[str, str], pass_env: Sequence[str] = ()) -> dict[str, str]:
-    """The allowlisted part of `environ`: _BASE_ENV, the locale (LC_*), and the names the
-    admin listed in `local.pass_env`."""
+    """The allowlisted part of `environ`: _BASE_ENV, the locale and NCCL's settings, and the
+    names the admin listed in `local.pass_env`."""
     keep = set(_BASE_ENV) | set(pass_env)
-    return {k: v for k, v in environ.items() if k in keep or k.startswith("LC_")}
+    return {k: v for k, v in environ.items() if k in keep or k.startswith(_BASE_PREFIXES)}
 
 
 def ray_env(token_file: Path) -> dict:

@@ -16,7 +16,8 @@ SERVER = {  # what an `orch serve` on PostgreSQL, with clouds and a metrics toke
     "HF_TOKEN": "listed-for-alice-only", "RAY_ADDRESS": "http://other:8265",
     "PYTHONPATH": "/srv/orch/plugins",
 }
-ALLOWED = {"PATH": "/usr/bin", "HOME": "/home/orch", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+ALLOWED = {"PATH": "/usr/bin", "HOME": "/home/orch", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+           "NCCL_SOCKET_IFNAME": "eth0", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64"}
 
 
 def test_the_local_ray_gets_only_the_allowlist_and_what_the_admin_passes_on(tmp_path, monkeypatch):

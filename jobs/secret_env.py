@@ -138,6 +138,16 @@ def main(argv: list[str]) -> int:
         # The same `result` event the runner prints, so orch shows why the job failed.
         print("::orch::" + json.dumps({"event": "result", "ok": False, "error": msg}), flush=True)
         return EXIT_NO_FILE
+    name = os.environ.get(FILE_VAR)
+    if name:
+        # Out of the cluster's copy of the package too (GCS), where other jobs can read it.
+        from .package_scrub import scrub
+
+        problem = scrub(name)
+        if problem:
+            print(f"orch: the secret file is still in the cluster's copy of this job's "
+                  f"working_dir (Ray's GCS), where other jobs can read it: {problem}",
+                  file=sys.stderr)
     sys.stdout.flush()
     os.execvpe(argv[0], argv, child_env(values))
     return 0  # not reached

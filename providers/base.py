@@ -183,3 +183,13 @@ class KeepsLogs(abc.ABC):
     def saved_logs(self, backend_id: str) -> str:
         """The job's log from the files the backend left; "" when there is none. Reads
         files only, so it works when the backend is gone or does not answer."""
+
+
+class ShipsSecrets(abc.ABC):
+    """A backend that ships a job's secret values in something its target keeps after the
+    job (a Ray working_dir package in the cluster's GCS)."""
+
+    @abc.abstractmethod
+    def forget_secrets(self, backend_id: str) -> None:
+        """Once the job has ended: remove what was shipped for its secret values from the
+        target. Never raises (the backend may be gone); does nothing where nothing is left."""

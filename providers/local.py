@@ -21,7 +21,7 @@ def local_ray(settings: Settings) -> LocalRay:
     """The local Ray instance of these settings (started or not)."""
     return LocalRay(settings.home, cpus=settings.local.cpus,
                     object_store_mb=settings.local.object_store_mb,
-                    runner_host=settings.local.runner_host)
+                    runner_host=settings.local.runner_host, pass_env=settings.local.pass_env)
 
 
 class LocalProvider(RayJobsProvider, KeepsLogs):

@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from jobs.hosted import host_alive as _host_alive
 from jobs.hosted import pid_file
@@ -52,8 +52,9 @@ def ray_executable() -> str:
 
 class LocalRay:
     def __init__(self, home: Path, cpus: Optional[int] = None, object_store_mb: int = 1024,
-                 runner_host: bool = True):
+                 runner_host: bool = True, pass_env: Sequence[str] = ()):
         self.home = Path(home)
+        self.pass_env = tuple(pass_env)
         self.runner_host = runner_host
         self.dir = self.home / "local"
         self.state_file = self.dir / "ray.json"
@@ -194,14 +195,16 @@ class LocalRay:
         return state
 
     def _env(self) -> dict:
-        """The environment of `ray start` and of the runner host."""
-        env = dict(os.environ, **ray_env(self.token_file))
-        env.pop("RAY_ADDRESS", None)
+        """The environment of `ray start` and of the runner host, so of every job of this
+        Ray: an allowlist (job_base_env), never orch's own environment, which under `orch
+        serve` holds the store's URL, the metrics token, cloud keys and the variables
+        `serve_env_secrets` lists for some users only."""
+        env = {**job_base_env(os.environ, self.pass_env), **ray_env(self.token_file)}
         # orch's runner under its shipped name, first on the path of every process of this
         # Ray (a job's driver, its workers, the runner host's warm processes): ahead of
         # nothing of the job's own, since a job's working_dir comes first on its path.
-        runner = str(self.runner_path())
-        env["PYTHONPATH"] = os.pathsep.join([runner] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env["PYTHONPATH"] = os.pathsep.join([str(self.runner_path())]
+                                            + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         # `ray start` swaps a loopback --node-ip-address for the machine's routable address
         # (services.resolve_ip_for_localhost) unless multi-node is off, as on macOS: then
         # this Ray, and every process it starts, stays on 127.0.0.1 and no node can join.
@@ -318,6 +321,21 @@ def processes_matching(text: str, suffix: Optional[str] = None) -> list:
         if p.pid != os.getpid() and any(text in a or (suffix and a.endswith(suffix)) for a in args):
             found.append(p)
     return found
+
+
+# What of orch's environment every process of its local Ray (so every job there) gets: what
+# a shell, Python, Ray and CUDA need to run, nothing that names or holds a value of orch's.
+_BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+             "TERM", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "LD_LIBRARY_PATH", "SSL_CERT_FILE",
+             "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
+_BASE_PREFIXES = ("LC_", "NCCL_")  # the locale; NCCL's network settings (which interface)
+
+
+def job_base_env(environ: Mapping[str, str], pass_env: Sequence[str] = ()) -> dict[str, str]:
+    """The allowlisted part of `environ`: _BASE_ENV, the locale and NCCL's settings, and the
+    names the admin listed in `local.pass_env`."""
+    keep = set(_BASE_ENV) | set(pass_env)
+    return {k: v for k, v in environ.items() if k in keep or k.startswith(_BASE_PREFIXES)}
 
 
 def ray_env(token_file: Path) -> dict:

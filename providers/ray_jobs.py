@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 from jobs import secret_env
 from orchestrator.base.errors import BackendError
 from orchestrator.base.preemption import job_of
-from providers.base import Backend, BackendState, HasCapacity, Launch
+from providers.base import Backend, BackendState, HasCapacity, Launch, ShipsSecrets
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
@@ -26,7 +26,7 @@ _STATES = {"PENDING": "PENDING", "RUNNING": "RUNNING", "SUCCEEDED": "SUCCEEDED",
            "FAILED": "FAILED", "STOPPED": "CANCELLED"}
 
 
-class RayJobsProvider(Backend, HasCapacity):
+class RayJobsProvider(Backend, HasCapacity, ShipsSecrets):
     """A Ray cluster's Jobs API at `address`; `hint` says what to check when it fails."""
 
     def __init__(self, name: str, address: str, headers: Optional[dict] = None,
@@ -159,6 +159,24 @@ class RayJobsProvider(Backend, HasCapacity):
 
         return snapshot(self.address, self.headers)
 
+    def forget_secrets(self, backend_id: str) -> None:
+        """The job's working_dir package, which held its secret file, overwritten in the
+        cluster's GCS by an empty one (the Jobs API's package upload replaces a key): the
+        driver puts it back without the file when it starts (jobs/package_scrub.py), but a
+        job stopped or failed before its driver ran left it whole."""
+        import urllib.request
+
+        with contextlib.suppress(Exception):
+            env = self._connect().get_job_info(backend_id).runtime_env or {}
+            uri = env.get("working_dir")
+            if not (isinstance(uri, str) and uri.startswith("gcs://")
+                    and secret_env.FILE_VAR in (env.get("env_vars") or {})):
+                return
+            protocol, name = uri.split("://", 1)
+            req = urllib.request.Request(f"{self.address}/api/packages/{protocol}/{name}",
+                                         data=_EMPTY_ZIP, method="PUT", headers=self.headers)
+            urllib.request.urlopen(req, timeout=10).close()
+
     def cancel(self, backend_id: str) -> None:
         try:
             self._connect().stop_job(backend_id)
@@ -167,6 +185,10 @@ class RayJobsProvider(Backend, HasCapacity):
         except Exception as e:
             raise BackendError(f"cannot stop {backend_id} on Ray at {self.address}: {_short(e)}",
                                self.hint) from None
+
+
+# A zip archive with no entries: its end-of-central-directory record alone.
+_EMPTY_ZIP = b"PK\x05\x06" + bytes(18)
 
 
 def _short(e: Exception) -> str:

@@ -387,7 +387,8 @@ def serve_settings(tmp_path: Path, monkeypatch, **settings):
     for k in list(os.environ):
         if k.startswith("ORCH_") and k != "ORCH_DATABASE_URL":
             monkeypatch.delenv(k)
-    s = Settings(home=tmp_path / "home", mode="local", **settings)
+    # A local-only server: its admin trusts its team with its machine (serve_local_trusted).
+    s = Settings(home=tmp_path / "home", mode="local", **{"serve_local_trusted": True, **settings})
     store = store_at(s.home)
     token, digest = auth.new_token()
     store.add_token("alice", digest)

@@ -31,6 +31,7 @@ SHARED = {"ray_home": "local-ray", "cluster": "two-node-cluster"}
 UNITS = {
     "tests/integration/test_crash_safety.py": "local-ray",
     "tests/integration/test_local_jobs.py": "local-ray",
+    "tests/integration/test_job_reach.py": "local-ray",
     "tests/integration/test_local_ports.py": "local-ray",
     "tests/integration/test_prometheus.py": "local-ray",
     "tests/integration/test_runner_host.py": "local-ray",

@@ -32,3 +32,11 @@ def owned(target: Optional[str]) -> bool:
 def rented(target: Optional[str]) -> bool:
     """Whether `target` rents its machines (False for None: not placed)."""
     return target is not None and target not in OWNED
+
+
+# How the jobs of one Ray cluster (the local Ray, the on-prem cluster) share it: the only mode
+# orch has. Named wherever the cluster is shown (`orch doctor`, `orch cluster status`).
+SHARED_CLUSTER_MODE: Final = "shared"
+SHARED_CLUSTER: Final = ("shared cluster, a trusted-team mode: its jobs run as one OS user with "
+                         "one Ray token, and Ray \"doesn't attempt to enforce isolation\" between "
+                         "them (docs/security.md, \"What a job can reach\")")

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from orchestrator.base.errors import InputError, SpecError
 from orchestrator.base.inputs import clip
+from orchestrator.base.targets import LOCAL
 
 # A source SkyPilot fetches itself (s3://, gs://, r2://, https://...): it reads a URL with a
 # host as a cloud store (sky/data/data_utils.py, is_cloud_store_url), anything else as a path
@@ -48,6 +49,7 @@ def check(spec, body, user: Optional[str], settings) -> None:
     check_paths(spec, file=body.file, upload=body.upload is not None,
                 roots=settings.serve_workdir_roots, never=[settings.home])
     check_env_secrets(spec, user, settings)
+    check_local_target(spec, settings)
 
 
 # -- text ----------------------------------------------------------------------------------
@@ -228,9 +230,38 @@ def refused_secret(spec, name: str) -> SpecError:
                       f"{name} for you in serve_env_secrets")
 
 
-def check_launch(spec, owner: Optional[str], settings) -> None:
+def check_launch(spec, owner: Optional[str], settings, target: Optional[str] = None) -> None:
     """Again at launch (a queued job, a cron slot, after a restart): the names still listed
-    for the job's owner. A job with no owner was recorded on the server's own store, not
-    sent by a client."""
+    for the job's owner, and its target still allowed. A job with no owner was recorded on
+    the server's own store, not sent by a client."""
     if owner is not None:
         check_env_secrets(spec, owner, settings)
+        check_local_target(spec, settings, target)
+
+
+# -- the server's own machine ---------------------------------------------------------------
+
+_LOCAL_HINT = ("send it to a cluster or a cloud (placement: {allow: [onprem, cloud]}), or ask "
+               "the server's admin to set serve_local_trusted = true, which lets every "
+               "client's job read the server's home and store (docs/security.md)")
+
+
+def local_refused(settings) -> bool:
+    """Whether this server keeps clients' jobs off its own machine (the `local` target):
+    a job there would run as the server's user, who reads its store, key and every upload."""
+    return not settings.serve_local_trusted
+
+
+def check_local_target(spec, settings, target: Optional[str] = None) -> None:
+    """A client's job may not run on the server's own machine unless its admin trusts the
+    team with it (`serve_local_trusted`): refused when the server has no other target, when
+    the job allows no other, or when it was placed there (`target`)."""
+    if not local_refused(settings):
+        return
+    problem = ("runs on the server's own machine, as the server's user, which this server "
+               "does not do for clients (serve_local_trusted is false)")
+    if settings.effective_mode == "local":
+        raise InputError(f"this server is in local-only mode: a job sent to it {problem}",
+                         _LOCAL_HINT)
+    if set(spec.placement.allow) <= {LOCAL} or target == LOCAL:
+        raise spec.error("placement.allow", f"the local target {problem}", _LOCAL_HINT)

@@ -275,7 +275,10 @@ class Scheduler:
     def rooms(self, orch: Orch, targets: set, elsewhere: list[JobRow]) -> dict:
         """The room of each target that has one (a provider with `capacity`); None for the
         rest. Held there: what the backend reports used, or what orch's unfinished jobs on
-        it ask for (launched, or being launched by another server), whichever is more."""
+        it ask for (launched, or being launched by another server), whichever is more. Only
+        orch's own records count: a Ray job's metadata is whatever its submitter wrote (any
+        job on the cluster can submit one with `orch_job` and `cpus: 64`), so a job this
+        store does not know holds what Ray reports used, nothing more."""
         from orchestrator.decision.queue import Demand, Room
 
         active = [r for r in orch.store.list(limit=1_000_000, statuses=("PENDING", "RUNNING"))
@@ -292,11 +295,7 @@ class Scheduler:
             if snap is None:
                 rooms[target] = None
                 continue
-            ours = {r.id: queued_job(r).demand for r in active if r.target == target}
-            for j in snap.jobs:  # orch jobs from other stores, known by their Ray metadata
-                if j.orch_id and j.orch_id not in ours:
-                    ours[j.orch_id] = Demand(j.cpus, j.gpus)
-            reserved = sum(ours.values(), Demand())
+            reserved = sum((queued_job(r).demand for r in active if r.target == target), Demand())
             total, used = snap.demands()
             rooms[target] = Room(total, used, reserved, most=self._most(target, total))
         return rooms
@@ -318,7 +317,7 @@ class Scheduler:
             with self._lock:
                 spec = self.pending.get(job_id)
             spec = spec or self._from_record(rec)
-            check_launch(spec, rec.owner, self.settings)  # the names still listed for its owner
+            check_launch(spec, rec.owner, self.settings, rec.target)  # still allowed its owner
             rec = orch.launch(rec, spec)
         except Exception as e:  # BackendError: launch() marked it FAILED already
             message = e.message if isinstance(e, OrchError) else f"{type(e).__name__}: {e}"

@@ -3,6 +3,7 @@ end and its ledger line), its log with secrets redacted, and cancelling it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -22,7 +23,7 @@ from orchestrator.service.git_workdir import checkout_folder
 from orchestrator.service.processes import alive
 from orchestrator.service.run_metrics import add_scaling, from_log
 from orchestrator.store import TERMINAL
-from providers.base import KeepsLogs
+from providers.base import KeepsLogs, ShipsSecrets
 
 # `orch submit` records its job within seconds of starting (its imports and the plan).
 SUBMIT_START_S = 60.0
@@ -108,6 +109,7 @@ def finish(core: Core, rec: JobRow, status: str, message: Optional[str]) -> JobR
     """Record a job's end: its log kept, its metrics and phases, its outcome as its runner
     said it, and its ledger line."""
     text = logs(core, rec)
+    forget_secrets(core, rec)
     # The git workdir checked out for it (service/git_workdir.py): its backend took a
     # copy when it was launched, so it goes now rather than piling up in ORCH_HOME.
     shutil.rmtree(checkout_folder(core.settings.home, rec.id), ignore_errors=True)
@@ -137,6 +139,16 @@ def finish(core: Core, rec: JobRow, status: str, message: Optional[str]) -> JobR
 
     # The ledger line, kept with the job: what it cost and what it passed over.
     return core.store.update(rec.id, info=with_info(rec, cost=ledger.entry(rec).to_json()))
+
+
+def forget_secrets(core: Core, rec: JobRow) -> None:
+    """What its backend still keeps of an ended job's secret values, removed (ShipsSecrets)."""
+    if not (rec.backend_id and rec.info.secret_hmacs):
+        return
+    with contextlib.suppress(OrchError):
+        provider = core.provider(rec.placed_on)
+        if isinstance(provider, ShipsSecrets):
+            provider.forget_secrets(rec.backend_id)
 
 
 def trust(core: Core, rec: JobRow) -> dict:

@@ -47,8 +47,17 @@ def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None,
         cluster = _read_cluster(settings) if cluster is None else cluster
         if not isinstance(cluster, BackendError):  # unreachable: capacity says so
             offers.extend(cluster_offers(cluster.nodes, settings.electricity_price))
-    offers.extend(local_offers(settings) if local is None else local)
+    if not _server_keeps_jobs_off(settings):
+        offers.extend(local_offers(settings) if local is None else local)
     return offers
+
+
+def _server_keeps_jobs_off(settings) -> bool:
+    """`orch serve` runs no job on its own machine unless its admin trusts the team with
+    it (serve_local_trusted; server/client_policy.check_local_target says why)."""
+    from orchestrator.service.git_workdir import serves_clients
+
+    return serves_clients(settings) and not settings.serve_local_trusted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +113,7 @@ def gather(spec, settings, now: float, *, fingerprint: str,
         if offers is None:
             offers = gather_offers(spec, settings, cluster=cluster, enabled=enabled)
         if capacity is None and cluster is not None:
-            capacity = cluster_capacity(spec, settings, now, cluster)
+            capacity = cluster_capacity(spec, settings, now, cluster, known=_active_ids(db))
             capacity = dataclasses.replace(capacity, reservations=_holds(db, settings, now,
                                                                          spec.name))
         elif capacity is None and settings.onprem:  # an inventory, no cluster read: the
@@ -262,11 +271,22 @@ def cluster_notes(settings, cluster, offers: Sequence[Offer]) -> list[str]:
     return notes
 
 
-def cluster_capacity(spec, settings, now: float, cluster=None) -> Capacity:
+def _active_ids(db) -> frozenset[str]:
+    """The ids of this store's unfinished jobs (none before the store exists)."""
+    if db is None:
+        return frozenset()
+    return frozenset(r.id for r in db.list(limit=1_000_000, statuses=("PENDING", "RUNNING")))
+
+
+def cluster_capacity(spec, settings, now: float, cluster=None,
+                     known: Collection[str] = frozenset()) -> Capacity:
     """Whether the on-prem cluster can start this job now, else about when; never raises.
     `load` lets placement ask again for each offer, with what the job would hold there
     (decision.demand); the answer here is for the job file's own accelerators. `cluster`:
-    the read this plan made (providers.onprem.read_cluster); None reads it here."""
+    the read this plan made (providers.onprem.read_cluster); None reads it here. Only the
+    Ray jobs whose `orch_job` is one of `known` (this store's unfinished jobs) count by what
+    their metadata says they hold: any job on the cluster can submit a Ray job with made-up
+    metadata; the others hold what Ray reports used."""
     from orchestrator.base.errors import BackendError
     from orchestrator.decision.capacity import ClusterLoad, Running
     from orchestrator.decision.demand import job_demand
@@ -276,7 +296,7 @@ def cluster_capacity(spec, settings, now: float, cluster=None) -> Capacity:
         why = f"on-prem: {snap.message}" + (f"; {snap.hint}" if snap.hint else "")
         return Capacity(unreachable=why, source=settings.ray_address)
     running = []
-    for j in snap.jobs:
+    for j in (j for j in snap.jobs if j.orch_id in known):
         remaining = None
         if j.est_hours is not None and j.status == "PENDING":
             remaining = j.est_hours * 3600  # its whole run, once it starts

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class OwnedGpus(BaseModel):
@@ -42,6 +42,20 @@ class LocalMachine(BaseModel):
     runner_host: bool = Field(default=True, description="keep a driver with torch imported and warm "
                               "worker processes beside the local Ray, so a training job starts in "
                               "seconds (about 1.5 GiB of memory while idle); false: each job starts its own")
+    pass_env: list[str] = Field(default_factory=list, description="names of variables of orch's "
+                                "own environment that the local Ray and its jobs get (e.g. "
+                                "AWS_PROFILE); none: only PATH, HOME, the locale and what orch sets")
+
+    @field_validator("pass_env", mode="before")
+    @classmethod
+    def _pass_env(cls, v):
+        if isinstance(v, str):
+            v = [x.strip() for x in v.split(",") if x.strip()]
+        for name in v if isinstance(v, list) else []:
+            if isinstance(name, str) and name.upper().startswith("ORCH_"):
+                # orch's own settings: the store URL, the metrics token, the home.
+                raise ValueError(f"{name}: orch's own settings never reach a job")
+        return v
 
 
 class BuyCandidate(BaseModel):

@@ -173,6 +173,10 @@ class Settings(BaseSettings):
         default_factory=dict, description="the `secrets: {NAME: null}` names `orch serve` "
         "fills from its own environment, by user (\"*\": every user), e.g. {\"*\": "
         "[\"HF_TOKEN\"], \"alice\": [\"WANDB_API_KEY\"]}; none: no name")
+    serve_local_trusted: bool = Field(
+        False, description="`orch serve` runs clients' jobs on its own machine (the `local` "
+        "target), as its own user, which can read its home and store: only for a team that "
+        "trusts each other with all of it; false: a job bound for `local` is refused")
     upload_quota_mb: int = Field(1000, ge=0, le=1_000_000, description="the unpacked uploads "
                                  "one user may hold on `orch serve` at once, in MiB; 0: no limit")
     serve_body_timeout_s: float = Field(30.0, gt=0, le=3600, description="longest pause "

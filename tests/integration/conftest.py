@@ -75,12 +75,25 @@ def cluster():
         assert not left, f"cluster processes left running: {left}"
 
 
+# Variables of the environment `orch local up` starts the session's local Ray from that no
+# job may see: one an admin's serve_env_secrets would list for some user only, and orch's
+# own metrics token.
+SERVER_ONLY = {"SERVER_ONLY_TOKEN": "server-only-0c5e1f", "ORCH_METRICS_TOKEN": "m" * 40}
+
+
 @pytest.fixture(scope="session")
 def ray_home():
     home = short_tmp("ohr")
-    # Fake AWS credentials in every Ray process, so jobs reach the tests' moto S3 server.
+    # Fake AWS credentials in every Ray process, so jobs reach the tests' moto S3 server:
+    # passed on by name, as an admin would (the local Ray gets no other variable of orch's).
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text('[local]\npass_env = ["AWS_ACCESS_KEY_ID", '
+                                      '"AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", '
+                                      '"AWS_EC2_METADATA_DISABLED"]\n')
+    # And what a server's environment holds that no job may see (test_job_reach.py).
     proc = run_orch(home, "local", "up", "--json", timeout=300, AWS_ACCESS_KEY_ID="testing",
-                    AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+                    AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
+                    **SERVER_ONLY)
     assert proc.returncode == 0, proc.stderr
     state = json.loads(proc.stdout)
     try:

@@ -84,11 +84,12 @@ def test_cluster_status(cluster, home):
     proc = orch(cluster, home, "cluster", "status", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert sum(n["alive"] for n in data["nodes"]) == 2
+    assert sum(n["alive"] for n in data["nodes"]) == 2 and data["mode"] == "shared"
     assert data["total"]["CPU"] == 3
     assert data["cost_per_hour"]["full"] > data["cost_per_hour"]["power"] > 0
     text = orch(cluster, home, "cluster", "status").stdout
     assert "2 nodes alive" in text and "USD/h" in text
+    assert "mode: shared cluster, a trusted-team mode" in text  # issue 46
 
 
 def test_without_an_inventory_the_cluster_itself_runs_steady_work_on_both_nodes(

@@ -44,7 +44,9 @@ class Server:
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [ORCH, "serve", "--port", str(self.port), "--period", "1",
-                 "--now-offset-s", str(offset_s), *args], env=orch_env(home, **(env or {})), cwd=str(ROOT),
+                 "--now-offset-s", str(offset_s), *args], env=orch_env(home, **{
+                     # a local-only server, trusted with its machine (serve_local_trusted)
+                     "ORCH_SERVE_LOCAL_TRUSTED": "true", **(env or {})}), cwd=str(ROOT),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -253,3 +253,25 @@ def job_isolation_check(settings: Settings) -> Check:
     users = job_users(ray_processes(settings))
     serving = serves_team(settings) if users else False
     return job_isolation(settings.home, users, home_stats(settings.home), serving)
+
+
+def serve_local_check(settings: Settings, serving: Optional[bool]) -> Check:
+    """Which of the two ways `orch serve` treats a client's job bound for this machine (the
+    `local` target): refused (the default), or run as the server's own user for a team its
+    admin trusts with the server's home (`serve_local_trusted`). `serving`: whether the
+    store holds API tokens (serves_team)."""
+    name = "local target"
+    if not settings.serve_local_trusted:
+        if settings.effective_mode == "local":
+            return Check(name, True, "refused to clients: this home is in local-only mode, so "
+                         "`orch serve` here takes no client's job (serve_local_trusted = false)",
+                         "give it a `ray_address` or `clouds`, or set serve_local_trusted = "
+                         "true for a team you trust with this home" if serving else None)
+        return Check(name, True, "refused to clients: `orch serve` sends their jobs to the "
+                                 "cluster or a cloud, never to this machine "
+                                 "(serve_local_trusted = false)")
+    said = ("trusted team: `orch serve` runs clients' jobs on this machine as its own user, "
+            "so each job can read this home's store, key, uploads and every user's logs "
+            "(serve_local_trusted = true)")
+    return Check(name, True, said, "set serve_local_trusted = false unless every user of "
+                 "this server may read all of that" if serving else None)

@@ -28,6 +28,13 @@ def onprem_check(settings: Settings, timeout: float = 5.0) -> Check:
                  + (f" ({gpus})" if gpus else "") + f", {len(snap.jobs)} jobs active")
 
 
+def cluster_mode_check(settings: Settings) -> list[Check]:
+    """How the on-prem cluster's jobs share it (base.targets.SHARED_CLUSTER); none without one."""
+    from orchestrator.base.targets import SHARED_CLUSTER
+
+    return [Check("cluster mode", True, SHARED_CLUSTER)] if settings.ray_address else []
+
+
 def skypilot_checks(settings: Settings) -> list[Check]:
     if not settings.clouds:
         return [Check("SkyPilot", None, "no clouds configured (ORCH_CLOUDS)")]

@@ -181,7 +181,11 @@ def test_the_cluster_estimate_reads_each_jobs_holdings_from_its_ray_metadata(tmp
     snap = ClusterSnapshot("http://head:8265", (), {"CPU": 64.0, "GPU": 8.0},
                            {"CPU": 0.0, "GPU": 0.0}, (running,), now)
     monkeypatch.setattr(OnPremProvider, "snapshot", lambda self: snap)
-    cap = cluster_capacity(spec, Settings(home=tmp_path / "home", ray_address="http://head:8265"),
-                           now)
+    settings = Settings(home=tmp_path / "home", ray_address="http://head:8265")
+    cap = cluster_capacity(spec, settings, now, known={"orch-old"})  # a job of this store
     assert cap.can_start_now is False and cap.wait_minutes == pytest.approx(10.0)
     assert "0/8 GPUs free" in cap.source
+    # The same metadata on a Ray job this store never launched (a ghost another job
+    # submitted with made-up `orch_job` and `gpus`): it holds what Ray reports, nothing.
+    ghost = cluster_capacity(spec, settings, now, known={"orch-other"})
+    assert ghost.can_start_now is True and "8/8 GPUs free" in ghost.source

@@ -18,7 +18,7 @@ def settings(tmp_path, monkeypatch):
     for k in list(os.environ):
         if k.startswith("ORCH_"):
             monkeypatch.delenv(k)
-    return Settings(home=tmp_path / "home", mode="local")
+    return Settings(home=tmp_path / "home", mode="local", serve_local_trusted=True)
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ class Api:
         from orchestrator.server.app import create_app
         from orchestrator.server.scheduler import Scheduler
 
-        self.settings = Settings(home=home, mode="local")
+        self.settings = Settings(home=home, mode="local", serve_local_trusted=True)
         store = store_at(home)
         self.token, digest = auth.new_token()
         store.add_token("alice", digest)

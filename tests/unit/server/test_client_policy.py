@@ -33,7 +33,7 @@ def disk(tmp_path):
 
 
 def settings_for(disk: Optional[Path], secrets: Optional[dict] = None) -> Settings:
-    return Settings(home=Path("/nonexistent/home"), mode="local",
+    return Settings(home=Path("/nonexistent/home"), mode="local", serve_local_trusted=True,
                     serve_workdir_roots=[disk / "root"] if disk else [],
                     serve_env_secrets=secrets or {})
 

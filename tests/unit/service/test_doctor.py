@@ -50,11 +50,13 @@ def test_a_fresh_home_is_all_ok_or_skipped_and_doctor_creates_nothing(orch_home,
     code, out, err = orch(monkeypatch, capsys, home, "doctor")
     assert code == 0, out + err
     lines = out.splitlines()
-    assert [line.split()[0] for line in lines[:-1]] == ["ok", "ok", "ok", "ok", "skipped",
-                                                        "skipped", "skipped"]
+    assert [line.split()[0] for line in lines[:-1]] == ["ok", "ok", "ok", "ok", "ok",
+                                                        "skipped", "skipped", "skipped"]
     assert lines[0] == f"ok       store            {home}/orch.db: none yet (a fresh home; " \
                        "the first job creates it)"
-    assert lines[4] == "skipped  on-prem cluster  not configured (ORCH_RAY_ADDRESS)"
+    assert lines[4].startswith("ok       local target     refused to clients: this home is in "
+                               "local-only mode")
+    assert lines[5] == "skipped  on-prem cluster  not configured (ORCH_RAY_ADDRESS)"
     assert lines[-1] == "no problems"
     assert not home.exists()
 
@@ -156,6 +158,10 @@ def test_onprem_reachable_reports_version_and_free_gpus(orch_home, clean_env):
         server.server_close()
     assert check == doctor.Check("on-prem cluster", True, f"Ray 2.99.0 at {address}: 2 nodes "
                                  "alive, GPUs 3/4 free (A100-80GB x4), 1 jobs active")
+    # The only mode orch has, named as what it is (issue 46).
+    mode = checks(Settings(home=orch_home, ray_address=address))["cluster mode"]
+    assert mode.detail.startswith("shared cluster, a trusted-team mode") and \
+        "doesn't attempt to enforce isolation" in mode.detail
 
 
 def test_skypilot_names_clouds_without_credentials_and_reads_the_catalogs(orch_home, clean_env,

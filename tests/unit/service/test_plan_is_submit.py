@@ -158,6 +158,7 @@ def _api(settings):
     from orchestrator.server.scheduler import Scheduler
 
     settings._serves_clients = True  # as cli/serve.py marks them
+    settings.serve_local_trusted = True  # its local offers too, as in the CLI's plan
     token, digest = auth.new_token()
     orch = Orch(settings)
     try:

@@ -204,6 +204,8 @@ class Scheduler:
                 orch.refresh(rec)
             except OrchError as e:  # its history says so; tried again next period
                 log.warning("%s: cannot check it with its backend: %s", rec.id, e.message)
+            except Exception:  # a bug this job's record or output meets: it alone waits
+                log.exception("%s: checking it failed; the other jobs go on", rec.id)
 
     # -- 3. the queue ---------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ end and its ledger line), its log with secrets redacted, and cancelling it."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import time
@@ -23,6 +24,8 @@ from orchestrator.service.processes import alive
 from orchestrator.service.run_metrics import add_scaling, from_log
 from orchestrator.store import TERMINAL
 from providers.base import KeepsLogs
+
+log = logging.getLogger("orch.follow")
 
 # `orch submit` records its job within seconds of starting (its imports and the plan).
 SUBMIT_START_S = 60.0
@@ -246,6 +249,9 @@ def refreshed(core: Core, rows: list[JobRow]) -> list[JobRow]:
             out.append(refresh(core, rec))
         except OrchError:
             out.append(rec)  # shown as last known; `orch status ID` names the problem
+        except Exception:  # a bug this job's record or output meets: the list still answers
+            log.exception("%s: checking it failed; shown as last known", rec.id)
+            out.append(rec)
     return out
 
 

@@ -70,9 +70,10 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
     if step.action == "finish":
         return finish(core, rec, step.status or "FAILED", step.message), None
     if step.action == "running":
-        text = redact_text(core, rec, core.retry(provider, "logs", rec.backend_id))
+        clean = redactor(core, rec)
+        text = clean(core.retry(provider, "logs", rec.backend_id))
         rec = core.store.set_status(rec.id, "RUNNING", step.message,
-                                    metrics=from_log(text, rec.metrics, **trust(core, rec)))
+                                    metrics=clean.tree(from_log(text, rec.metrics, **trust(core, rec))))
         return enforce_budget(core, rec, provider), text
     return rec, None
 
@@ -124,8 +125,9 @@ def finish(core: Core, rec: JobRow, status: str, message: Optional[str]) -> JobR
                    f"{stopped.get('detail')}; last checkpoint {metrics.get('checkpoint')}")
     if status == "SUCCEEDED":
         scaling(core, rec, metrics)
-    message = redact_text(core, rec, message) if message else message
-    rec = core.store.set_status(rec.id, status, message, metrics=metrics,
+    clean = redactor(core, rec)  # what was decoded from its text too (JSON escapes)
+    message = clean(message) if message else message
+    rec = core.store.set_status(rec.id, status, message, metrics=clean.tree(metrics),
                                 log_path=str(log_path) if text else rec.log_path)
     core.secrets.pop(rec.id, None)  # the job's text is all kept, redacted, by now
     from orchestrator.decision import job_ledger as ledger
@@ -160,19 +162,22 @@ def scaling(core: Core, rec: JobRow, metrics: dict) -> None:
                           if r.status == "SUCCEEDED" and r.id != rec.id])
 
 
-def redactor(core: Core, rec: JobRow) -> redact.Redactor:
+def redactor(core: Core, rec: JobRow, search: bool = True) -> redact.Redactor:
     """The one redaction of everything orch keeps or shows of a job's text (its log, its
     messages and history lines, its result): the job's secrets, as values this process
     holds (`orch serve` holds them from launch to end) and by the digests its record
     keeps, and any credential orch's own environment holds (AWS_SECRET_ACCESS_KEY and
-    the like), should the job have printed one."""
+    the like), should the job have printed one. `search` False: the values alone, for text
+    that was redacted by all of it when it was kept (a finished job's log)."""
     info = rec.info
     values = list((core.secrets.get(rec.id) or {}).values())
     values += [v for k, v in os.environ.items() if len(v) >= 8 and redact.looks_secret(k)]
+    if not search:
+        return redact.Redactor(values)
     key = redact.store_key(core.settings.home, create=False,
                                 file=core.settings.secret_key_file) if info.secret_hmacs else None
     return redact.Redactor(values, info.secret_salt, info.secret_hmacs, key,
-                           info.secret_digests, info.secret_lengths)
+                           info.secret_digests, info.secret_lengths, info.secret_heads)
 
 
 def redact_text(core: Core, rec: JobRow, text: str) -> str:
@@ -181,7 +186,13 @@ def redact_text(core: Core, rec: JobRow, text: str) -> str:
 
 def logs(core: Core, rec: JobRow) -> str:
     """The job's log, secrets redacted: from the backend while it knows the job, else
-    the saved copy."""
+    the saved copy. A finished job's log as kept: it was redacted whole when it was kept
+    (`finish`), so a read costs no digest search (one took minutes of a server's CPU on a
+    log of `a-a-a-...`); only the values this process holds are replaced again."""
+    if rec.status in TERMINAL:
+        kept = kept_log(core, rec)
+        if kept is not None:
+            return redactor(core, rec, search=False)(kept)
     return redact_text(core, rec, raw_logs(core, rec))
 
 
@@ -198,9 +209,7 @@ def raw_logs(core: Core, rec: JobRow) -> str:
     """A finished job's log as kept at its end (this server's file, else the store's copy,
     which every replica reads); else its backend's."""
     if rec.status in TERMINAL:
-        if rec.log_path and Path(rec.log_path).exists():
-            return Path(rec.log_path).read_text()
-        kept = core.store.kept_log(rec.id)
+        kept = kept_log(core, rec)
         if kept is not None:
             return kept
     if not rec.backend_id:
@@ -214,6 +223,14 @@ def raw_logs(core: Core, rec: JobRow) -> str:
         if isinstance(provider, KeepsLogs):  # what it left on disk, when it does not answer
             return provider.saved_logs(rec.backend_id)
         raise
+
+
+def kept_log(core: Core, rec: JobRow) -> Optional[str]:
+    """A finished job's log as `finish` kept it (this server's file, else the store's
+    copy); None where none was kept."""
+    if rec.log_path and Path(rec.log_path).exists():
+        return Path(rec.log_path).read_text()
+    return core.store.kept_log(rec.id)
 
 
 def cancel(core: Core, job_id: str, wait_s: float = 30.0) -> JobRow:

@@ -320,7 +320,8 @@ class Scheduler:
             with self._lock:
                 spec = self.pending.get(job_id)
             spec = spec or self._from_record(rec)
-            check_launch(spec, rec.owner, self.settings)  # the names still listed for its owner
+            # the names still listed for its owner, its server paths as they are now
+            check_launch(spec, rec.owner, self.settings, upload=bool(rec.info.upload))
             rec = orch.launch(rec, spec)
         except Exception as e:  # BackendError: launch() marked it FAILED already
             message = e.message if isinstance(e, OrchError) else f"{type(e).__name__}: {e}"

@@ -41,6 +41,9 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
     a follower needs no second read of the whole log each time it looks."""
     if rec.status in TERMINAL:
         return rec, None
+    if rec.id not in core.secrets and core.values_elsewhere is not None and \
+            core.values_elsewhere(rec):
+        return rec, None  # the replica holding its values keeps it in step, and finishes it
     if not rec.backend_id:
         if rec.info.queued:
             return rec, None  # waiting in `orch serve`'s queue: nothing was launched yet

@@ -147,3 +147,42 @@ def test_a_finished_jobs_kept_log_is_served_as_kept(settings, monkeypatch, api):
     monkeypatch.setattr(redact.Redactor, "_search", searched)
     got = api("GET", f"/v1/jobs/{rec.id}/logs", "bob")
     assert got.status_code == 200 and got.text == text
+
+
+class EndedBackend(HostileBackend):
+    def state(self, backend_id, info=None):
+        return BackendState("SUCCEEDED", "ended")
+
+
+def test_the_replica_holding_a_jobs_values_finishes_it_and_keeps_its_log_redacted_by_them(
+        settings, monkeypatch):
+    """Issue 47: the lease holder finished a job a standby launched with values given to the
+    standby, and kept its log redacted by digest alone: glued forms (xVALUE) were kept."""
+    from orchestrator.records import with_info
+    from orchestrator.service.core import Core
+
+    backend = EndedBackend([f"token x{VALUE}y", f"pw:{VALUE}"])
+    monkeypatch.setattr(Core, "provider", lambda self, target: backend)
+    leader, standby = Scheduler(settings), Scheduler(settings)
+    standby.me = "otherhost/2/2.0"  # another host: alive as far as this one can tell
+    with standby.session() as orch:
+        spec = load_spec_text(f"name: s\nrun: sleep 1\nenvs: {{HF_TOKEN: {VALUE}}}\n", "<job>")
+        rec = orch.record(spec, owner="alice", info=queue_info(spec)).rec
+        standby.hold(rec.id, spec)
+        orch.store.update(rec.id, info=with_info(rec, held_by=standby.me))  # as POST does
+        job = rec.id
+    with leader.session() as orch:
+        assert leader.launch_queue(orch) == []  # handed to the standby
+    with standby.session() as orch:
+        assert standby.launch_held(orch) == [job]
+    with leader.session() as orch:
+        leader.reconcile(orch)  # the job ended: the lease holder leaves it to its holder
+        assert orch.get(job).status != "SUCCEEDED"
+        orch.list()  # nor does any user's list finish it there
+        assert orch.get(job).status != "SUCCEEDED"
+    with standby.session() as orch:
+        standby.reconcile_held(orch)
+        done = orch.get(job)
+        kept = orch.store.kept_log(job)
+    assert done.status == "SUCCEEDED" and kept is not None
+    assert VALUE not in kept and "token x<redacted>y" in kept, kept

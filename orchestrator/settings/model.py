@@ -170,6 +170,9 @@ class Settings(BaseSettings):
         default_factory=dict, description="the `secrets: {NAME: null}` names `orch serve` "
         "fills from its own environment, by user (\"*\": every user), e.g. {\"*\": "
         "[\"HF_TOKEN\"], \"alice\": [\"WANDB_API_KEY\"]}; none: no name")
+    serve_queued_per_user: int = Field(100, ge=0, le=1_000_000, description="jobs one user "
+                                       "may have queued on `orch serve` at once; more are "
+                                       "refused (HTTP 429) until some launch; 0: no limit")
     upload_quota_mb: int = Field(1000, ge=0, le=1_000_000, description="the unpacked uploads "
                                  "one user may hold on `orch serve` at once, in MiB; 0: no limit")
     serve_body_timeout_s: float = Field(30.0, gt=0, le=3600, description="longest pause "

@@ -186,3 +186,15 @@ def test_the_replica_holding_a_jobs_values_finishes_it_and_keeps_its_log_redacte
         kept = orch.store.kept_log(job)
     assert done.status == "SUCCEEDED" and kept is not None
     assert VALUE not in kept and "token x<redacted>y" in kept, kept
+
+
+def test_one_user_cannot_fill_the_queue(api):
+    """Issue 47: 315 jobs queued by one user in 35 s; now serve_queued_per_user (100 by
+    default) at once, then 429 for that user alone."""
+    api.sched.settings = api.sched.settings.model_copy(update={"serve_queued_per_user": 2})
+    job = {"spec": "name: q\nrun: sleep 1\n"}
+    codes = [api("POST", "/v1/jobs", "alice", json=job).status_code for _ in range(2)]
+    r = api("POST", "/v1/jobs", "alice", json=job)
+    assert codes == [201, 201], codes
+    assert r.status_code == 429 and "serve_queued_per_user 2" in r.json()["error"], r.json()
+    assert api("POST", "/v1/jobs", "bob", json=job).status_code == 201

@@ -13,10 +13,12 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Optional
 
-MAX_LINE = 256 * 1024  # the runner's largest, a worker's telemetry with its series, is ~20 KB
+# The runner's largest line, a worker's telemetry with its series, is ~20 KB; a result's
+# error may quote a long traceback. The line's bound is what bounds the cost of reading it.
+MAX_LINE = 1 << 20
 MAX_DEPTH = 6
-MAX_ITEMS = 512  # in one list or object
-MAX_TEXT = 16 * 1024  # one string (a worker's error with its traceback's last lines)
+MAX_ITEMS = 10_000  # in one list or object
+MAX_TEXT = 256 * 1024  # one string
 MAX_KEY = 200
 MAX_RANK = 65_536
 

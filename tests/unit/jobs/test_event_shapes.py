@@ -31,9 +31,10 @@ HOSTILE = [
     M + '{"event":"device","rank":0,"util":-5}',
     M + "[" * 200_000,
     M + '{"event":"report","metrics":{"a":' + '{"b":' * 50 + '1' + '}' * 51 + '}',
-    M + json.dumps({"event": "report", "metrics": {str(i): i for i in range(5000)}}),
+    M + json.dumps({"event": "report", "metrics": {str(i): i for i in range(20_000)}}),
     M + json.dumps({"event": "report", "metrics": {"x": "y" * 300_000}}),
     M + '{"event":"report","metrics":{"x":1}',  # cut short
+    M + json.dumps({"event": "report", "metrics": {"x": "y" * (2 << 20)}}),  # over a line's bound
     M + '"result"',
     M + '{"event":"shell","cmd":"rm -rf /"}',
 ]

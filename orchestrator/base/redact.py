@@ -167,8 +167,8 @@ class Redactor:
 
     The search costs a bounded amount per byte of text: with the tags of the values' heads
     (`heads`, kept since issue 47) a place is hashed in full only where its first characters
-    carry a kept head's tag, and the tag of each distinct head is worked out once per text;
-    a record without them has each place hashed once per kept length."""
+    carry a kept head's tag; each distinct head and each distinct stretch is hashed once per
+    text; a record without heads has each place tried once per kept length."""
 
     def __init__(self, values: Iterable[str] = (), salt: str = "", known: Iterable[str] = (),
                  key: Optional[bytes] = None, legacy: Iterable[str] = (),
@@ -225,6 +225,7 @@ class Redactor:
         base = hmac.new(self.key, f"{self.salt}:".encode(), hashlib.sha256)
         head_base = hmac.new(self.key, f"{self.salt}:head:".encode(), hashlib.sha256)
         tags: dict[str, bool] = {}  # a head seen in this text: whether its tag is kept
+        seen: dict[str, bool] = {}  # a stretch hashed in this text: whether it is a value
         out, done = [], 0
         for run in re.finditer(r"\S{" + str(self.sizes[0]) + ",}", text):
             word, offset = run.group(0), run.start()
@@ -248,9 +249,15 @@ class Redactor:
                     end = start + n
                     if end not in edges:
                         continue
-                    h = base.copy()
-                    h.update(word[start:end].encode())
-                    if h.hexdigest() in self.known:
+                    stretch = word[start:end]
+                    hit = seen.get(stretch)
+                    if hit is None:  # each distinct stretch hashed once per text
+                        if len(seen) > 100_000:
+                            seen.clear()
+                        h = base.copy()
+                        h.update(stretch.encode())
+                        hit = seen[stretch] = h.hexdigest() in self.known
+                    if hit:
                         out += [text[done:offset + start], REDACTED]
                         last, done = end, offset + end
                         break

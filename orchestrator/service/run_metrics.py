@@ -8,10 +8,10 @@ from jobs import events
 from jobs.telemetry import combine
 from jobs.verdict import diagnose
 
-# What orch derives a job's outcome from: a metric of that name (a report's, which the job's
-# code chooses) never stands in for one.
+# What orch derives a job's outcome, device figures and run window from: a metric of that name
+# (a report's, which the job's code chooses) never stands in for one.
 _DERIVED = ("_result", "verdict", "stopped", "dropped_events", "telemetry", "device_now",
-            "run_settings", "utilization", "reports", "phases", "scaling")
+            "run_settings", "utilization", "reports", "phases", "scaling", "wall_s")
 DROPPED_SHOWN = 5  # the first few dropped lines' reasons kept with the job
 
 

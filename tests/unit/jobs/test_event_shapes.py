@@ -85,7 +85,7 @@ def test_every_hostile_line_is_left_out_with_a_note_and_nothing_raises():
 
 def test_a_reports_metrics_never_stand_in_for_what_orch_derives():
     forged = events.event_line("report", None, index=1, metrics={
-        "telemetry": "all", "dropped_events": 0, "run_settings": 7, "acc": 0.9})
+        "telemetry": "all", "dropped_events": 0, "run_settings": 7, "wall_s": 1e12, "acc": 0.9})
     metrics = from_log(forged)
     assert metrics == {"acc": 0.9, "reports": 1}
 

@@ -41,8 +41,7 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
     a follower needs no second read of the whole log each time it looks."""
     if rec.status in TERMINAL:
         return rec, None
-    if rec.id not in core.secrets and core.values_elsewhere is not None and \
-            core.values_elsewhere(rec):
+    if held_elsewhere(core, rec):
         return rec, None  # the replica holding its values keeps it in step, and finishes it
     if not rec.backend_id:
         if rec.info.queued:
@@ -79,6 +78,13 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
                                     metrics=clean.tree(from_log(text, rec.metrics, **trust(core, rec))))
         return enforce_budget(core, rec, provider), text
     return rec, None
+
+
+def held_elsewhere(core: Core, rec: JobRow) -> bool:
+    """Whether another live process holds the job's secret values (Core.values_elsewhere):
+    that one follows it, finishes it and keeps its log redacted by them."""
+    return rec.id not in core.secrets and core.values_elsewhere is not None and \
+        core.values_elsewhere(rec)
 
 
 def recover_launch(core: Core, rec: JobRow, grace_s: float = 60.0) -> JobRow:
@@ -248,6 +254,8 @@ def cancel(core: Core, job_id: str, wait_s: float = 30.0) -> JobRow:
     if provider.gone():
         return refresh(core, rec)
     core.retry(provider, "cancel", rec.backend_id)
+    if held_elsewhere(core, rec):
+        return rec  # stopping: the replica holding its values records its end
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         rec = refresh(core, core.store.get(rec.id))

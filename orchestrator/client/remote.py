@@ -14,8 +14,8 @@ from pydantic import BaseModel
 
 from orchestrator import records
 from orchestrator.base.errors import BackendError, InputError, NotFound, OrchError
-from orchestrator.base.inputs import clip
 from orchestrator.client import retry
+from orchestrator.client.opener import no_redirects, redirected
 from orchestrator.client.protocol import Note, Planned, Submitted, note
 from orchestrator.records.cost import CostReport
 from orchestrator.records.placement import PipelinePlan, Plan
@@ -48,34 +48,6 @@ def known(ann: Any, data: Any) -> Any:
     strict = cls.model_config.get("extra") == "forbid"
     return {k: known(fields[k].annotation, v) if k in fields else v for k, v in data.items()
             if k in fields or not strict}
-
-
-def _opener():
-    """An opener that follows no redirect (made once): urllib's default handler sends the
-    request again, with its Authorization header, wherever a redirect points (another
-    host, plain http). Refused, urllib raises the 3xx as an HTTPError, sending nothing."""
-    import urllib.request
-
-    global _OPENER
-    if _OPENER is None:
-        class NoRedirect(urllib.request.HTTPRedirectHandler):
-            def redirect_request(self, req, fp, code, msg, headers, newurl):
-                return None
-
-        _OPENER = urllib.request.build_opener(NoRedirect())
-    return _OPENER
-
-
-_OPENER: Any = None
-
-
-def redirected(url: str, code: int, location: Optional[str]) -> OrchError:
-    """A redirect, refused (the token stays with the address the user gave)."""
-    where = f" to {clip(location, 120)}" if location else ""
-    return OrchError(f"the orch server at {url} answered with a redirect (HTTP {code}){where}: "
-                     "orch sends its token to no other address than the one it was given",
-                     "set `server` (ORCH_SERVER) to the server's own address, https:// where it "
-                     "is behind a TLS proxy")
 
 
 class Remote:
@@ -124,7 +96,7 @@ class Remote:
             headers.update({"Content-Type": "application/octet-stream", "Content-Length": str(upload.size)})
         req = urllib.request.Request(url + path, data=data, method=method, headers=headers)
         try:
-            return _opener().open(req, timeout=timeout or self.timeout_s)
+            return no_redirects().open(req, timeout=timeout or self.timeout_s)
         except urllib.error.HTTPError as e:
             if 300 <= e.code < 400:
                 raise redirected(url, e.code, e.headers.get("Location")) from None

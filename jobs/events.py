@@ -22,6 +22,8 @@ import threading
 import time
 from typing import IO, Any, Iterator, Optional
 
+from . import event_shapes
+
 MARKER = "::orch::"
 KEY_VAR = "ORCH_EVENT_KEY"  # the job's event key, among the runner's secret values
 SIG = "sig"  # the field a signed event carries its HMAC-SHA256 in
@@ -129,15 +131,40 @@ def emit(event: str, /, **fields: Any) -> None:
 
 
 def parse_line(line: str) -> dict | None:
-    """The event in a log line, or None. Ray may prefix worker lines with '(Actor pid=..)'."""
+    """The event in a log line, or None. Ray may prefix worker lines with '(Actor pid=..)'.
+    Only an event of the shape orch's runner gives (jobs/event_shapes.py): anything a job
+    runs prints here, and nothing it prints makes this raise."""
+    return checked_line(line)[0]
+
+
+def checked_line(line: str) -> tuple[Optional[dict], Optional[str]]:
+    """(the line's event, None), (None, what is wrong with its event line), or (None, None)
+    for a line that is not one."""
     i = line.find(MARKER)
     if i < 0:
-        return None
+        return None, None
+    body = line[i + len(MARKER):]
+    if len(body) > event_shapes.MAX_LINE:
+        return None, "an event line too long"
     try:
-        event = json.loads(line[i + len(MARKER):].strip())
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) and isinstance(event.get("event"), str) else None
+        event = json.loads(body.strip())
+    except (ValueError, RecursionError):
+        return None, "not JSON"
+    bad = event_shapes.problem(event)
+    return (None, bad) if bad else (event, None)
+
+
+def read(text: str) -> tuple[list[dict], list[str]]:
+    """The events of a log, and what was wrong with each event line left out ("line N: ...")."""
+    found: list[dict] = []
+    dropped: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        event, bad = checked_line(line)
+        if event is not None:
+            found.append(event)
+        elif bad:
+            dropped.append(f"line {n}: {bad}")
+    return found, dropped
 
 
 def parse(text: str) -> Iterator[dict]:

@@ -202,7 +202,8 @@ def combine(workers: dict) -> dict:
     """One summary of a run's workers (rank -> that worker's summary): the mean of their
     mean utilization, the lowest p10, the most memory, and the energy of all of them (when
     every worker measured one)."""
-    sums = [s for s in workers.values() if s.get("samples")]
+    sums = [s for s in workers.values() if isinstance(s, dict) and s.get("samples")
+            and all(_finite(s.get(k)) for k in ("mean_util", "p10_util", "peak_mem_gb"))]
     if not sums:
         return {}
     out: dict[str, Any] = {"source": sums[0].get("source"), "device": sums[0].get("device"),
@@ -210,14 +211,20 @@ def combine(workers: dict) -> dict:
                            "mean_util": round(sum(s["mean_util"] for s in sums) / len(sums), 1),
                            "p10_util": min(s["p10_util"] for s in sums),
                            "peak_mem_gb": max(s["peak_mem_gb"] for s in sums),
-                           "seconds": max(s.get("seconds") or 0.0 for s in sums)}
+                           "seconds": max(float(s["seconds"]) if _finite(s.get("seconds"))
+                                          else 0.0 for s in sums)}
     if sums[0].get("mem_total_gb"):
         out["mem_total_gb"] = sums[0]["mem_total_gb"]
-    if all(s.get("energy_wh") is not None for s in sums):
+    if all(_finite(s.get("energy_wh")) for s in sums):
         out["energy_wh"] = round(sum(s["energy_wh"] for s in sums), 4)
         bases = {s.get("energy_basis") for s in sums}
         out["energy_basis"] = bases.pop() if len(bases) == 1 else "counter and mean power x time"
     return out
+
+
+def _finite(v: Any) -> bool:
+    """A number a summary can be combined by (a summary is read from a job's log)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 class CpuReader:

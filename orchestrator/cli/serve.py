@@ -63,6 +63,7 @@ def serve(
                         datefmt="%Y-%m-%dT%H:%M:%S")
     import uvicorn
 
+    from orchestrator.server import header_timeout
     from orchestrator.server.app import create_app
     from orchestrator.server.scheduler import Scheduler
 
@@ -83,8 +84,11 @@ def serve(
         err.print(f"[yellow]warning:[/] listening on {host}, beyond this machine: requests carry "
                   "tokens in plain HTTP; put a TLS proxy in front", highlight=False)
     # A client following a long job keeps its response open: on SIGTERM it gets 5 s to end.
+    # A connection whose request headers do not all come within serve_header_timeout_s is
+    # closed (server/header_timeout.py): uvicorn alone keeps a half-open one for good.
     config = uvicorn.Config(app, log_level="info" if access_log else "warning", access_log=access_log,
-                            lifespan="on",
+                            lifespan="on", http=header_timeout.protocol(
+                                settings.serve_header_timeout_s),
                             timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from orchestrator import records
 from orchestrator.base.errors import BackendError, InputError, NotFound, OrchError
 from orchestrator.client import retry
+from orchestrator.client.opener import no_redirects, redirected
 from orchestrator.client.protocol import Note, Planned, Submitted, note
 from orchestrator.records.cost import CostReport
 from orchestrator.records.placement import PipelinePlan, Plan
@@ -95,8 +96,10 @@ class Remote:
             headers.update({"Content-Type": "application/octet-stream", "Content-Length": str(upload.size)})
         req = urllib.request.Request(url + path, data=data, method=method, headers=headers)
         try:
-            return urllib.request.urlopen(req, timeout=timeout or self.timeout_s)
+            return no_redirects().open(req, timeout=timeout or self.timeout_s)
         except urllib.error.HTTPError as e:
+            if 300 <= e.code < 400:
+                raise redirected(url, e.code, e.headers.get("Location")) from None
             try:
                 raw = e.read()
             except (OSError, http.client.HTTPException):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import time
 from typing import Iterable, Optional
 
@@ -60,12 +61,31 @@ def best_alternative(decision: Placement) -> Optional[PlacedOffer]:
 def measured_wh(metrics: dict) -> Optional[float]:
     """The energy a job's GPUs drew over its run, as NVML measured it (the runner's
     telemetry, jobs/telemetry.py); None where nothing was measured (a CPU job, a GPU
-    without NVML, a run that has not ended)."""
-    summary = ((metrics or {}).get("telemetry") or {}).get("summary") or {}
+    without NVML, a run that has not ended) or the figure is no finite amount."""
+    telemetry = (metrics or {}).get("telemetry")
+    summary = telemetry.get("summary") if isinstance(telemetry, dict) else None
+    if not isinstance(summary, dict):
+        return None
     energy = summary.get("energy_wh")
-    if summary.get("source") != "nvml" or not isinstance(energy, (int, float)) or energy < 0:
+    if summary.get("source") != "nvml" or not isinstance(energy, (int, float)) or \
+            isinstance(energy, bool) or not math.isfinite(energy) or energy < 0:
         return None
     return float(energy)
+
+
+def measured_power_usd(rec: JobRow, kwh_price_usd: Optional[float],
+                       rated_usd: float) -> Optional[float]:
+    """A job's power as its workers measured it, in USD, where that may stand for it: only a
+    `train:` job's (orch's runner measures; a `run:` job's own lines are all its code's), and
+    never past its rated figure (the hardware's rated watts x GPUs x hours). The figures come
+    from the job's workers, where its code runs and can print any line, so no more than its
+    hardware can draw is ever taken from them. None: the rated figure stands."""
+    if not rec.spec.get("train") or not kwh_price_usd:
+        return None
+    energy = measured_wh(rec.metrics)
+    if energy is None:
+        return None
+    return min(energy / 1000.0 * kwh_price_usd, rated_usd)
 
 
 def current(rec: JobRow, now: Optional[float] = None) -> CostEntry:
@@ -78,8 +98,9 @@ def entry(rec: JobRow, now: Optional[float] = None) -> CostEntry:
     """The ledger entry of one job; for a running job, what it has cost so far.
 
     `cost_usd` is the full cost; `cash_usd` what was paid out for it: a cloud job's bill,
-    an owned job's power: the energy its GPUs drew where the runner measured it (NVML:
-    `power_basis` "measured", the rated figure beside it in `power_rated_usd`), else its
+    an owned job's power: the energy its GPUs drew where the runner of a `train:` job
+    measured it (NVML: `power_basis` "measured", never past the rated figure beside it in
+    `power_rated_usd`: `measured_power_usd`), else its
     hardware's rated watts x hours ("rated"). A job planned before orch split an owned price into amortized
     purchase and power has no power figure, so its cash is its full cost: an overstatement
     (the budget is reached sooner), never a job shown as cheaper than it was."""
@@ -110,9 +131,9 @@ def entry(rec: JobRow, now: Optional[float] = None) -> CostEntry:
             amortized = chose.amortized_per_hour_usd * hours
             power = (chose.power_per_hour_usd or 0.0) * hours
             basis = "rated"
-            energy = measured_wh(rec.metrics)
-            if energy is not None and chose.kwh_price_usd:
-                rated, power, basis = power, energy / 1000.0 * chose.kwh_price_usd, "measured"
+            measured = measured_power_usd(rec, chose.kwh_price_usd, power)
+            if measured is not None:
+                rated, power, basis = power, measured, "measured"
                 cost += power - rated
     cash = cost if rented(target) or power is None else power
     out = CostEntry(

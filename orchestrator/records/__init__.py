@@ -26,6 +26,7 @@ INTERNAL_INFO = {
     "secret_salt": "with the digests below: recognizes secret values in a log",
     "secret_hmacs": "HMAC-SHA256 digests of the secret values (redact.py)",
     "secret_lengths": "the lengths of those values: where a log is searched for them",
+    "secret_heads": "keyed tags of those values' first characters: where a search may start",
     "secret_digests": "salted SHA-256 digests of the secret values, from older orch versions",
     "offers": "the cloud ledger's price list (the decision's alternatives show the offers)",
     "budget_stop": "why orch stopped the job; the job's message says it",
@@ -106,6 +107,7 @@ class JobInfo(RunInfo):
     secret_salt: str = ""
     secret_hmacs: list[str] = Field(default_factory=list)
     secret_lengths: list[int] = Field(default_factory=list)
+    secret_heads: list[str] = Field(default_factory=list)
     secret_digests: list[str] = Field(default_factory=list)
     offers: list[Any] = Field(default_factory=list)
     budget_stop: Optional[str] = None

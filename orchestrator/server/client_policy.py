@@ -203,6 +203,36 @@ def _check_workdir(spec, workdir: str, file: Optional[str], roots: list, never: 
                              "file", "paths are relative to the job file's folder")
     if not inside(path, roots, never):
         raise refused
+    leaving = link_leaving(path, roots, never)
+    if leaving is not None:
+        raise spec.error("workdir", f"{clip(workdir)} holds a link, {clip(leaving)}, that leads "
+                         "outside the server's serve_workdir_roots: packed for the job, it "
+                         "would carry the server's files", "replace the link with the files "
+                         "it stands for, or send the folder as an upload")
+
+
+# Entries looked at in a root's folder at most: past it the folder is refused (a job's
+# folder on a shared filesystem holds code, not millions of files; an upload has the same cap).
+MAX_WALK = 100_000
+
+
+def link_leaving(folder: str, roots: Iterable, never: Iterable = ()) -> Optional[str]:
+    """The first link in `folder` (a folder inside a root) that leads outside the roots or
+    into `never`, as a path relative to it; None when every link stays inside. A folder is
+    packed for its job with its links followed (Ray's packing reads a link's target), so a
+    link to ORCH_HOME or /etc would carry the server's files to the job. Folders behind
+    links are not walked (what a link leads to is checked as a whole)."""
+    roots, never = list(roots), list(never)
+    seen = 0
+    for top, dirs, files in os.walk(folder, followlinks=False):
+        for name in dirs + files:
+            seen += 1
+            if seen > MAX_WALK:
+                return f"(more than {MAX_WALK:,} entries)"
+            path = os.path.join(top, name)
+            if os.path.islink(path) and not inside(os.path.realpath(path), roots, never):
+                return os.path.relpath(path, folder)
+    return None
 
 
 # -- the server's environment --------------------------------------------------------------
@@ -230,13 +260,19 @@ def refused_secret(spec, name: str) -> SpecError:
                       f"{name} for you in serve_env_secrets")
 
 
-def check_launch(spec, owner: Optional[str], settings, target: Optional[str] = None) -> None:
+def check_launch(spec, owner: Optional[str], settings, target: Optional[str] = None,
+                 upload: bool = False) -> None:
     """Again at launch (a queued job, a cron slot, after a restart): the names still listed
-    for the job's owner, and its target still allowed. A job with no owner was recorded on
-    the server's own store, not sent by a client."""
+    for the job's owner, its target still allowed, and the server paths it names, as they
+    are now (a folder in a root swapped for a link to ORCH_HOME since a schedule was
+    registered is refused). `upload`: its workdir is an upload the server unpacked (checked
+    as it was unpacked). A job with no owner was recorded on the server's own store, not
+    sent by a client."""
     if owner is not None:
         check_env_secrets(spec, owner, settings)
         check_local_target(spec, settings, target)
+        check_paths(spec, file=spec.source_file, upload=upload,
+                    roots=settings.serve_workdir_roots, never=[settings.home])
 
 
 # -- the server's own machine ---------------------------------------------------------------

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.base.errors import InputError
 from orchestrator.records import Registered, SubmittedJob, with_info
 from orchestrator.records.caller import Caller
+from orchestrator.server.git_gate import Busy
 from orchestrator.server.scheduler import queue_info
 from orchestrator.service import schedule_rules
 from orchestrator.service.orch import Orch
@@ -93,6 +94,20 @@ def register(orch: Orch, spec, text: str, file: Optional[str], owner: Optional[s
     return schedule_rules.register(orch.core, spec, text, file, owner, priority, now, key)
 
 
+def check_queue_share(orch: Orch, user: str) -> None:
+    """Busy (429) when `user` has serve_queued_per_user jobs queued already: one user's
+    submits cannot fill the queue (and the store) for everyone."""
+    cap = orch.settings.serve_queued_per_user
+    if not cap:
+        return
+    queued = sum(1 for r in orch.store.queued() if r.owner == user)
+    if queued >= cap:
+        raise Busy(f"{user} has {queued} jobs queued on this server, its most at once "
+                   f"(serve_queued_per_user {cap})", "submit again once some have launched, "
+                   "cancel some (orch cancel ID), or ask the server's admin to raise "
+                   "serve_queued_per_user")
+
+
 def queue_job(scheduler, body: JobIn, who: Caller, text: str, spec):
     """Record the job as queued for the scheduler (its secrets held in memory until it is
     launched), or register its schedule; the API's answer."""
@@ -108,6 +123,7 @@ def queue_job(scheduler, body: JobIn, who: Caller, text: str, spec):
                                 now=scheduler.clock(), key=key)
             return Registered.model_validate({"schedule": schedule})
         check_server_secrets(spec, orch.settings, who.name)
+        check_queue_share(orch, who.name)
         extra = {"upload": body.upload} if body.upload else {}
         rec, _, existing = orch.record(spec, key, owner=who.name, priority=body.priority,
                                        info=queue_info(spec, **extra))

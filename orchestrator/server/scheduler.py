@@ -30,6 +30,7 @@ from orchestrator.base.errors import BackendError, OrchError, StoreError
 from orchestrator.base.targets import ONPREM
 from orchestrator.decision import cron_slots as cron
 from orchestrator.records import JobRow
+from orchestrator.server import reconciling
 from orchestrator.server.client_policy import check_launch
 from orchestrator.server.replicas import Heartbeat, launcher_alive, launcher_id
 from orchestrator.service.orch import Orch
@@ -71,6 +72,7 @@ class Scheduler:
         """The service for this thread (its own store connection), closed after use."""
         orch = Orch(self.settings, held=self.held, on_ray_start=lambda: log.info(
             "starting the local Ray instance (it outlives the server; `orch local down` stops it)"))
+        orch.core.values_elsewhere = lambda rec: self.values_elsewhere(orch.store, rec)
         try:
             yield orch
         finally:
@@ -105,6 +107,9 @@ class Scheduler:
         if not self.leading:
             self.lease.poke()
 
+    def values_elsewhere(self, store, rec: JobRow) -> bool:
+        return reconciling.values_elsewhere(self.me, self.held, store, rec)
+
     def hold(self, job_id: str, spec) -> None:
         """Keep a queued job's spec (with its secret values) until it is launched."""
         with self._lock:
@@ -136,6 +141,7 @@ class Scheduler:
                 else:  # what only this replica can do: its disk, the secrets it holds
                     with self.session() as orch:
                         self.launch_held(orch)
+                        self.reconcile_held(orch)
                         self.collect_uploads(orch)
             except StoreError as e:  # the database away mid-pass: one line, no traceback
                 log.warning("scheduler pass stopped: %s; trying again in %g s", e.message,
@@ -199,11 +205,13 @@ class Scheduler:
     # -- 2. reconcile ---------------------------------------------------------------------
 
     def reconcile(self, orch: Orch) -> None:
-        for rec in orch.store.list(limit=1_000_000, statuses=("PENDING", "RUNNING")):
-            try:
-                orch.refresh(rec)
-            except OrchError as e:  # its history says so; tried again next period
-                log.warning("%s: cannot check it with its backend: %s", rec.id, e.message)
+        reconciling.reconcile(orch)
+
+    def reconcile_held(self, orch: Orch) -> None:
+        """A standby's share of step 2: the jobs whose secret values it holds (it launched
+        them), which the lease holder leaves to it (`values_elsewhere`)."""
+        if self.held:
+            reconciling.reconcile(orch, only=set(self.held))
 
     # -- 3. the queue ---------------------------------------------------------------------
 
@@ -317,7 +325,9 @@ class Scheduler:
             with self._lock:
                 spec = self.pending.get(job_id)
             spec = spec or self._from_record(rec)
-            check_launch(spec, rec.owner, self.settings, rec.target)  # still allowed its owner
+            # the names still listed for its owner, its target still allowed, its server
+            # paths as they are now
+            check_launch(spec, rec.owner, self.settings, rec.target, upload=bool(rec.info.upload))
             rec = orch.launch(rec, spec)
         except Exception as e:  # BackendError: launch() marked it FAILED already
             message = e.message if isinstance(e, OrchError) else f"{type(e).__name__}: {e}"

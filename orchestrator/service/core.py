@@ -36,6 +36,10 @@ class Core:
         self.secrets: dict[str, dict] = {} if held is None else held
         # job id -> (spec, secrets) of a pipeline's stage this process submitted, for its launch
         self.stages: dict[str, tuple] = {}
+        # Whether another live process (a replica of `orch serve`) holds a job's secret
+        # values: that one follows and finishes the job, and keeps its log redacted by them,
+        # not this one by their digests alone. None: no other process holds any.
+        self.values_elsewhere: Optional[Callable[[JobRow], bool]] = None
 
     @functools.cached_property
     def store(self) -> Store:

@@ -6,7 +6,7 @@ month's spend is service/spending.py."""
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from jobs import events
 from orchestrator.base.errors import BackendError, OrchError
@@ -23,7 +23,7 @@ from orchestrator.records.page import (
     Point,
     Queued,
 )
-from orchestrator.service import views
+from orchestrator.service import following, views
 from orchestrator.service.core import Core
 from orchestrator.store import iso
 
@@ -31,15 +31,18 @@ from orchestrator.store import iso
 _NOT_SERIES = frozenset({"epochs", "workers", "loader_workers", "index"})
 
 
-def series(text: str) -> list[Point]:
+def series(text: str, clean: Optional[Callable[[str], str]] = None) -> list[Point]:
     """Each `report` event of a log, in order: its index, its time and its numeric metrics
-    (loss, accuracy, samples_per_sec, ...: what the job's code reported)."""
+    (loss, accuracy, samples_per_sec, ...: what the job's code reported). `clean`: the job's
+    redaction, for the metrics' names (decoded from the line: a JSON escape is no longer
+    what the log's redaction saw)."""
     points: list[Point] = []
     for ev in events.parse(text or ""):
         if ev["event"] != "report" or not isinstance(ev.get("metrics"), dict):
             continue
-        numbers = {k: v for k, v in ev["metrics"].items() if k not in _NOT_SERIES
-                   and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numbers = {(clean(k) if clean else k): v for k, v in ev["metrics"].items()
+                   if k not in _NOT_SERIES and isinstance(v, (int, float))
+                   and not isinstance(v, bool)}
         t = ev.get("t")
         points.append(Point(index=ev.get("index") or len(points) + 1, metrics=numbers,
                             t=t if isinstance(t, (int, float)) else None))
@@ -54,7 +57,8 @@ def job_progress(core: Core, job_id: str) -> JobProgress:
     entry = ledger.current(rec, now)
     estimate = rec.decision.estimate if rec.decision else None
     return JobProgress(
-        id=rec.id, status=rec.status, currency=core.settings.currency, points=series(text),
+        id=rec.id, status=rec.status, currency=core.settings.currency,
+        points=series(text, following.redactor(core, rec)),
         cost=CostSoFar(so_far=entry.cost_usd * rate, cash_so_far=(entry.cash_usd or 0.0) * rate,
                        hours=entry.hours, power_basis=entry.power_basis,
                        estimate=None if estimate is None or estimate.cost_usd is None else estimate.cost_usd * rate,
@@ -72,8 +76,6 @@ def worker_nodes(text: str) -> list[str]:
 
 def _on_nodes(core: Core, rec: JobRow) -> list[str]:
     """The nodes of a running job's workers; [] where its log cannot be read now."""
-    from orchestrator.service import following
-
     try:
         return worker_nodes(following.logs(core, rec))
     except OrchError:

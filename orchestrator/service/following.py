@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import shutil
 import time
@@ -25,6 +26,8 @@ from orchestrator.service.run_metrics import add_scaling, from_log
 from orchestrator.store import TERMINAL
 from providers.base import KeepsLogs, ShipsSecrets
 
+log = logging.getLogger("orch.follow")
+
 # `orch submit` records its job within seconds of starting (its imports and the plan).
 SUBMIT_START_S = 60.0
 
@@ -39,6 +42,8 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
     a follower needs no second read of the whole log each time it looks."""
     if rec.status in TERMINAL:
         return rec, None
+    if held_elsewhere(core, rec):
+        return rec, None  # the replica holding its values keeps it in step, and finishes it
     if not rec.backend_id:
         if rec.info.queued:
             return rec, None  # waiting in `orch serve`'s queue: nothing was launched yet
@@ -73,14 +78,22 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
     if step.action == "finish":
         return finish(core, rec, step.status or "FAILED", step.message), None
     if step.action == "running":
-        text = redact_text(core, rec, core.retry(provider, "logs", rec.backend_id))
+        clean = redactor(core, rec)
+        text = clean(core.retry(provider, "logs", rec.backend_id))
         rec = core.store.set_status(rec.id, "RUNNING", step.message,
-                                    metrics=from_log(text, rec.metrics, **trust(core, rec)))
+                                    metrics=clean.tree(from_log(text, rec.metrics, **trust(core, rec))))
         rec = enforce_budget(core, rec, provider)
         if rec.info.primary is False:  # a job group's auxiliary task
             rec = job_groups.advance_group(core, rec, refresh, cancel)
         return rec, text
     return rec, None
+
+
+def held_elsewhere(core: Core, rec: JobRow) -> bool:
+    """Whether another live process holds the job's secret values (Core.values_elsewhere):
+    that one follows it, finishes it and keeps its log redacted by them."""
+    return rec.id not in core.secrets and core.values_elsewhere is not None and \
+        core.values_elsewhere(rec)
 
 
 def recover_launch(core: Core, rec: JobRow, grace_s: float = 60.0) -> JobRow:
@@ -131,8 +144,9 @@ def finish(core: Core, rec: JobRow, status: str, message: Optional[str]) -> JobR
                    f"{stopped.get('detail')}; last checkpoint {metrics.get('checkpoint')}")
     if status == "SUCCEEDED":
         scaling(core, rec, metrics)
-    message = redact_text(core, rec, message) if message else message
-    rec = core.store.set_status(rec.id, status, message, metrics=metrics,
+    clean = redactor(core, rec)  # what was decoded from its text too (JSON escapes)
+    message = clean(message) if message else message
+    rec = core.store.set_status(rec.id, status, message, metrics=clean.tree(metrics),
                                 log_path=str(log_path) if text else rec.log_path)
     core.secrets.pop(rec.id, None)  # the job's text is all kept, redacted, by now
     from orchestrator.decision import job_ledger as ledger
@@ -177,19 +191,22 @@ def scaling(core: Core, rec: JobRow, metrics: dict) -> None:
                           if r.status == "SUCCEEDED" and r.id != rec.id])
 
 
-def redactor(core: Core, rec: JobRow) -> redact.Redactor:
+def redactor(core: Core, rec: JobRow, search: bool = True) -> redact.Redactor:
     """The one redaction of everything orch keeps or shows of a job's text (its log, its
     messages and history lines, its result): the job's secrets, as values this process
     holds (`orch serve` holds them from launch to end) and by the digests its record
     keeps, and any credential orch's own environment holds (AWS_SECRET_ACCESS_KEY and
-    the like), should the job have printed one."""
+    the like), should the job have printed one. `search` False: the values alone, for text
+    that was redacted by all of it when it was kept (a finished job's log)."""
     info = rec.info
     values = list((core.secrets.get(rec.id) or {}).values())
     values += [v for k, v in os.environ.items() if len(v) >= 8 and redact.looks_secret(k)]
+    if not search:
+        return redact.Redactor(values)
     key = redact.store_key(core.settings.home, create=False,
                                 file=core.settings.secret_key_file) if info.secret_hmacs else None
     return redact.Redactor(values, info.secret_salt, info.secret_hmacs, key,
-                           info.secret_digests, info.secret_lengths)
+                           info.secret_digests, info.secret_lengths, info.secret_heads)
 
 
 def redact_text(core: Core, rec: JobRow, text: str) -> str:
@@ -198,7 +215,13 @@ def redact_text(core: Core, rec: JobRow, text: str) -> str:
 
 def logs(core: Core, rec: JobRow) -> str:
     """The job's log, secrets redacted: from the backend while it knows the job, else
-    the saved copy."""
+    the saved copy. A finished job's log as kept: it was redacted whole when it was kept
+    (`finish`), so a read costs no digest search (one took minutes of a server's CPU on a
+    log of `a-a-a-...`); only the values this process holds are replaced again."""
+    if rec.status in TERMINAL:
+        kept = kept_log(core, rec)
+        if kept is not None:
+            return redactor(core, rec, search=False)(kept)
     return redact_text(core, rec, raw_logs(core, rec))
 
 
@@ -215,9 +238,7 @@ def raw_logs(core: Core, rec: JobRow) -> str:
     """A finished job's log as kept at its end (this server's file, else the store's copy,
     which every replica reads); else its backend's."""
     if rec.status in TERMINAL:
-        if rec.log_path and Path(rec.log_path).exists():
-            return Path(rec.log_path).read_text()
-        kept = core.store.kept_log(rec.id)
+        kept = kept_log(core, rec)
         if kept is not None:
             return kept
     if not rec.backend_id:
@@ -234,6 +255,14 @@ def raw_logs(core: Core, rec: JobRow) -> str:
         raise
 
 
+def kept_log(core: Core, rec: JobRow) -> Optional[str]:
+    """A finished job's log as `finish` kept it (this server's file, else the store's
+    copy); None where none was kept."""
+    if rec.log_path and Path(rec.log_path).exists():
+        return Path(rec.log_path).read_text()
+    return core.store.kept_log(rec.id)
+
+
 def cancel(core: Core, job_id: str, wait_s: float = 30.0) -> JobRow:
     rec = core.store.get(job_id)
     if rec.status in TERMINAL:
@@ -246,6 +275,8 @@ def cancel(core: Core, job_id: str, wait_s: float = 30.0) -> JobRow:
     if provider.gone():
         return refresh(core, rec)
     core.retry(provider, "cancel", rec.backend_id)
+    if held_elsewhere(core, rec):
+        return rec  # stopping: the replica holding its values records its end
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         rec = refresh(core, core.store.get(rec.id))
@@ -267,6 +298,9 @@ def refreshed(core: Core, rows: list[JobRow]) -> list[JobRow]:
             out.append(refresh(core, rec))
         except OrchError:
             out.append(rec)  # shown as last known; `orch status ID` names the problem
+        except Exception:  # a bug this job's record or output meets: the list still answers
+            log.exception("%s: checking it failed; shown as last known", rec.id)
+            out.append(rec)
     return out
 
 

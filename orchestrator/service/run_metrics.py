@@ -8,9 +8,11 @@ from jobs import events
 from jobs.telemetry import combine
 from jobs.verdict import diagnose
 
-# What orch derives a job's outcome from: a metric of that name (a report's, which the job's
-# code chooses) never stands in for one.
-_DERIVED = ("_result", "verdict", "stopped")
+# What orch derives a job's outcome, device figures and run window from: a metric of that name
+# (a report's, which the job's code chooses) never stands in for one.
+_DERIVED = ("_result", "verdict", "stopped", "dropped_events", "telemetry", "device_now",
+            "run_settings", "utilization", "reports", "phases", "scaling", "wall_s")
+DROPPED_SHOWN = 5  # the first few dropped lines' reasons kept with the job
 
 
 def _metrics(ev: dict) -> dict:
@@ -38,7 +40,10 @@ def from_log(text: str, previous: Optional[dict] = None, *, key: Optional[str] =
     job with a budget (`budgeted`), where all it can do is end a run that succeeded as
     CANCELLED rather than SUCCEEDED."""
     metrics = dict(previous or {})
-    for ev in events.parse(text or ""):
+    found, dropped = events.read(text or "")
+    if dropped:  # the log is read whole each time: the count is this log's
+        metrics["dropped_events"] = {"count": len(dropped), "first": dropped[:DROPPED_SHOWN]}
+    for ev in found:
         kind = ev["event"]
         if key and kind in events.STATE_EVENTS and not events.verified(ev, key):
             continue  # not the runner's
@@ -73,8 +78,9 @@ def from_log(text: str, previous: Optional[dict] = None, *, key: Optional[str] =
                 metrics["checkpoint"] = ev["checkpoint"]
             metrics["_result"] = _fields(ev)
     tel = metrics.get("telemetry")
-    if tel and tel.get("workers"):
-        tel["summary"] = combine({r: w.get("summary") or {} for r, w in tel["workers"].items()})
+    if isinstance(tel, dict) and isinstance(tel.get("workers"), dict) and tel["workers"]:
+        tel["summary"] = combine({r: w.get("summary") or {} for r, w in tel["workers"].items()
+                                  if isinstance(w, dict)})
         metrics.pop("device_now", None)  # the run is over: its summary says more
         if metrics.get("verdict") and "data_fraction" in metrics:  # the verdict, with how busy
             metrics["verdict"] = diagnose(metrics) or metrics["verdict"]

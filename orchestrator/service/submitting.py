@@ -95,7 +95,8 @@ def record(core: Core, spec: JobSpec, idempotency_key: Optional[str] = None, *,
     if hidden:  # digests only: a log read after this process is gone is still redacted
         key = redact.store_key(core.settings.home, file=core.settings.secret_key_file)
         info.update(secret_salt=salt, secret_hmacs=redact.digests(hidden.values(), salt, key),
-                    secret_lengths=redact.lengths(hidden.values()))
+                    secret_lengths=redact.lengths(hidden.values()),
+                    **redact.heads_info(hidden.values(), salt, key))
     rec = core.store.create_job(
         name=spec.name or "job", spec=redact.redact_spec(spec.model_dump(mode="json")),
         kind=decision.kind, target=decision.target, fingerprint=fp, decision=decision,

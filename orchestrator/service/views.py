@@ -15,11 +15,14 @@ from orchestrator.store import TERMINAL, JobQuery, iso, public_schedule
 
 
 def shown(core: Core, rec: JobRow) -> JobRow:
-    """The record with its message redacted again on the way out: a row written before
-    redaction caught every form of a value still shows none."""
-    if not rec.message:
+    """The record with its message and metrics (keys and values read from the job's own
+    lines) redacted again on the way out: a row written before redaction caught every form
+    of a value still shows none."""
+    if not rec.message and not rec.metrics:
         return rec
-    return rec.model_copy(update={"message": following.redactor(core, rec)(rec.message)})
+    clean = following.redactor(core, rec)
+    return rec.model_copy(update={"message": clean(rec.message) if rec.message else rec.message,
+                                  "metrics": clean.tree(rec.metrics)})
 
 
 def job_records(core: Core, limit: int = 50) -> list[JobRecord]:

@@ -177,8 +177,14 @@ class Settings(BaseSettings):
         False, description="`orch serve` runs clients' jobs on its own machine (the `local` "
         "target), as its own user, which can read its home and store: only for a team that "
         "trusts each other with all of it; false: a job bound for `local` is refused")
+    serve_queued_per_user: int = Field(100, ge=0, le=1_000_000, description="jobs one user "
+                                       "may have queued on `orch serve` at once; more are "
+                                       "refused (HTTP 429) until some launch; 0: no limit")
     upload_quota_mb: int = Field(1000, ge=0, le=1_000_000, description="the unpacked uploads "
                                  "one user may hold on `orch serve` at once, in MiB; 0: no limit")
+    serve_header_timeout_s: float = Field(10.0, gt=0, le=3600, description="longest time "
+                                          "`orch serve` waits for a request's headers to end; "
+                                          "then it closes the connection")
     serve_body_timeout_s: float = Field(30.0, gt=0, le=3600, description="longest pause "
                                         "`orch serve` waits for the next piece of a request body")
     metrics_token: Optional[SecretStr] = Field(

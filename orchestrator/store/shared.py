@@ -53,13 +53,22 @@ class Shared(StoreBase):
 
     def keep_upload(self, digest: str, archive: bytes, size: int, owner: str) -> None:
         """Keep an upload's archive (once: the same digest is the same bytes) and `owner`
-        as one who sent it; `size` is its unpacked files' bytes."""
+        as one who sent it; `size` is what the quota counts of it (its files' bytes and
+        4 KiB for each entry)."""
         now = time.time()
         self._db.execute("INSERT INTO uploads (digest, archive, bytes, created_at, used_at) "
                          "VALUES (?, ?, ?, ?, ?) ON CONFLICT (digest) DO UPDATE SET used_at = "
                          "excluded.used_at", (digest, archive, size, now, now))
         self._db.execute("INSERT INTO upload_owners (digest, owner) VALUES (?, ?) "
                          "ON CONFLICT (digest, owner) DO NOTHING", (digest, owner))
+
+    def uploads_held(self, owner: str, besides: str = "") -> int:
+        """What the quota counts of every upload `owner` sent (but `besides`), whichever
+        replica received it."""
+        row = self._db.execute("SELECT COALESCE(SUM(u.bytes), 0) AS held FROM uploads u JOIN "
+                               "upload_owners o ON o.digest = u.digest WHERE o.owner = ? "
+                               "AND u.digest <> ?", (owner, besides)).fetchone()
+        return int(row["held"] or 0)
 
     def upload_owned(self, digest: str, owner: Optional[str]) -> bool:
         """Whether the store has the upload, sent by `owner` (None: by anyone)."""

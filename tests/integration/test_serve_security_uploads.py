@@ -147,10 +147,12 @@ def test_an_upload_is_its_senders_and_each_user_stays_within_the_quota(server, t
     assert theirs[0] == none[0] == 400
     assert theirs[1] == {**none[1], "error": none[1]["error"].replace("e" * 16, digest[:16])}
     assert theirs[1]["error"] == f"upload {digest[:16]}... is not on this server"
-    # Alice holds 586 KiB of her 1 MiB: another 488 KiB is refused, with what to do.
+    # Alice holds 594 KiB of her 1 MiB (two files, 4 KiB each besides their bytes): another
+    # 496 KiB is refused, with what to do.
     status, got = _call(server, "alice", "POST", "/v1/uploads", _workdir(tmp_path, "more", 500_000),
                         "application/octet-stream")
-    assert status == 413 and got["error"] == (f"alice's uploads on this server hold "
-                                              f"{human(600_017)}; this one ({human(500_017)}) "
-                                              "would be over the upload quota of 1.0 MiB"), got
+    assert status == 413 and got["error"] == (
+        f"alice's uploads on this server hold {human(600_017 + 2 * 4096)}; this one "
+        f"({human(500_017 + 2 * 4096)}, 4 KiB counted for each file and folder) would be over "
+        "the upload quota of 1.0 MiB"), got
     assert "upload_keep_hours" in got["hint"]

@@ -4,7 +4,7 @@ store)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from fastapi import Request
@@ -12,6 +12,7 @@ from fastapi import Request
 from orchestrator.records.caller import Caller
 from orchestrator.server import auth, guard
 from orchestrator.server.git_gate import GitGate
+from orchestrator.server.log_share import LogShare
 from orchestrator.server.scheduler import Scheduler
 from orchestrator.settings import Settings
 
@@ -22,6 +23,7 @@ class Server:
     settings: Settings
     scheduler: Scheduler
     git_gate: GitGate  # a client's git work, off the request threads
+    log_share: LogShare = field(default_factory=LogShare)  # one read per followed job
 
 
 def server(request: Request) -> Server:

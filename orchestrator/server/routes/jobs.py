@@ -87,11 +87,10 @@ async def logs(request: Request, job_id: str, follow: bool = False,
     or the token is revoked."""
 
     def poll(full_id: Optional[str] = None):
-        with srv.scheduler.session() as orch:
-            if full_id is None:
+        if full_id is None:
+            with srv.scheduler.session() as orch:
                 return orch.get(job_id).id  # NotFound: a 404 before streaming
-            rec, text = views.poll(orch.core, full_id)
-            return rec.status, text
+        return srv.log_share.read(full_id, lambda: _poll(srv, full_id))
 
     if not follow:
         def read():
@@ -125,6 +124,13 @@ async def logs(request: Request, job_id: str, follow: bool = False,
             await asyncio.sleep(1.0)
 
     return StreamingResponse(lines(), media_type="text/plain; charset=utf-8")
+
+
+def _poll(srv: Server, job_id: str):
+    """A followed job's status and log, read once for all its followers (`LogShare`)."""
+    with srv.scheduler.session() as orch:
+        rec, text = views.poll(orch.core, job_id)
+        return rec.status, text
 
 
 @router.post("/v1/jobs/{job_id}/cancel", response_model=CancelledJob)

@@ -27,11 +27,14 @@ def summary(who: Caller = Depends(caller), srv: Server = Depends(server)):
 @router.get("/v1/replicas", response_model=list[Replica])
 def replicas(who: Caller = Depends(caller), srv: Server = Depends(server)):
     """The store's live replicas of `orch serve` (each looked within 20 s), the lease holder
-    first: one, on a SQLite store."""
+    first: one, on a SQLite store. Their host names, pids and internal URLs for an admin
+    only; a user sees each as `replica N`, its role and times."""
     with srv.scheduler.session() as orch:
         rows = orch.store.replicas()
-    return [Replica(id=r["id"], url=r["url"], role=r["role"], started_at=str(iso(r["started_at"])),
-                    seen_at=str(iso(r["seen_at"])), this=r["id"] == srv.scheduler.me) for r in rows]
+    return [Replica(id=r["id"] if who.admin else f"replica {i}",
+                    url=r["url"] if who.admin else None, role=r["role"],
+                    started_at=str(iso(r["started_at"])), seen_at=str(iso(r["seen_at"])),
+                    this=r["id"] == srv.scheduler.me) for i, r in enumerate(rows, 1)]
 
 
 @router.get("/healthz")

@@ -33,7 +33,8 @@ async def upload(request: Request, who: Caller = Depends(caller), srv: Server = 
         raise InputError("this server takes no uploads (upload_max_mb is 0)",
                          "give the job a workdir the server sees (a shared filesystem)")
     receiver = await run_in_threadpool(Receiver, settings.home, limit, who.name,
-                                       settings.upload_quota_mb * MiB, settings.upload_keep_hours)
+                                       settings.upload_quota_mb * MiB, settings.upload_keep_hours,
+                                       sharing.held_everywhere(settings, who.name))
     try:
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:

@@ -6,7 +6,9 @@ HOME/uploads/.owners/<digest>.json, {"version": 1, "bytes": its unpacked files' 
 "owners": [names]}, written whole to a temporary file and renamed over the old one (a crash
 leaves one or the other), changed under a lock on the folder (flock: threads and processes
 alike), and removed by `orchestrator.service.upload_gc` with the upload. The quota
-(upload_quota_mb) counts, for each user, the bytes of every upload they own.
+(upload_quota_mb) counts, for each user, every upload they own: its files' bytes and 4 KiB
+for each entry (`receive.counted`), on every replica (where replicas share a store, its count
+of the user's uploads, when it is more than this replica's).
 """
 
 from __future__ import annotations
@@ -95,31 +97,32 @@ def over_quota(user: str, total: int, size: int, quota: int, keep_hours: float) 
     kept = (f"once unused for upload_keep_hours ({keep_hours:g} h here)" if keep_hours > 0
             else "never here (upload_keep_hours is 0)")
     return TooLarge(f"{user}'s uploads on this server hold {human(total)}; this one "
-                    f"({human(size)}) would be over the upload quota of {human(quota)}",
+                    f"({human(size)}, 4 KiB counted for each file and folder) would be over "
+                    f"the upload quota of {human(quota)}",
                     f"uploads no unfinished job or schedule needs are removed {kept}; leave "
                     "files out with a .orchignore, or ask the server's admin to raise "
                     "upload_quota_mb (ORCH_UPLOAD_QUOTA_MB)")
 
 
 def check(root: Path, digest: str, user: str, size: int, quota: int,
-          keep_hours: float = 24.0) -> None:
-    """TooLarge when owning the upload (`size` bytes unpacked) would take `user` over
-    `quota` bytes (0: no quota)."""
+          keep_hours: float = 24.0, elsewhere: int = 0) -> None:
+    """TooLarge when owning the upload (`size` counted) would take `user` over `quota`
+    bytes (0: no quota); `elsewhere`: what the user's other uploads hold on every replica."""
     if quota > 0:
-        total = held(root, user, besides=digest)
+        total = max(held(root, user, besides=digest), elsewhere)
         if total + size > quota:
             raise over_quota(user, total, size, quota, keep_hours)
 
 
 def claim(root: Path, digest: str, user: str, size: int, quota: int,
-          keep_hours: float = 24.0) -> bool:
+          keep_hours: float = 24.0, elsewhere: int = 0) -> bool:
     """Make `user` an owner of the upload, within their quota (`check`); False when they
     were one already."""
     with _locked(root) as folder:
         record = read(root, digest)
         if record is not None and user in record.owners:
             return False
-        check(root, digest, user, size, quota, keep_hours)
+        check(root, digest, user, size, quota, keep_hours, elsewhere)
         _write(folder, digest, Record(size, (record.owners if record else ()) + (user,)))
         return True
 

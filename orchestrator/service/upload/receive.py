@@ -14,12 +14,18 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from orchestrator.base.errors import InputError
 from orchestrator.service.upload import owners
 from orchestrator.service.upload.headers import survey
-from orchestrator.service.upload.limits import DIGEST_PATTERN, MAX_FILES, TooLarge, human
+from orchestrator.service.upload.limits import (
+    DIGEST_PATTERN,
+    ENTRY_BYTES,
+    MAX_FILES,
+    TooLarge,
+    human,
+)
 from orchestrator.service.upload.unpacking import UNREADABLE, unpack, unreadable
 
 
@@ -72,14 +78,17 @@ class Receiver:
     made `user`'s (within their quota: `quota` bytes, 0 for none)."""
 
     def __init__(self, home: Path, max_bytes: int, user: str, quota: int = 0,
-                 keep_hours: float = 24.0):
+                 keep_hours: float = 24.0, elsewhere: Optional[Callable[[str], int]] = None):
         self.root = uploads_root(home)
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.max_bytes, self.user, self.quota, self.keep_hours = max_bytes, user, quota, keep_hours
+        # What the user's uploads hold on every replica (the store's count, but the upload
+        # given), where replicas share a store: the quota is the user's, not a replica's.
+        self.elsewhere = elsewhere
         self.file = tempfile.TemporaryFile(dir=self.root)
         self.sha = hashlib.sha256()
         self.size = 0
-        self.unpacked = 0  # its files' bytes, once `finish` has read them
+        self.unpacked = 0  # what the quota counts of it (`counted`), once `finish` read it
 
     def refuse(self, size: int) -> TooLarge:
         return too_large(size, self.max_bytes)
@@ -106,19 +115,22 @@ class Receiver:
             return {"upload": digest, "existing": True}
         self.file.seek(0)
         try:
-            size = self.unpacked = survey(self.file, self.max_bytes, MAX_FILES).bytes
+            size = self.unpacked = counted(survey(self.file, self.max_bytes, MAX_FILES))
         except UNREADABLE as e:
             raise unreadable(e) from None
         if touch(final):  # sent by someone else: the sender owns it too, from now
-            owners.claim(self.root, digest, self.user, size, self.quota, self.keep_hours)
+            owners.claim(self.root, digest, self.user, size, self.quota, self.keep_hours,
+                         self._elsewhere(digest))
             return {"upload": digest, "existing": False}
         # Over the quota: refused before unpacking (and checked again when claimed, after).
-        owners.check(self.root, digest, self.user, size, self.quota, self.keep_hours)
+        owners.check(self.root, digest, self.user, size, self.quota, self.keep_hours,
+                     self._elsewhere(digest))
         unpacking = self.root / f".unpacking-{uuid.uuid4().hex}"
         unpack(self.file, unpacking, self.max_bytes)
         os.utime(unpacking)  # unpacked now: the collector's "last used" starts here
         try:
-            claimed = owners.claim(self.root, digest, self.user, size, self.quota, self.keep_hours)
+            claimed = owners.claim(self.root, digest, self.user, size, self.quota, self.keep_hours,
+                         self._elsewhere(digest))
         except BaseException:
             shutil.rmtree(unpacking, ignore_errors=True)
             raise
@@ -132,6 +144,9 @@ class Receiver:
                 raise
         return {"upload": digest, "existing": False}
 
+    def _elsewhere(self, digest: str) -> int:
+        return self.elsewhere(digest) if self.elsewhere is not None and self.quota > 0 else 0
+
     def archive(self) -> bytes:
         """The bytes received, whole (to keep them where every replica reads them)."""
         self.file.seek(0)
@@ -139,6 +154,11 @@ class Receiver:
 
     def close(self) -> None:
         self.file.close()
+
+
+def counted(survey) -> int:
+    """What the quota counts of an upload: its files' bytes, and ENTRY_BYTES for each entry."""
+    return survey.bytes + survey.entries * ENTRY_BYTES
 
 
 def too_large(size: Optional[int], max_bytes: int) -> TooLarge:

@@ -37,6 +37,15 @@ def shared(settings) -> bool:
     return database_url(settings) is not None
 
 
+def held_everywhere(settings, user: str):
+    """Where replicas share a store: a function of an upload's digest giving what `user`'s
+    other uploads hold on every replica (the quota is the user's, not each replica's);
+    else None."""
+    if not shared(settings):
+        return None
+    return lambda besides: _with_store(settings, lambda s: s.uploads_held(user, besides))
+
+
 def keep(settings, digest: str, received: Receiver, user: str) -> None:
     """Keep a received upload (its archive, read only here) for every replica."""
     if shared(settings):

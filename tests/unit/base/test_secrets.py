@@ -51,12 +51,15 @@ FORMS = ("{v}", "token is {v}.", "https://h/cb?t={v}&a=1", "/p/{v}/x", "pw:{v}",
 
 @pytest.mark.parametrize("value", [TOKEN, "c2VjcmV0LXZhbHVlLTEyMw==", "p@ss:w0rd-is-long",
                                    "a.b.c.d.e", "x&y=z/w"])
-def test_a_value_known_only_by_its_digest_is_found_in_any_context(tmp_path, value):
+@pytest.mark.parametrize("with_heads", [False, True], ids=["lengths", "heads"])
+def test_a_value_known_only_by_its_digest_is_found_in_any_context(tmp_path, value, with_heads):
     """Issue 32, finding 3: a value before '.', '&' or '/', or holding ':' or '=', was
-    served whole by a reader that had only the record's digests (word-level matching)."""
+    served whole by a reader that had only the record's digests (word-level matching).
+    The same with the heads' tags a record keeps since issue 47 (a bounded search)."""
     salt, key = redact.new_salt(), redact.store_key(tmp_path)
+    heads = redact.heads([value, PASSWORD], salt, key) if with_heads else ()
     later = redact.Redactor(salt=salt, known=redact.digests([value, PASSWORD], salt, key),
-                            key=key, sizes=redact.lengths([value, PASSWORD]))
+                            key=key, sizes=redact.lengths([value, PASSWORD]), heads=heads)
     for form in FORMS:
         text = "before " + form.format(v=value) + " after " + PASSWORD
         out = later(text)

@@ -52,7 +52,8 @@ def test_owned_hardware_costs_amortized_plus_power_for_the_time_held():
 
 
 def _measured(energy_wh, source="nvml", kwh=0.15) -> dict:
-    rec = owned_record(metrics={"telemetry": {"summary": {"source": source, "energy_wh": energy_wh}}})
+    rec = owned_record(metrics={"telemetry": {"summary": {"source": source, "energy_wh": energy_wh}}},
+                       spec={"train": {"entrypoint": "m:f"}})  # orch's runner measured it
     rec["decision"]["choice"]["kwh_price_usd"] = kwh
     return rec
 
@@ -278,8 +279,8 @@ def test_orch_cost_prints_measured_and_rated_power_where_they_differ(tmp_path):
     home = tmp_path / "home"
     store = store_at(home)
     for rec in (_measured(400.0), owned_record()):
-        job = store.create_job(name="m", spec={}, kind="steady", target="local", fingerprint="f",
-                               decision=rec["decision"])
+        job = store.create_job(name="m", spec=rec.get("spec") or {}, kind="steady",
+                               target="local", fingerprint="f", decision=rec["decision"])
         store.update(job.id, info=rec["info"], metrics=rec["metrics"])
         store.set_status(job.id, "SUCCEEDED")
     store.close()

@@ -53,7 +53,9 @@ def test_a_keyed_jobs_forged_state_lines_are_ignored_and_the_runners_read():
     metrics = from_log("\n".join([smuggled]), key=KEY)
     assert "_result" not in metrics and "verdict" not in metrics and metrics["acc"] == 0.9
     # A line whose event is no name is no event (and no reason for a refresh to fail).
-    assert from_log(events.MARKER + json.dumps({"event": ["result"], "ok": False}), key=KEY) == {}
+    # It is left out with a note on the job.
+    assert from_log(events.MARKER + json.dumps({"event": ["result"], "ok": False}), key=KEY) == {
+        "dropped_events": {"count": 1, "first": ["line 1: not an event"]}}
     # A job recorded before keys: read as before, the last line wins.
     text = "\n".join([runner_lines(None), FORGED_RESULT, FORGED_VERDICT])
     metrics = from_log(text)

@@ -276,3 +276,38 @@ def test_the_servers_home_never_counts_even_inside_a_root(tmp_path):
             check_paths(spec, None, False, [tmp_path / "srv"], never=[home])
     check_paths(load_spec_text(f"workdir: {tmp_path / 'srv' / 'code'}\nrun: echo\n", "<job>"),
                 None, False, [tmp_path / "srv"], never=[home])
+
+
+def test_a_root_folder_holding_a_link_that_leaves_the_roots_is_refused(disk):
+    """Issue 47: a folder in a root was packed with its links followed: a job got the server's
+    secret_key, other users' logs and /etc/shadow through links in its own folder."""
+    code = disk / "root" / "code"
+    (code / "lib").mkdir()
+    (code / "train.py").write_text("print(1)\n")
+    (code / "lib" / "here").symlink_to(code / "train.py")  # inside the root: fine
+    (code / "jobs").symlink_to(disk / "root" / "jobs")
+    assert verdict(f"workdir: {code}\n" + RUN, disk, body()) is None
+    for name, target in (("lib/logs", disk / "outside" / "logs"), ("key", "/etc/passwd"),
+                         ("up", disk / "root" / "escape")):
+        (code / name).symlink_to(target)
+        got = verdict(f"workdir: {code}\n" + RUN, disk, body())
+        assert got is not None and f"holds a link, '{name}', that leads outside" in got, got
+        assert "send the folder as an upload" in got
+        (code / name).unlink()
+
+
+def test_at_launch_a_root_folder_swapped_for_a_link_is_refused(disk):
+    """Issue 47: the path was checked once, at registration: a schedule's folder swapped for a
+    link to ORCH_HOME/logs afterwards ran from there."""
+    settings = settings_for(disk)
+    code = disk / "root" / "sched"
+    code.mkdir()
+    spec = load_spec_text(f"workdir: {code}\n" + RUN, "<job>")
+    client_policy.check(spec, body(), "bob", settings)  # registered
+    client_policy.check_launch(spec, "bob", settings)  # its slot: launched
+    code.rmdir()
+    code.symlink_to(disk / "outside" / "logs")
+    with pytest.raises(InputError, match="is a folder on the server"):
+        client_policy.check_launch(spec, "bob", settings)
+    client_policy.check_launch(spec, "bob", settings, upload=True)  # an upload: checked as unpacked
+    client_policy.check_launch(spec, None, settings)  # the server's own job: no client's

@@ -25,7 +25,7 @@ from tests.conftest import store_at
 from tests.unit.providers.test_cloud import JOB, T0, orch, statuses, use_fake  # noqa: F401 (fixture)
 
 SALT_AND_DIGESTS = {"secret_salt": "5a17", "secret_hmacs": ["ab" * 32],
-                    "secret_digests": ["cd" * 32], "secret_lengths": [4242],
+                    "secret_digests": ["cd" * 32], "secret_lengths": [4242], "secret_heads": ["a1b2c3"],
                     "event_key": "ef" * 32}
 LEDGER = {"launches": [{"cloud": "runpod", "started_at": T0, "ended_at": T0 + 60}],
           "billed_hours": 0.1, "cost_usd": 0.2, "recoveries": 0}

@@ -271,11 +271,15 @@ def test_the_replicas_are_listed_as_their_last_looks_recorded_them(api, settings
     assert api("GET", "/v1/replicas", "bob").json() == []  # its scheduler (and beat) not started
     Heartbeat(settings, api.sched.me, api.sched.role, "http://10.0.0.7:8765").beat()
     api.store.replica_seen("elsewhere/9/9.0", "leading", "http://10.0.0.8:8765")
-    got = api("GET", "/v1/replicas", "bob").json()
+    got = api("GET", "/v1/replicas", "root").json()
     assert [(r["id"], r["role"], r["url"], r["this"]) for r in got] == [
         ("elsewhere/9/9.0", "leading", "http://10.0.0.8:8765", False),
         (api.sched.me, "standby", "http://10.0.0.7:8765", True)]
     assert got[0]["seen_at"].endswith("Z")
+    # A user sees no host name, pid or internal URL (issue 47).
+    got = api("GET", "/v1/replicas", "bob").json()
+    assert [(r["id"], r["role"], r["url"], r["this"]) for r in got] == [
+        ("replica 1", "leading", None, False), ("replica 2", "standby", None, True)]
 
 
 def test_a_schedule_registered_twice_with_one_key_is_one_schedule(api):

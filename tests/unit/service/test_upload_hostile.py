@@ -177,7 +177,8 @@ def test_owners_are_kept_per_upload_and_the_quota_counts_each_owner(tmp_path):
     with pytest.raises(TooLarge) as e:
         owners.claim(root, D2, "alice", 500_000, quota=MiB)
     assert e.value.message == ("alice's uploads on this server hold 585.9 KiB; this one "
-                               "(488.3 KiB) would be over the upload quota of 1.0 MiB")
+                               "(488.3 KiB, 4 KiB counted for each file and folder) would be "
+                               "over the upload quota of 1.0 MiB")
     assert "upload_keep_hours" in e.value.hint and "upload_quota_mb" in e.value.hint
     assert not owners.owns(root, D2, "alice") and owners.held(root, "alice") == 600_000
     owners.claim(root, D1, "bob", 600_000, quota=MiB)  # the same bytes: each owner counts them
@@ -275,12 +276,55 @@ def test_the_api_keeps_uploads_to_their_owners_and_each_user_to_the_quota(api, t
     # The same bytes from bob: now his too (not "existing" for him).
     assert _send_as(api, "bob", small).json() == {"upload": digest, "existing": False}
     assert api("GET", f"/v1/uploads/{digest}", who="bob").status_code == 200
-    # alice holds 586 KiB of her 1 MiB: 488 KiB more is refused, and nothing is unpacked.
+    # alice holds 590 KiB of her 1 MiB (586 KiB and its folder and file, 4 KiB each): 492 KiB
+    # more is refused, and nothing is unpacked.
     r = _send_as(api, "alice", big)
     assert r.status_code == 413 and r.json()["error"] == (
-        "alice's uploads on this server hold 585.9 KiB; this one (488.3 KiB) would be over "
-        "the upload quota of 1.0 MiB")
+        "alice's uploads on this server hold 589.9 KiB; this one (492.3 KiB, 4 KiB counted "
+        "for each file and folder) would be over the upload quota of 1.0 MiB")
     from orchestrator.service.upload import uploads_root
 
     assert sorted(os.listdir(uploads_root(api.settings.home))) == [".owners", digest]
     assert _send_as(api, "root", big).status_code == 201  # root's quota is root's own
+
+
+def _folders(n: int, tag: str) -> bytes:
+    """A tar.gz of `n` empty folders (a few KB): what took 393 MiB and 100,005 inodes of
+    the server's disk for 99,990 of them, counted as 0 bytes, before issue 47."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for i in range(n):
+            info = tarfile.TarInfo(f"{tag}{i}")
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+    return out.getvalue()
+
+
+def _receive(home: Path, body: bytes, quota: int, elsewhere=None):
+    from orchestrator.service.upload import Receiver
+
+    r = Receiver(home, 2 * MiB, "mallory", quota, 24.0,
+                 **({"elsewhere": elsewhere} if elsewhere else {}))
+    try:
+        r.write(body)
+        return r.finish()
+    finally:
+        r.close()
+
+
+def test_the_quota_counts_each_entry_so_empty_folders_cannot_fill_the_disk(tmp_path):
+    # 1,000 empty folders count 3.9 MiB: two of them fit an 8 MiB quota, a third does not.
+    _receive(tmp_path, _folders(1000, "a"), 8 * MiB)
+    _receive(tmp_path, _folders(1000, "b"), 8 * MiB)
+    with pytest.raises(TooLarge, match="would be over the upload quota of 8.0 MiB"):
+        _receive(tmp_path, _folders(1000, "c"), 8 * MiB)
+
+
+def test_the_quota_counts_the_users_uploads_on_every_replica(tmp_path):
+    # Where replicas share a store, what its other uploads hold anywhere counts (the store's
+    # sum, sharing.held_everywhere): 7.5 MiB elsewhere, and 1,000 folders here are too many.
+    seen = []
+    with pytest.raises(TooLarge, match="hold 7.5 MiB"):
+        _receive(tmp_path, _folders(1000, "a"), 8 * MiB,
+                 lambda besides: seen.append(besides) or int(7.5 * MiB))
+    assert len(seen[0]) == 64  # the upload itself is not counted twice

@@ -79,6 +79,11 @@ def test_an_upload_sent_to_one_replica_is_unpacked_by_another_for_its_owners_onl
     assert _send(a, tmp_path / "work", "carol") == digest
     sharing.ensure(b, digest, "carol")
     assert upload.folder(b.home, digest, "carol") == path
+    # Each user's quota counts what the store holds of theirs, whichever replica took it.
+    held = sharing.held_everywhere(b, "carol")
+    assert held is not None and held("") == upload.owners.read(
+        upload.uploads_root(a.home), digest).bytes > 0 and held(digest) == 0
+    assert sharing.held_everywhere(b, "dave")("") == 0
 
 
 def test_a_job_taken_by_one_replica_runs_from_the_launching_replicas_own_folder(tmp_path, pg):

@@ -131,7 +131,8 @@ def render(result: dict) -> None:
         if jobs.get("unplaced"):
             placed += f" ({jobs['unplaced']} unplaced)"
         util = r["onprem_utilization"]
-        name = r["name"] + (" (lower bound)" if r["name"] == "oracle" else "")
+        name = r["name"] + {"oracle": " (lower bound)", "online-truth": " (reference)"}.get(
+            r["name"], "")
         if r["name"] == "orch" and result.get("beliefs") == "truth":
             name = "orch (true beliefs)"
         t.add_row(name, _money(r["cash_total"], result), _money(r["ownership"], result),
@@ -163,6 +164,11 @@ def render(result: dict) -> None:
         out.print(f"checks (what placement controls): orch's power + cloud / the best bound = "
                   f"{c['orch_power_cloud_over_bound']:.3f} (goal <= {c['power_cloud_goal']:g}: "
                   f"{ok(c['power_cloud_met'])})")
+    if c.get("orch_power_cloud_over_online") is not None:
+        out.print(f"checks (what placement controls): orch's power + cloud / online-truth's "
+                  f"(the greedy told each job's truth on arrival) = "
+                  f"{c['orch_power_cloud_over_online']:.3f} (goal <= {c['online_goal']:g}: "
+                  f"{ok(c['online_met'])})")
     ratio = "-" if c["orch_over_oracle"] is None else f"{c['orch_over_oracle']:.3f}"
     by = {r["name"]: r for r in result["policies"]}
     if c["cheaper_than_every_baseline"]:

@@ -269,21 +269,24 @@ def cluster_capacity(spec, settings, now: float, cluster=None) -> Capacity:
 
 
 def schedule_holds(settings, now: float, name: Optional[str] = None,
-                   horizon_h: float = 24.0, store=None) -> tuple:
-    """The cron schedules (`orch serve`'s, in the store) due in the next `horizon_h`, as the
+                   horizon_h: Optional[float] = None, store=None) -> tuple:
+    """The cron schedules (`orch serve`'s, in the store) due in the next `horizon_h`
+    (default: the cron_lookahead_hours setting), as the
     owned GPUs they will claim; none before the store exists. A job's own schedule (same
     name) is left out: its next slot follows this run."""
     with _session(settings, store) as db:
         return _holds(db, settings, now, name, horizon_h)
 
 
-def _holds(store, settings, now: float, name: Optional[str] = None, horizon_h: float = 24.0) -> tuple:
+def _holds(store, settings, now: float, name: Optional[str] = None,
+           horizon_h: Optional[float] = None) -> tuple:
     from orchestrator.decision.reservations import schedule_reservations
 
     if store is None:
         return ()
     schedules = [s for s in store.schedules() if s.get("name") != name]
-    return schedule_reservations(schedules, now, horizon_h, settings.max_wait_minutes / 60.0)
+    ahead = settings.cron_lookahead_hours if horizon_h is None else horizon_h
+    return schedule_reservations(schedules, now, ahead, settings.max_wait_minutes / 60.0)
 
 
 def month_spend(settings, now: float, store=None) -> float:

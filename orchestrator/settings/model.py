@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     spot_rework_minutes: float = Field(15, ge=0, le=1440, description="work redone after a "
                                        "preemption, on average (half the time between a job's "
                                        "checkpoints)")
+    cron_lookahead_hours: float = Field(24, gt=0, le=720, description="how far ahead placement "
+                                        "sees the cron schedules due on owned GPUs (`orch serve`, "
+                                        "`orch plan` and `orch simulate` alike)")
     exploratory_backfill: bool = Field(True, description="exploratory work may run on owned GPUs "
                                        "that are idle now and stay free for its whole run; off: "
                                        "exploratory work always rents")

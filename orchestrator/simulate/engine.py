@@ -132,7 +132,7 @@ class View:
 
     def capacity(self, need: float) -> Optional[Capacity]:
         """The on-prem capacity orch would read from the cluster, for a job of `need` GPUs,
-        with the cron-scheduled work due on it in the next two days."""
+        with the cron-scheduled work due on it within the look-ahead `orch serve` uses."""
         fits = [p for p in self.pools if p.offer.count >= need]
         if not fits:
             return None
@@ -148,9 +148,15 @@ class View:
         return Capacity(onprem_free=free, wait_minutes=min(waits) if waits else None,
                         source="; ".join(c.source for c in caps), reservations=due)
 
-    def reservations(self, horizon_h: float = 48.0) -> tuple[Reservation, ...]:
+    @property
+    def lookahead_h(self) -> float:
+        """How far ahead cron slots are seen: the cron_lookahead_hours setting, as in `orch serve`."""
+        return self.settings.cron_lookahead_hours
+
+    def reservations(self, horizon_h: Optional[float] = None) -> tuple[Reservation, ...]:
         """Cron-scheduled jobs due soon: a trace job of kind `steady` stands for one, and a
         schedule's next slot is known ahead, as `orch serve` knows its schedules'."""
+        horizon_h = self.lookahead_h if horizon_h is None else horizon_h
         out = []
         for a in self.scheduled:
             at = a.arrival_h

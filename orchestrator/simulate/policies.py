@@ -18,6 +18,8 @@ from orchestrator.decision.placement import decide
 from orchestrator.decision.pricing import HoursEstimator, job_cost
 from orchestrator.simulate.engine import Choice, View
 from orchestrator.simulate.jobs import Ask, believed_speeds
+from orchestrator.simulate.online import NAME as ONLINE_TRUTH
+from orchestrator.simulate.online import online_truth
 
 HYPERSCALERS = ("aws", "gcp", "azure")
 
@@ -117,4 +119,6 @@ def by_kind_strict(a: Ask, view: View) -> Optional[Choice]:
 
 BASELINES = {"cloud-cheapest": cloud_cheapest, "owned-first": owned_first,
              "owned-only": owned_only, "by-kind-strict": by_kind_strict, "on-demand": on_demand}
-POLICIES = {"orch": orch, **BASELINES}
+# `online-truth` is a reference, not a baseline: `simulate` runs it on the jobs told the
+# truth (it reads their true hours), and the checks judge orch's power + cloud by it.
+POLICIES = {"orch": orch, ONLINE_TRUTH: online_truth, **BASELINES}

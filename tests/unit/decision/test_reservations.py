@@ -63,3 +63,7 @@ def test_schedule_holds_reads_the_stores_schedules(tmp_path):
     held = schedule_holds(settings, NOW, name="self")
     assert [(r.what, r.in_hours, r.gpus, r.gpu) for r in held] == [
         ("cron schedule 'weekly'", 3.0, 4.0, "A100")]
+    # The look-ahead is one setting, cron_lookahead_hours (the simulator reads it too).
+    wide = Settings(home=tmp_path / "home", cron_lookahead_hours=120)
+    assert [r.what for r in schedule_holds(wide, NOW, name="self")] == [
+        "cron schedule 'weekly'", "cron schedule 'monthly'"]

@@ -113,20 +113,42 @@ def learn_ratios(runs: Iterable[PastRun], exclude: str = "") -> TeamRatios:
                       compute={k: (statistics.median(v), len(v)) for k, v in pure.items()})
 
 
-def user_bias(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "") -> Optional[tuple[float, int]]:
-    """How the owner's estimates compare with what their runs measured: the median over
-    their other jobs (each its median run) of measured hours / estimate.hours, counting runs
-    on the model the estimate was written for (when it names one); None without any.
-    `owner=None` (a plan that does not know who asks): everyone's runs."""
+def _estimate_ratios(runs: Iterable[PastRun], owner: Optional[str], exclude: str) -> dict[str, list[float]]:
+    """Per job of the owner's (all jobs for `owner=None`) but `exclude`: measured hours over
+    estimate.hours of each run on the model the estimate was written for (when it names one)."""
     per_job: dict[str, list[float]] = {}
     for r in runs:
         if (r.succeeded and (owner is None or r.owner == owner) and r.fingerprint != exclude and r.duration_s
                 and r.estimate_hours and (r.estimate_gpu is None
                                           or model_of(r.estimate_gpu) == model_of(r.gpu))):
             per_job.setdefault(r.fingerprint, []).append(r.duration_s / 3600 / r.estimate_hours)
+    return per_job
+
+
+def user_bias(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "") -> Optional[tuple[float, int]]:
+    """How the owner's estimates compare with what their runs measured: the median over
+    their other jobs (each its median run) of measured hours / estimate.hours, counting runs
+    on the model the estimate was written for (when it names one); None without any.
+    `owner=None` (a plan that does not know who asks): everyone's runs."""
+    per_job = _estimate_ratios(runs, owner, exclude)
     if not per_job:
         return None
     return statistics.median(statistics.median(v) for v in per_job.values()), len(per_job)
+
+
+ERROR_MIN_JOBS = 3  # jobs whose runs measure the owner's estimates before their error counts
+
+
+def user_error(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "") -> Optional[float]:
+    """The measured error of the owner's estimates once their bias is taken out: the 90th
+    percentile over their other jobs (each its median run) of measured / estimated hours,
+    over the median; None with fewer than ERROR_MIN_JOBS such jobs."""
+    per_job = _estimate_ratios(runs, owner, exclude)
+    if len(per_job) < ERROR_MIN_JOBS:
+        return None
+    ratios = sorted(statistics.median(v) for v in per_job.values())
+    p90 = ratios[min(len(ratios) - 1, int(0.9 * len(ratios)))]
+    return p90 / statistics.median(ratios)
 
 
 @dataclass(frozen=True, slots=True)

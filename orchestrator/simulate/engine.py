@@ -165,7 +165,8 @@ class View:
             if at > self.now_h + horizon_h:
                 break
             out.append(Reservation(in_hours=at - self.now_h, gpus=float(a.gpus),
-                                   what=f"cron job {a.name}", cloud_cost=a.rent_usd,
+                                   what=f"cron job {a.name}",
+                                   cloud_cost=math.inf if a.rent_usd is None else a.rent_usd,
                                    slack_hours=a.slack_h))
         return tuple(out)
 

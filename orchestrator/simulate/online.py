@@ -64,7 +64,7 @@ def _late_crons(pool: Pool, view: View, busy: list[tuple], horizon_h: float) -> 
                                view.settings.default_job_hours)
         start = _first_room(held, pool.offer.count, used, cron.arrival_h)
         if start - cron.arrival_h > cron.slack_h + 1e-9:
-            late.add((cron.arrival_h, cron.name, cron.rent_usd or 0.0))
+            late.add((cron.arrival_h, cron.name, math.inf if cron.rent_usd is None else cron.rent_usd))
         else:
             held.append((start, start + hours, used))
     return late

@@ -197,3 +197,23 @@ def test_a_plan_learns_the_bias_of_the_user_it_plans_for():
                               "runs took 2x their estimates, median over 1 job)")
     assert planned("bob") == (pytest.approx(1.0), "estimate.hours 1 h on A100x1")
     assert planned(None)[0] == pytest.approx(1.5)
+
+
+def test_the_estimates_uncertainty_by_where_it_came_from():
+    from orchestrator.decision.estimates import user_error
+    from orchestrator.decision.pricing import DEFAULT_SPREAD, ESTIMATE_SPREAD, MEASURED_SPREAD
+
+    job = spec("resources: {accelerators: 'A100:1'}\nestimate: {hours: 1}\n")
+    bare = spec("resources: {accelerators: 'A100:1'}\n")
+    assert HoursEstimator(bare, "fp", ()).spread == DEFAULT_SPREAD == 3.0
+    assert HoursEstimator(job, "fp", ()).spread == ESTIMATE_SPREAD == 2.0
+    # Measured on the device itself: the runs' own spread, max over median, at least 1.15.
+    steady = [run("A100", 1.0, at=i) for i in range(3)]
+    assert HoursEstimator(job, "fp", steady).spread == MEASURED_SPREAD
+    ragged = [run("A100", h, at=i) for i, h in enumerate((1.0, 1.0, 2.5))]
+    assert HoursEstimator(job, "fp", ragged).spread == pytest.approx(2.5)
+    # The owner's estimates, once three of their jobs measured them: p90 over the median.
+    mine = [run("A100", h, est=1.0, fp=f"j{i}", owner="ann") for i, h in enumerate((1, 1.2, 1.4, 3))]
+    assert user_error(mine, "ann") == pytest.approx(3 / 1.3)
+    assert user_error(mine[:2], "ann") is None
+    assert HoursEstimator(job, "fp", mine, owner="ann").spread == pytest.approx(3 / 1.3)

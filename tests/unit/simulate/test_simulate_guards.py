@@ -1,0 +1,42 @@
+"""The cron guard by slack, as the simulator runs orch's planner (the decision core `orch
+plan` and `orch serve` share)."""
+
+from __future__ import annotations
+
+from orchestrator.simulate import policies as P
+from orchestrator.simulate.engine import Simulation
+from orchestrator.simulate.jobs import build_jobs
+from orchestrator.simulate.scenario import policy_settings
+from orchestrator.simulate.trace import parse_trace
+from tests.unit.simulate.test_simulate import scenario, settings  # noqa: F401
+from tests.unit.simulate.test_simulate_beliefs import A100_ONLY, BELIEF_HEADER
+
+
+def _orch(settings, text):  # noqa: F811
+    sc = scenario(settings, onprem=("A100:1:10000",), offers=A100_ONLY)
+    ps = policy_settings(settings, sc)
+    trace = parse_trace(text, "t.csv")
+    sim = Simulation(trace=trace, jobs=build_jobs(trace, sc.offers, ps), offers=sc.offers,
+                     settings=ps)
+    return sim.run("orch", P.orch).outcomes
+
+
+# A 2-hour exploratory run at 0 on one owned A100, a cron run at 1 ({w} h, due in {d} h).
+CRON = (BELIEF_HEADER + "0,explore,fe,2,A100,1,,false,auto,2,\n"
+        "1,cron,fc,{w},A100,1,{d},false,steady,{w},\n")
+
+
+def test_a_cron_run_with_hours_of_slack_leaves_the_idle_gpu_to_exploratory_work(settings):  # noqa: F811
+    explore, cron = _orch(settings, CRON.format(w=1, d=8))
+    assert explore.target == "onprem" and cron.target == "onprem"
+    assert cron.wait_h == 1.0 and not cron.missed  # it waits an hour of its 7 h of slack
+
+
+def test_a_cron_run_it_would_make_late_rents_when_that_costs_the_team_less(settings):  # noqa: F811
+    # Half an hour of slack: the exploratory run (2 h, up to 4 h by its uncertainty) would
+    # make it late. Renting the 1-hour cron run costs less than renting the 2-hour one.
+    explore, cron = _orch(settings, CRON.format(w=1, d=1.5))
+    assert explore.target == "onprem" and cron.target == "cloud" and not cron.missed
+    # A 4-hour cron run costs more to rent: the exploratory run rents instead.
+    explore, cron = _orch(settings, CRON.format(w=4, d=4.5))
+    assert explore.target == "cloud" and cron.target == "onprem" and not cron.missed

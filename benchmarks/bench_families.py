@@ -1,6 +1,6 @@
 """The generated families of issue 33: orch against the best bound and every baseline.
 
-    PYTHONPATH=. python benchmarks/bench_families.py [--seeds 1,2,3] [--days 90] [--mip-seconds 20]
+    PYTHONPATH=. python benchmarks/bench_families.py [--seeds 1,2,3] [--days 90] [--mip-nodes 300]
 
 Four shapes of team (2, 4 and 8 owned A100s, and 4 with twice the steady load), each
 with job files whose estimates are off by sigma 0.5 and per-job speeds drawn from a
@@ -8,7 +8,7 @@ compute-bound share in 0-1, 90 days, seeds 1-3. For each trace it prints orch's 
 power + cloud (what placement controls) beside the best bound on power + cloud and the
 cheapest comparable baseline, what learning costs (orch over orch told the truth), the
 deadline misses and the exploratory p95 wait; then how many traces meet each goal.
-Takes 3-5 minutes on 2 cores (the whole-job MIP stops at --mip-seconds per trace).
+Takes 3-5 minutes on 2 cores (the whole-job MIP stops at --mip-nodes nodes per trace).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ def family(owned: str, steady: float, seed: int, days: int, settings):
     return trace, load_scenario(settings, [f"{shape.gpu}:{n}:{n * PRICE_PER_GPU}"])
 
 
-def run_one(owned: str, steady: float, seed: int, days: int, mip_seconds: float, settings) -> dict:
+def run_one(owned: str, steady: float, seed: int, days: int, mip_nodes: int, settings) -> dict:
     trace, scenario = family(owned, steady, seed, days, settings)
-    return simulate(trace, scenario, settings, seed=seed, beliefs="both", mip_seconds=mip_seconds)
+    return simulate(trace, scenario, settings, seed=seed, beliefs="both", mip_nodes=mip_nodes)
 
 
 def row(label: str, seed: int, r: dict) -> tuple[str, dict]:
@@ -76,7 +76,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--days", type=int, default=90)
-    ap.add_argument("--mip-seconds", type=float, default=20.0)
+    ap.add_argument("--mip-nodes", type=int, default=300)
     args = ap.parse_args()
     settings = load_settings()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -90,7 +90,7 @@ def main() -> None:
     for label, owned, steady in SHAPES:
         for seed in seeds:
             t0 = time.perf_counter()
-            r = run_one(owned, steady, seed, args.days, args.mip_seconds, settings)
+            r = run_one(owned, steady, seed, args.days, args.mip_nodes, settings)
             line, goals = row(label, seed, r)
             print(line, flush=True)
             print(f"  {label} seed {seed}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)

@@ -30,9 +30,15 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
              catalog_dir: Optional[Path] = typer.Option(None, "--catalog-dir", help="price "
                                                         "catalogs (<cloud>/vms.csv)"),
              spot_rate: float = typer.Option(0.05, "--spot-preemptions", min=0.0, max=10.0,
-                                             help="spot preemptions per running hour"),
-             mip_seconds: float = typer.Option(20.0, "--mip-seconds", min=0.0, max=3600.0,
-                                               help="time limit of the whole-job bound (a MIP); "
+                                             help="the true spot preemptions per running hour "
+                                             "(policies believe the spot_preemptions_per_hour "
+                                             "setting)"),
+             mip_nodes: int = typer.Option(300, "--mip-nodes", min=1, max=10_000_000,
+                                           help="branch-and-bound nodes after which the "
+                                           "whole-job bound (a MIP) stops: a limit that does "
+                                           "not move with the machine's load"),
+             mip_seconds: float = typer.Option(600.0, "--mip-seconds", min=0.0, max=3600.0,
+                                               help="the whole-job bound's safety time limit; "
                                                "0: the linear program's bound alone"),
              beliefs: str = typer.Option("learned", "--beliefs", help="what orch's policy is "
                                          "told of each job: learned (its job file and its own "
@@ -79,9 +85,9 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
     t = load_trace(trace, settings.gpu_speeds)
     started = time.perf_counter()
     err.print(f"[dim]{len(t.jobs)} jobs over {t.days} days; reading the price catalogs ...[/]")
-    scenario = load_scenario(settings, onprem or (), clouds, catalog_dir)
+    scenario = load_scenario(settings, onprem or (), clouds, catalog_dir, spot_rate=spot_rate)
     result = run(t, scenario, settings, seed=seed, spot_rate=spot_rate, beliefs=beliefs,
-                 mip_seconds=mip_seconds, progress=lambda msg: err.print(f"[dim]{escape(msg)}[/]"))
+                 mip_seconds=mip_seconds, mip_nodes=mip_nodes, progress=lambda msg: err.print(f"[dim]{escape(msg)}[/]"))
     result["wall_s"] = round(time.perf_counter() - started, 2)
     if plot is not None:
         from orchestrator.cli.plots import plot_policies
@@ -147,6 +153,10 @@ def render(result: dict) -> None:
     if result.get("learning_cost") is not None:
         out.print(f"what learning costs: orch's power + cloud with learned beliefs is "
                   f"{result['learning_cost']:.3f}x its spend when told the truth")
+    true, believed = result["spot_preemptions_per_hour"], result.get("believed_spot_preemptions_per_hour")
+    if believed is not None and true != believed:
+        out.print(f"spot preemptions: {true:g} per running hour in truth; orch believes {believed:g} "
+                  "(the spot_preemptions_per_hour setting)")
     for note in result.get("notes", []):
         out.print(f"[dim]{escape(note)}[/]")
     c = result.get("checks") or {}

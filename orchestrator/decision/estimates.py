@@ -113,7 +113,7 @@ def learn_ratios(runs: Iterable[PastRun], exclude: str = "") -> TeamRatios:
                       compute={k: (statistics.median(v), len(v)) for k, v in pure.items()})
 
 
-def _estimate_ratios(runs: Iterable[PastRun], owner: Optional[str], exclude: str) -> dict[str, list[float]]:
+def estimate_ratios(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "") -> dict[str, list[float]]:
     """Per job of the owner's (all jobs for `owner=None`) but `exclude`: measured hours over
     estimate.hours of each run on the model the estimate was written for (when it names one)."""
     per_job: dict[str, list[float]] = {}
@@ -125,12 +125,21 @@ def _estimate_ratios(runs: Iterable[PastRun], owner: Optional[str], exclude: str
     return per_job
 
 
-def user_bias(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "") -> Optional[tuple[float, int]]:
+def _per_job(runs: Iterable[PastRun], owner: Optional[str], exclude: str,
+             ratios: Optional[Mapping[str, list[float]]]) -> Mapping[str, list[float]]:
+    if ratios is None:
+        return estimate_ratios(runs, owner, exclude)
+    return {fp: v for fp, v in ratios.items() if fp != exclude}
+
+
+def user_bias(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "",
+              ratios: Optional[Mapping[str, list[float]]] = None) -> Optional[tuple[float, int]]:
     """How the owner's estimates compare with what their runs measured: the median over
     their other jobs (each its median run) of measured hours / estimate.hours, counting runs
     on the model the estimate was written for (when it names one); None without any.
-    `owner=None` (a plan that does not know who asks): everyone's runs."""
-    per_job = _estimate_ratios(runs, owner, exclude)
+    `owner=None` (a plan that does not know who asks): everyone's runs. `ratios`: the
+    owner's `estimate_ratios`, worked out once for many plans (then `runs` is not read)."""
+    per_job = _per_job(runs, owner, exclude, ratios)
     if not per_job:
         return None
     return statistics.median(statistics.median(v) for v in per_job.values()), len(per_job)
@@ -139,16 +148,17 @@ def user_bias(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "") 
 ERROR_MIN_JOBS = 3  # jobs whose runs measure the owner's estimates before their error counts
 
 
-def user_error(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "") -> Optional[float]:
+def user_error(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "",
+               ratios: Optional[Mapping[str, list[float]]] = None) -> Optional[float]:
     """The measured error of the owner's estimates once their bias is taken out: the 90th
     percentile over their other jobs (each its median run) of measured / estimated hours,
     over the median; None with fewer than ERROR_MIN_JOBS such jobs."""
-    per_job = _estimate_ratios(runs, owner, exclude)
+    per_job = _per_job(runs, owner, exclude, ratios)
     if len(per_job) < ERROR_MIN_JOBS:
         return None
-    ratios = sorted(statistics.median(v) for v in per_job.values())
-    p90 = ratios[min(len(ratios) - 1, int(0.9 * len(ratios)))]
-    return p90 / statistics.median(ratios)
+    each = sorted(statistics.median(v) for v in per_job.values())
+    p90 = each[min(len(each) - 1, int(0.9 * len(each)))]
+    return p90 / statistics.median(each)
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,11 +86,13 @@ class HoursEstimator:
     measured; any other is the known point scaled by the job's speed there
     (decision.estimates: its own runs, the team's, the shrunk peak table), assuming the
     work splits evenly over the GPUs. `history`: this job's runs and the team's; `team`,
-    when given, the team's ratios learned once for many plans (else from `history`)."""
+    when given, the team's ratios learned once for many plans (else from `history`);
+    `estimates`, likewise, the owner's `estimate_ratios` (their estimates' bias and error)."""
 
     def __init__(self, spec, fingerprint: str, history: Iterable[PastRun],
                  default_hours: float = 1.0, speeds: Mapping[str, float] | None = None,
-                 *, owner: Optional[str] = None, team: Optional[TeamRatios] = None):
+                 *, owner: Optional[str] = None, team: Optional[TeamRatios] = None,
+                 estimates: Optional[Mapping[str, list[float]]] = None):
         self.speeds = dict(speeds or {})
         history = list(history)
         mine = [r for r in history if r.fingerprint == fingerprint]
@@ -116,7 +118,7 @@ class HoursEstimator:
             if spec.estimate is not None:
                 hint = spec.estimate.hours
                 basis = f"estimate.hours {hint:g} h on {_dev(gpu, count)}"
-                bias = user_bias(history, owner, fingerprint)
+                bias = user_bias(history, owner, fingerprint, estimates)
                 if bias is not None and abs(bias[0] - 1.0) > 0.05:
                     basis += (f" x {bias[0]:.2g} (the owner's runs took {bias[0]:.2g}x their "
                               f"estimates, median over {bias[1]} job{'s' if bias[1] > 1 else ''})")
@@ -128,7 +130,7 @@ class HoursEstimator:
                                            f"on {_dev(gpu, count)} (give estimate.hours)")
         basis = self.reference.basis
         self.spread = _spread(basis, self.measured.get(_key(self.reference.gpu, self.reference.count)),
-                              user_error(history, owner, fingerprint)
+                              user_error(history, owner, fingerprint, estimates)
                               if basis.startswith("estimate.hours") else None)
         self._cache: dict[tuple, tuple[Optional[float], str]] = {}
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable, Optional, cast
 
 from orchestrator.base.targets import ONPREM
 from orchestrator.decision.capacity import Running, estimate_start
-from orchestrator.decision.estimates import TeamRatios, learn_ratios
+from orchestrator.decision.estimates import TeamRatios, estimate_ratios, learn_ratios
 from orchestrator.decision.models import Capacity, Offer, PastRun, Reservation
 from orchestrator.decision.placement import OfferIndex
 from orchestrator.decision.pricing import job_cost
@@ -105,6 +105,7 @@ class View:
         self.history: dict[str, list[PastRun]] = {}
         self.finished = 0  # runs in `history`
         self._team: tuple[float, int, Optional[TeamRatios]] = (-math.inf, -1, None)
+        self._estimates: tuple[float, int, Optional[dict]] = (-math.inf, -1, None)
 
     def team(self) -> TeamRatios:
         """The team's speed ratios from every finished run, relearned at most once per
@@ -113,6 +114,16 @@ class View:
         if ratios is None or (n != self.finished and self.now_h - at >= 1.0):
             ratios = learn_ratios(r for runs in self.history.values() for r in runs)
             self._team = (self.now_h, self.finished, ratios)
+        return ratios
+
+    def estimates(self) -> dict[str, list[float]]:
+        """The team's estimate ratios (measured / estimated hours per job) from every
+        finished run, for learning how far the job files' estimates are off (user bias,
+        its error), relearned at most once per simulated hour like `team`."""
+        at, n, ratios = self._estimates
+        if ratios is None or (n != self.finished and self.now_h - at >= 1.0):
+            ratios = estimate_ratios((r for runs in self.history.values() for r in runs), None)
+            self._estimates = (self.now_h, self.finished, ratios)
         return ratios
 
     def epoch(self, hours: float) -> float:

@@ -26,7 +26,8 @@ HYPERSCALERS = ("aws", "gcp", "azure")
 
 def orch(a: Ask, view: View) -> Optional[Choice]:
     """orch's planner, as `orch submit` runs it: classify against the runs that have
-    finished so far, read the on-prem capacity, `decide`. Given true speeds (--beliefs
+    finished so far, estimate from them and the team's (its speed ratios, how far the job
+    files' estimates run off), read the on-prem capacity, `decide`. Given true speeds (--beliefs
     truth) its estimator reads those and the true estimate, not the measured runs."""
     s, fp = view.settings, a.fingerprint
     history = view.history.get(fp, ())
@@ -34,7 +35,7 @@ def orch(a: Ask, view: View) -> Optional[Choice]:
         est = HoursEstimator(a.spec, fp, (), s.default_job_hours, believed_speeds(a, s.gpu_speeds))
     else:
         est = HoursEstimator(a.spec, fp, history, s.default_job_hours, s.gpu_speeds,
-                             team=view.team())
+                             team=view.team(), estimates=view.estimates())
     kind = classify(a.spec, fp, history, view.epoch(view.now_h), s, False, est.reference.hours)
     d = decide(a.spec, kind, view.index, view.capacity(a.gpus), s, fingerprint=fp,
                estimator=est)

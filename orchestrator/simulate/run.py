@@ -8,6 +8,7 @@ from typing import Callable, Optional, Sequence
 
 from orchestrator.simulate.engine import SPOT_PREEMPTIONS_PER_H, Simulation
 from orchestrator.simulate.jobs import SimJob, build_jobs
+from orchestrator.simulate.oracle import MIP_NODES, MIP_SECONDS, lower_bound
 from orchestrator.simulate.policies import HYPERSCALERS, ONLINE_TRUTH, POLICIES
 from orchestrator.simulate.scenario import Scenario, policy_settings
 
@@ -20,16 +21,19 @@ TRUE_BELIEFS = "orch (true beliefs)"
 
 def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
              spot_rate: float = SPOT_PREEMPTIONS_PER_H, policies: Optional[Sequence[str]] = None,
-             beliefs: str = "learned", mip_seconds: Optional[float] = 20.0,
+             beliefs: str = "learned", mip_seconds: Optional[float] = MIP_SECONDS,
+             mip_nodes: Optional[int] = MIP_NODES,
              progress: Callable[[str], None] = lambda msg: None) -> dict:
     """The result as `orch simulate --json` prints it (money in USD; `currency` and
     `currency_rate` say how to show it). `beliefs`: what orch's policy is told of each job,
     "learned" (the job file and its own runs), "truth" (the true hours and speeds) or
-    "both" (a second row, "orch (true beliefs)", and what learning costs). `mip_seconds`:
-    the whole-job bound's time limit (None or 0: the LP bound alone)."""
+    "both" (a second row, "orch (true beliefs)", and what learning costs). The whole-job
+    bound's MIP stops at `mip_nodes` branch-and-bound nodes (deterministic: the same bound
+    on a loaded machine), `mip_seconds` being only a safety cap (None or 0: the LP bound alone)."""
     if beliefs not in BELIEF_MODES:
         raise ValueError(f"beliefs must be one of {BELIEF_MODES}, not {beliefs!r}")
     started = time.perf_counter()
+    spot_rate = spot_rate if scenario.spot_rate is None else scenario.spot_rate  # the truth
     s = policy_settings(settings, scenario)
     jobs = build_jobs(trace, scenario.offers, s)
     names = list(policies or POLICIES)
@@ -61,9 +65,7 @@ def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
         progress(f"{name}: {len(jobs)} jobs in {time.perf_counter() - t0:.2f} s")
     end_h = max([sim.span_h] + [o.finish_h for r in runs for o in r.outcomes if o.finish_h is not None])
     t0 = time.perf_counter()
-    from orchestrator.simulate.oracle import lower_bound
-
-    oracle = lower_bound(sim, end_h, mip_seconds=mip_seconds or None)
+    oracle = lower_bound(sim, end_h, mip_seconds=mip_seconds or None, mip_nodes=mip_nodes)
     w = oracle.whole_job
     progress(f"oracle: LP {oracle.lp_seconds:.2f} s" + (
         "" if w is None else f", whole-job MIP {w.seconds:.1f} s") +
@@ -80,7 +82,8 @@ def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
     return {"trace": trace.source, "jobs": len(jobs), "days": trace.days, "seed": seed,
             "scenario": scenario.describe(settings.currency, rate),
             "currency": settings.currency, "currency_rate": rate,
-            "spot_preemptions_per_hour": spot_rate, "beliefs": beliefs,
+            "spot_preemptions_per_hour": spot_rate,
+            "believed_spot_preemptions_per_hour": s.spot_preemptions_per_hour, "beliefs": beliefs,
             "learning_cost": learning_cost(rows), "policies": rows,
             "checks": checks(rows, s.cloud_startup_minutes / 60.0), "notes": notes,
             "wall_s": round(time.perf_counter() - started, 2)}

@@ -40,3 +40,40 @@ def test_a_cron_run_it_would_make_late_rents_when_that_costs_the_team_less(setti
     # A 4-hour cron run costs more to rent: the exploratory run rents instead.
     explore, cron = _orch(settings, CRON.format(w=4, d=4.5))
     assert explore.target == "cloud" and cron.target == "onprem" and not cron.missed
+
+
+def test_the_estimator_learns_the_teams_estimate_bias_in_simulation(settings, monkeypatch):  # noqa: F811
+    # Distinct jobs whose files all say a third of their true hours: after three of them
+    # have run, orch's estimates read the team's bias (3x), as `orch serve`'s do.
+    lines = [f"{i * 3},j{i},f{i},3,A100,1,,false,auto,1,\n" for i in range(8)]
+    bases: list[str] = []
+
+    class Recording(P.HoursEstimator):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            bases.append(self.reference.basis)
+
+    monkeypatch.setattr(P, "HoursEstimator", Recording)
+    _orch(settings, BELIEF_HEADER + "".join(lines))
+    learned = [b for b in bases if "x 3 (the owner's runs took 3x their estimates" in b]
+    assert bases[0] == "estimate.hours 1 h on A100x1" and len(learned) >= 4
+
+
+def test_the_true_spot_rate_is_the_scenarios_and_the_policy_believes_the_setting(settings):  # noqa: F811
+    import dataclasses
+
+    from orchestrator.simulate.run import simulate
+    from tests.unit.simulate.test_simulate import EXAMPLE
+    from tests.unit.simulate.test_simulate_beliefs import _distinct
+
+    trace = parse_trace(_distinct(0.0), "t.csv")
+    base = scenario(settings, onprem=("A100:1:10000",), offers=EXAMPLE)
+    rows = {}
+    for rate in (0.0, 2.0):
+        r = simulate(trace, dataclasses.replace(base, spot_rate=rate), settings, policies=["orch"],
+                     mip_seconds=0)
+        assert (r["spot_preemptions_per_hour"], r["believed_spot_preemptions_per_hour"]) == (rate, 0.05)
+        rows[rate] = r["policies"][0]
+    # The same decisions (the policy does not know the truth), other preemptions and bills.
+    assert rows[0.0]["jobs_by_target"] == rows[2.0]["jobs_by_target"]
+    assert rows[0.0]["spot_preemptions"] == 0 < rows[2.0]["spot_preemptions"]

@@ -172,7 +172,7 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
                                       settings.gpu_speeds)
     variants = Needs.variants(spec)  # one per any_of / ordered candidate; else just one
     needs = variants[0]
-    rules = Rules(spec, settings, spent_this_month)
+    rules = Rules(spec, settings, spent_this_month, est.spread)
     money = rules.money
     rows = _rows(variants, spec.resources, index, est, capacity, spec, rules)
     guard_crons(rows, capacity, est.spread)

@@ -132,7 +132,7 @@ def rank(r: Row) -> tuple:
 class Rules:
     """The settings and the job's limits, read once per decision."""
 
-    def __init__(self, spec, settings, spent: float):
+    def __init__(self, spec, settings, spent: float, spread: float = 1.0):
         rate = settings.currency_rate
         self.settings, self.rate, self.cur = settings, rate, settings.currency
         self.local_only = settings.effective_mode == "local"
@@ -147,6 +147,7 @@ class Rules:
         self.deadline_h = spec.schedule.deadline_hours
         self.value = settings.turnaround_value_per_hour / rate  # USD per hour sooner
         self.explore_wait = settings.exploratory_wait
+        self.spread = spread  # how many times its estimate the job may take
         self.spent = spent  # USD this month so far; the limits as blockers show them:
         self.limits = {k: self.money(v) for k, v in (("hourly", self.max_hourly),
                        ("cost", self.max_cost), ("spent", spent), ("month", self.monthly))}
@@ -216,6 +217,8 @@ def apply_kind(rows: list[Row], kind: str, rules: Rules) -> str:
                 r.blockers.append((Block.WAIT, f"on-prem busy: wait {ex.minutes(r.wait)} > the "
                                                f"{rules.explore_wait:g} min exploratory work "
                                                "waits for owned GPUs (exploratory_wait_minutes)"))
+            elif r.wait > 0 and (late := _late_after_wait(r, rules)):
+                r.blockers.append((Block.WAIT, late))
             elif r.stranded:
                 x = r.stranded[0]
                 r.blockers.append((Block.DUE, f"{x.what or 'steady work'} is due on these GPUs "
@@ -228,6 +231,20 @@ def apply_kind(rows: list[Row], kind: str, rules: Rules) -> str:
             if r.score is not None and r.hours is not None:
                 r.score += rules.value * turnaround_h(r, r.hours, rules)
     return mode
+
+
+def _late_after_wait(r: Row, rules: Rules) -> str:
+    """Why waiting for owned GPUs would break the job's deadline, or "": the expected wait
+    plus its run as long as its estimate's uncertainty allows must end by the deadline
+    (renting starts it within the start-up, whatever the run's length)."""
+    if rules.deadline_h is None or r.hours is None:
+        return ""
+    end = r.wait / 60.0 + r.hours * rules.spread
+    if end <= rules.deadline_h:
+        return ""
+    return (f"on-prem busy: after a wait of {ex.minutes(r.wait)}, its run (up to "
+            f"{r.hours * rules.spread:.3g} h by its estimate's uncertainty) may end past its "
+            f"deadline ({rules.deadline_h:g} h)")
 
 
 def turnaround_h(r: Row, hours: float, rules: Rules) -> float:

@@ -245,8 +245,9 @@ def cluster_capacity(spec, settings, now: float, cluster=None) -> Capacity:
     (decision.demand); the answer here is for the job file's own accelerators. `cluster`:
     the read this plan made (providers.onprem.read_cluster); None reads it here."""
     from orchestrator.base.errors import BackendError
-    from orchestrator.decision.capacity import ClusterLoad, Running
+    from orchestrator.decision.capacity import ClusterLoad, Running, expected_remaining_s
     from orchestrator.decision.demand import job_demand
+    from orchestrator.decision.pricing import ESTIMATE_SPREAD
 
     snap = _read_cluster(settings) if cluster is None else cluster
     if isinstance(snap, BackendError):
@@ -258,7 +259,8 @@ def cluster_capacity(spec, settings, now: float, cluster=None) -> Capacity:
         if j.est_hours is not None and j.status == "PENDING":
             remaining = j.est_hours * 3600  # its whole run, once it starts
         elif j.est_hours is not None and j.start_time is not None:
-            remaining = max(0.0, j.est_hours * 3600 - (now - j.start_time))
+            # Its record keeps no estimate basis: as uncertain as an estimate as written.
+            remaining = expected_remaining_s(j.est_hours * 3600, now - j.start_time, ESTIMATE_SPREAD)
         running.append(Running(cpus=j.cpus, gpus=j.gpus, remaining_s=remaining,
                                queued=j.status == "PENDING"))
     total, used = snap.demands()

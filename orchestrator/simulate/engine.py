@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, cast
 
 from orchestrator.base.targets import ONPREM
-from orchestrator.decision.capacity import Running, estimate_start
+from orchestrator.decision.capacity import Running, estimate_start, expected_remaining_s
 from orchestrator.decision.estimates import TeamRatios, estimate_ratios, learn_ratios
 from orchestrator.decision.models import Capacity, Offer, PastRun, Reservation
 from orchestrator.decision.placement import OfferIndex
@@ -52,6 +52,7 @@ class Choice:
     used: float
     est_hours: Optional[float] = None
     kind: str = ""
+    spread: float = 1.0  # how many times `est_hours` the run may take (its uncertainty)
 
 
 @dataclass(slots=True)
@@ -76,7 +77,7 @@ class Pool:
 
     offer: Offer
     free: float
-    running: dict = field(default_factory=dict)  # job index -> (used, start_h, est_h)
+    running: dict = field(default_factory=dict)  # job index -> (used, start_h, est_h, spread)
     queue: deque = field(default_factory=deque)  # (Ask, Choice)
 
     @property
@@ -85,8 +86,9 @@ class Pool:
         return cast(str, self.offer.gpu)
 
     def capacity(self, now_h: float, need: float) -> Capacity:
-        jobs = [Running(0.0, used, None if est is None else max(0.0, (est - (now_h - start)) * 3600))
-                for used, start, est in self.running.values()]
+        jobs = [Running(0.0, used, None if est is None else
+                        expected_remaining_s(est * 3600, (now_h - start) * 3600, spread))
+                for used, start, est, spread in self.running.values()]
         jobs += [Running(0.0, c.used, None if c.est_hours is None else c.est_hours * 3600, queued=True)
                  for _, c in self.queue]
         src = (f"simulated {self.offer.gpu} pool: {self.free:g}/{self.offer.count:g} GPUs free, "
@@ -256,7 +258,7 @@ class Simulation:
         def start_owned(t: float, pool: Pool, sj: SimJob, choice: Choice):
             h = self.hours(sj, choice.offer.gpu, choice.used)
             pool.free -= choice.used
-            pool.running[sj.job.index] = (choice.used, t, choice.est_hours)
+            pool.running[sj.job.index] = (choice.used, t, choice.est_hours, choice.spread)
             busy.append((t, t + h, choice.used))
             o = out[sj.job.index]
             o.start_h, o.finish_h, o.wait_h = t, t + h, t - sj.job.arrival_h

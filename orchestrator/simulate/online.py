@@ -31,8 +31,8 @@ def _replay(pool: Pool, now_h: float, extra: Optional[tuple[float, float]]) -> l
     out): (start_h, end_h, used) of every running and queued job, and last of `extra`
     (used, hours) when given. Every job's hours here are true (its Choice said them)."""
     free, t = pool.free, now_h
-    ends = sorted((start + (est or 0.0), used) for used, start, est in pool.running.values())
-    out = [(start, start + (est or 0.0), used) for used, start, est in pool.running.values()]
+    ends = sorted((start + (est or 0.0), used) for used, start, est, _ in pool.running.values())
+    out = [(start, start + (est or 0.0), used) for used, start, est, _ in pool.running.values()]
     waiting = [(c.used, c.est_hours or 0.0) for _, c in pool.queue]
     if extra is not None:
         waiting.append(extra)

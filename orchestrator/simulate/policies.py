@@ -41,7 +41,7 @@ def orch(a: Ask, view: View) -> Optional[Choice]:
                estimator=est)
     if d.choice is None:
         return None
-    return Choice(d.choice.offer, d.choice.used, d.choice.est_hours, d.kind)
+    return Choice(d.choice.offer, d.choice.used, d.choice.est_hours, d.kind, est.spread)
 
 
 def _per_hour(options: Iterable[tuple[Offer, float]], speeds) -> Optional[tuple[Offer, float]]:

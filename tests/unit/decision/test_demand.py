@@ -185,3 +185,12 @@ def test_the_cluster_estimate_reads_each_jobs_holdings_from_its_ray_metadata(tmp
                            now)
     assert cap.can_start_now is False and cap.wait_minutes == pytest.approx(10.0)
     assert "0/8 GPUs free" in cap.source
+    # 90 minutes into its 60: not "any moment now" but half its time so far again (an
+    # estimate as written may run 2x long: decision.capacity.expected_remaining_s).
+    over = _job({"submission_id": "orch-old", "status": "RUNNING", "start_time": (now - 5400) * 1000,
+                 "metadata": {k: str(v) for k, v in meta.items()}})
+    snap = ClusterSnapshot("http://head:8265", (), {"CPU": 64.0, "GPU": 8.0},
+                           {"CPU": 0.0, "GPU": 0.0}, (over,), now)
+    cap = cluster_capacity(spec, Settings(home=tmp_path / "home", ray_address="http://head:8265"),
+                           now)
+    assert cap.wait_minutes == pytest.approx(45.0)

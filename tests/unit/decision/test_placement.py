@@ -466,3 +466,26 @@ def test_an_instance_with_more_gpus_than_the_job_asks_for_is_priced_as_paid():
     assert (row.used, row.est_hours) == (8, pytest.approx(4.0))
     assert row.est_cost == pytest.approx(10.0 * (4.0 + 0.1))
     assert d.choice.offer == x8, d.reasons
+
+
+def test_a_job_that_outlived_its_estimate_is_not_about_to_end():
+    from orchestrator.decision.capacity import expected_remaining_s
+
+    h = 3600.0
+    assert expected_remaining_s(h, 0.0, 1.0) == h  # within its estimate: the estimate's rest
+    assert expected_remaining_s(h, 0.5 * h, 3.0) == pytest.approx(0.5 * h)
+    assert expected_remaining_s(h, 1.5 * h, 1.0) == 60.0  # past it: never "any moment now"
+    # 1 h assumed (no estimate: 3x), run for 2 h: not "any moment now", another 2 h.
+    assert expected_remaining_s(h, 2 * h, 3.0) == pytest.approx(2 * h)
+    assert expected_remaining_s(h, 4 * h, 3.0) > expected_remaining_s(h, 2 * h, 3.0)
+
+
+def test_exploratory_work_waits_for_owned_gpus_only_while_its_deadline_allows():
+    # Owned A100s free in 2 min; the job has no estimate (1 h assumed, up to 3 h) and is due
+    # in 2 h: waiting could make it late, so it rents; due in 4 h, it waits.
+    bare = "resources: {accelerators: 'A100:1'}\n" + CKPT
+    late = plan(bare + "schedule: {deadline_hours: 2}\n", (), NOW_ISH)
+    assert late.choice.offer == RUNPOD_SPOT
+    owned = next(a for a in late.alternatives if a.offer.target == "onprem")
+    assert "(up to 3 h by its estimate's uncertainty) may end past its deadline (2 h)" in owned.excluded
+    assert plan(bare + "schedule: {deadline_hours: 4}\n", (), NOW_ISH).choice.offer == ONPREM

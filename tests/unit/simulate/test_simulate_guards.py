@@ -77,3 +77,13 @@ def test_the_true_spot_rate_is_the_scenarios_and_the_policy_believes_the_setting
     # The same decisions (the policy does not know the truth), other preemptions and bills.
     assert rows[0.0]["jobs_by_target"] == rows[2.0]["jobs_by_target"]
     assert rows[0.0]["spot_preemptions"] == 0 < rows[2.0]["spot_preemptions"]
+
+
+def test_exploratory_work_does_not_queue_behind_a_run_that_outlived_its_estimate(settings):  # noqa: F811
+    # The first run says 1 h and takes 3; at 1.5 h it has outlived its estimate by half an
+    # hour. A second run (due in 4 h) arriving then is told a wait of about 15 min, not
+    # "any moment now": it rents, and starts within the cloud's start-up.
+    text = BELIEF_HEADER + "0,a,fa,3,A100,1,,false,auto,1,\n1.5,b,fb,1,A100,1,4,false,auto,1,\n"
+    first, second = _orch(settings, text)
+    assert first.target == "onprem" and second.target == "cloud"
+    assert second.wait_h == 0.1 and not second.missed

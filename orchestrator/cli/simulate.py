@@ -55,6 +55,9 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
              noise: Optional[float] = typer.Option(None, "--estimate-noise", help="--generate: "
                                                    "write estimate_h, the true wall hours x "
                                                    "exp(N(0, SIGMA))"),
+             bias: float = typer.Option(1.0, "--estimate-bias", help="--generate: every "
+                                        "estimate_h this many times the truth besides its "
+                                        "noise (3: 3x too long; 0.333: 3x too short)"),
              compute: Optional[str] = typer.Option(None, "--compute-share", help="--generate: "
                                                    "write per-job speeds from a compute-bound "
                                                    "share drawn in LO:HI per fingerprint")) -> None:
@@ -66,7 +69,7 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
             raise InputError("give either a TRACE to simulate or --generate FILE, not both")
         from orchestrator.simulate.generate import parse_shape
 
-        _generate(generate, days, seed, parse_shape(owned, steady, burst, noise, compute))
+        _generate(generate, days, seed, parse_shape(owned, steady, burst, noise, compute, bias))
         return
     if beliefs not in ("learned", "truth", "both"):
         raise InputError(f"--beliefs {beliefs}: write learned, truth or both")

@@ -213,11 +213,18 @@ def speed_estimate(base: str, target: str, own: Mapping[str, OnModel], team: Tea
         if prior is None or prior.ratio is None:
             return Estimate(target, base, mean, f"{target}: {mean:.2g}x {base} (the team's {how})", "team")
         w = n / (n + PRIOR_JOBS)  # the prior counts as PRIOR_JOBS jobs' worth of measurement
-        r = math.exp(w * math.log(mean) + (1 - w) * math.log(prior.ratio))
+        point = math.exp(w * math.log(mean) + (1 - w) * math.log(prior.ratio))
+        # What is left of the belief's spread (in log terms: the prior's, as much as the
+        # jobs have not measured away) prices the hours at their expectation, which is
+        # longer than the point's: E[1 / r] = exp(var / 2) / r for a lognormal belief.
+        peak_ratio = (peak.get(target) or 1.0) / (peak.get(base) or 1.0)
+        var = (math.log(max(peak_ratio, 1 / peak_ratio)) / 2) ** 2 * (1 - w)
+        r = point / math.exp(var / 2)
         what = "gpu_speeds setting" if prior.kind == "setting" else "peak table, shrunk"
         return Estimate(target, base, r, f"{target}: {r:.2g}x {base} (the team's {how}, {mean:.2g}x, "
                                          f"weighed against the {what}, {prior.ratio:.2g}x, as "
-                                         f"{PRIOR_JOBS} jobs)", "team")
+                                         f"{PRIOR_JOBS} jobs: {point:.2g}x, priced at its "
+                                         f"expected hours for the belief's spread)", "team")
     if prior is not None:
         return prior
     unknown = base if not peak.get(base) else target

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from orchestrator.decision import HoursEstimator, PastRun
@@ -17,6 +19,12 @@ from orchestrator.records import JobRow
 from orchestrator.spec import load_spec_text
 
 PEAK = 989 / 312  # the table's H100 over A100
+
+
+def UNSURE(w: float, peak: float = PEAK) -> float:  # noqa: N802
+    """The expected hours over the point's of a lognormal belief whose variance is the
+    prior's, (ln peak / 2)^2, less what `w` of measurement took away."""
+    return math.exp((math.log(peak) / 2) ** 2 * (1 - w) / 2)
 
 
 def spec(extra: str = "resources: {accelerators: {A100: 1, H100: 1}}\n") -> object:
@@ -59,9 +67,10 @@ CASES = [
      None, ("H100", 1), 2.0 * (0.4 + 0.6 / 2.0), ["2x on compute", "waits for data 40% of a step"]),
     ("no share measured: the team's observed median, weighed against the prior as 3 jobs",
      [run("A100", 2.0, at=1)] + team(ratio=1.5, jobs=3),
-     None, ("H100", 1), 2.0 / (1.5 * PEAK ** 0.5) ** 0.5,
-     ["H100: 1.6x A100 (the team's median over 3 jobs on both, 1.5x, weighed against the peak "
-      "table, shrunk, 1.8x, as 3 jobs)"]),
+     None, ("H100", 1), 2.0 / (1.5 * PEAK ** 0.5) ** 0.5 * UNSURE(0.5),
+     ["H100: 1.5x A100 (the team's median over 3 jobs on both, 1.5x, weighed against the peak "
+      "table, shrunk, 1.8x, as 3 jobs: 1.6x, priced at its expected hours for the belief's "
+      "spread)"]),
     ("the team's data-bound jobs teach the compute ratio, not their own gain",
      [run("A100", 2.0, data=0.0, at=1)] + team(ratio=1 / (0.4 + 0.6 / 2.5), jobs=5, data=0.4),
      None, ("H100", 1), 2.0 / 2.5, ["2.5x on compute"]),
@@ -233,7 +242,8 @@ def test_a_job_of_unknown_gain_is_priced_at_the_teams_expected_hours_not_its_med
                               "estimate: {hours: 2, gpu: A100}\n"), "new", history)
     hours, basis = est.hours("H100", 1)
     w = 5 / 8  # five jobs against the prior's three
-    assert hours == pytest.approx(2.0 / (learned.expected["A100", "H100"] ** w * PEAK ** (0.5 * (1 - w))))
+    assert hours == pytest.approx(2.0 / (learned.expected["A100", "H100"] ** w * PEAK ** (0.5 * (1 - w)))
+                                  * UNSURE(w))
     assert "priced at their expected hours: median 3x" in basis
 
 
@@ -245,7 +255,7 @@ def test_a_gpu_speeds_setting_is_a_prior_that_the_teams_runs_overrule():
     ratio = {n: 6.0 / HoursEstimator(job, "new", team(ratio=1.3, jobs=n), speeds=told).hours("H100", 1)[0]
              for n in (0, 3, 12, 60)}
     assert ratio[0] == pytest.approx(6.0)
-    assert ratio[3] == pytest.approx((6.0 * 1.3) ** 0.5)
+    assert ratio[3] == pytest.approx((6.0 * 1.3) ** 0.5 / UNSURE(0.5))
     assert ratio[0] > ratio[3] > ratio[12] > ratio[60] > 1.3
     assert ratio[60] < 1.4
     basis = HoursEstimator(job, "new", team(ratio=1.3, jobs=3), speeds=told).hours("H100", 1)[1]

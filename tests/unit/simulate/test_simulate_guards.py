@@ -87,3 +87,16 @@ def test_exploratory_work_does_not_queue_behind_a_run_that_outlived_its_estimate
     first, second = _orch(settings, text)
     assert first.target == "onprem" and second.target == "cloud"
     assert second.wait_h == 0.1 and not second.missed
+
+
+def test_generate_writes_estimates_biased_as_asked():
+    import pytest
+
+    from orchestrator.base.errors import InputError
+    from orchestrator.simulate.generate import generate, parse_shape
+
+    exact = generate(7, 2, parse_shape(noise=0.0))
+    long = generate(7, 2, parse_shape(bias=3.0))  # a bias alone writes the column, no noise
+    assert [j.estimate_h for j in long] == pytest.approx([3 * j.estimate_h for j in exact], abs=2e-3)
+    with pytest.raises(InputError, match="--estimate-bias 0: must be above zero"):
+        parse_shape(bias=0.0)

@@ -8,6 +8,7 @@ an `Ask` carries the job file's estimate only.
 
 from __future__ import annotations
 
+import math
 from typing import Iterable, Optional
 
 from orchestrator.base.targets import ONPREM
@@ -41,7 +42,9 @@ def orch(a: Ask, view: View) -> Optional[Choice]:
                estimator=est)
     if d.choice is None:
         return None
-    return Choice(d.choice.offer, d.choice.used, d.choice.est_hours, d.kind, est.spread)
+    promise = (view.now_h + d.choice.wait_minutes / 60.0 if d.kind == "exploratory"
+               and d.choice.offer.owned and not math.isinf(d.choice.wait_minutes) else None)
+    return Choice(d.choice.offer, d.choice.used, d.choice.est_hours, d.kind, est.spread, promise)
 
 
 def _per_hour(options: Iterable[tuple[Offer, float]], speeds) -> Optional[tuple[Offer, float]]:

@@ -1,7 +1,10 @@
-"""The cron guard by slack, as the simulator runs orch's planner (the decision core `orch
-plan` and `orch serve` share)."""
+"""Issue 49 in the simulator, as it runs orch's planner (the decision core `orch plan` and
+`orch serve` share): the cron guard by slack, honest waits and re-placement, the team's
+estimate bias learned, the true spot rate apart from the believed one, biased estimates."""
 
 from __future__ import annotations
+
+import pytest
 
 from orchestrator.simulate import policies as P
 from orchestrator.simulate.engine import Simulation
@@ -90,8 +93,6 @@ def test_exploratory_work_does_not_queue_behind_a_run_that_outlived_its_estimate
 
 
 def test_generate_writes_estimates_biased_as_asked():
-    import pytest
-
     from orchestrator.base.errors import InputError
     from orchestrator.simulate.generate import generate, parse_shape
 
@@ -100,3 +101,14 @@ def test_generate_writes_estimates_biased_as_asked():
     assert [j.estimate_h for j in long] == pytest.approx([3 * j.estimate_h for j in exact], abs=2e-3)
     with pytest.raises(InputError, match="--estimate-bias 0: must be above zero"):
         parse_shape(bias=0.0)
+
+
+def test_a_queued_exploratory_job_is_re_placed_once_its_expected_start_passed(settings):  # noqa: F811
+    # The first run says 1 h and takes 3. A second (due in 4 h) arrives at 0.97 h, told the
+    # GPU frees in about 2 minutes, and queues for it; a minute after that start passed
+    # with the first run still going, it is placed again, and rents.
+    text = BELIEF_HEADER + "0,a,fa,3,A100,1,,false,auto,1,\n0.97,b,fb,1,A100,1,4,false,auto,1,\n"
+    first, second = _orch(settings, text)
+    assert first.target == "onprem" and second.target == "cloud" and not second.missed
+    assert second.start_h == pytest.approx(1.0 + 1 / 60)
+    assert second.wait_h == pytest.approx(1.0 + 1 / 60 - 0.97 + 0.1)

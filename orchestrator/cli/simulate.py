@@ -30,9 +30,15 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
              catalog_dir: Optional[Path] = typer.Option(None, "--catalog-dir", help="price "
                                                         "catalogs (<cloud>/vms.csv)"),
              spot_rate: float = typer.Option(0.05, "--spot-preemptions", min=0.0, max=10.0,
-                                             help="spot preemptions per running hour"),
-             mip_seconds: float = typer.Option(20.0, "--mip-seconds", min=0.0, max=3600.0,
-                                               help="time limit of the whole-job bound (a MIP); "
+                                             help="the true spot preemptions per running hour "
+                                             "(policies believe the spot_preemptions_per_hour "
+                                             "setting)"),
+             mip_nodes: int = typer.Option(300, "--mip-nodes", min=1, max=10_000_000,
+                                           help="branch-and-bound nodes after which the "
+                                           "whole-job bound (a MIP) stops: a limit that does "
+                                           "not move with the machine's load"),
+             mip_seconds: float = typer.Option(600.0, "--mip-seconds", min=0.0, max=3600.0,
+                                               help="the whole-job bound's safety time limit; "
                                                "0: the linear program's bound alone"),
              beliefs: str = typer.Option("learned", "--beliefs", help="what orch's policy is "
                                          "told of each job: learned (its job file and its own "
@@ -49,6 +55,9 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
              noise: Optional[float] = typer.Option(None, "--estimate-noise", help="--generate: "
                                                    "write estimate_h, the true wall hours x "
                                                    "exp(N(0, SIGMA))"),
+             bias: float = typer.Option(1.0, "--estimate-bias", help="--generate: every "
+                                        "estimate_h this many times the truth besides its "
+                                        "noise (3: 3x too long; 0.333: 3x too short)"),
              compute: Optional[str] = typer.Option(None, "--compute-share", help="--generate: "
                                                    "write per-job speeds from a compute-bound "
                                                    "share drawn in LO:HI per fingerprint")) -> None:
@@ -60,7 +69,7 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
             raise InputError("give either a TRACE to simulate or --generate FILE, not both")
         from orchestrator.simulate.generate import parse_shape
 
-        _generate(generate, days, seed, parse_shape(owned, steady, burst, noise, compute))
+        _generate(generate, days, seed, parse_shape(owned, steady, burst, noise, compute, bias))
         return
     if beliefs not in ("learned", "truth", "both"):
         raise InputError(f"--beliefs {beliefs}: write learned, truth or both")
@@ -79,9 +88,9 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
     t = load_trace(trace, settings.gpu_speeds)
     started = time.perf_counter()
     err.print(f"[dim]{len(t.jobs)} jobs over {t.days} days; reading the price catalogs ...[/]")
-    scenario = load_scenario(settings, onprem or (), clouds, catalog_dir)
+    scenario = load_scenario(settings, onprem or (), clouds, catalog_dir, spot_rate=spot_rate)
     result = run(t, scenario, settings, seed=seed, spot_rate=spot_rate, beliefs=beliefs,
-                 mip_seconds=mip_seconds, progress=lambda msg: err.print(f"[dim]{escape(msg)}[/]"))
+                 mip_seconds=mip_seconds, mip_nodes=mip_nodes, progress=lambda msg: err.print(f"[dim]{escape(msg)}[/]"))
     result["wall_s"] = round(time.perf_counter() - started, 2)
     if plot is not None:
         from orchestrator.cli.plots import plot_policies
@@ -131,7 +140,8 @@ def render(result: dict) -> None:
         if jobs.get("unplaced"):
             placed += f" ({jobs['unplaced']} unplaced)"
         util = r["onprem_utilization"]
-        name = r["name"] + (" (lower bound)" if r["name"] == "oracle" else "")
+        name = r["name"] + {"oracle": " (lower bound)", "online-truth": " (reference)"}.get(
+            r["name"], "")
         if r["name"] == "orch" and result.get("beliefs") == "truth":
             name = "orch (true beliefs)"
         t.add_row(name, _money(r["cash_total"], result), _money(r["ownership"], result),
@@ -146,6 +156,10 @@ def render(result: dict) -> None:
     if result.get("learning_cost") is not None:
         out.print(f"what learning costs: orch's power + cloud with learned beliefs is "
                   f"{result['learning_cost']:.3f}x its spend when told the truth")
+    true, believed = result["spot_preemptions_per_hour"], result.get("believed_spot_preemptions_per_hour")
+    if believed is not None and true != believed:
+        out.print(f"spot preemptions: {true:g} per running hour in truth; orch believes {believed:g} "
+                  "(the spot_preemptions_per_hour setting)")
     for note in result.get("notes", []):
         out.print(f"[dim]{escape(note)}[/]")
     c = result.get("checks") or {}
@@ -163,6 +177,11 @@ def render(result: dict) -> None:
         out.print(f"checks (what placement controls): orch's power + cloud / the best bound = "
                   f"{c['orch_power_cloud_over_bound']:.3f} (goal <= {c['power_cloud_goal']:g}: "
                   f"{ok(c['power_cloud_met'])})")
+    if c.get("orch_power_cloud_over_online") is not None:
+        out.print(f"checks (what placement controls): orch's power + cloud / online-truth's "
+                  f"(the greedy told each job's truth on arrival) = "
+                  f"{c['orch_power_cloud_over_online']:.3f} (goal <= {c['online_goal']:g}: "
+                  f"{ok(c['online_met'])})")
     ratio = "-" if c["orch_over_oracle"] is None else f"{c['orch_over_oracle']:.3f}"
     by = {r["name"]: r for r in result["policies"]}
     if c["cheaper_than_every_baseline"]:

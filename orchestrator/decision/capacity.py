@@ -50,6 +50,17 @@ def estimate_start(free_cpus: float, free_gpus: float, jobs: Sequence[Running],
     return Capacity(can_start_now=now <= 0.0, wait_minutes=now / 60.0, source=source)
 
 
+def expected_remaining_s(est_s: float, elapsed_s: float, spread: float) -> float:
+    """What is left of a running job estimated at `est_s` seconds, `elapsed_s` in, whose
+    estimate may run `spread` times long (its uncertainty, HoursEstimator.spread): the
+    estimate's rest while it lasts; past it, not "any moment now" but half of (spread - 1)
+    of the time run so far: the longer a job has outlived its estimate, the longer it is
+    expected to go on (as with a heavy tail), and never less than a minute."""
+    if elapsed_s < est_s:
+        return est_s - elapsed_s
+    return max(60.0, elapsed_s * max(spread - 1.0, 0.0) / 2.0)
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterLoad:
     """What the cluster has free and runs now: enough to estimate when any job could

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
 from orchestrator.decision.gpus import CPU, SPEED, canonical_gpu
@@ -90,6 +91,10 @@ class TeamRatios:
 
     observed: Mapping[tuple[str, str], tuple[float, int]]
     compute: Mapping[tuple[str, str], tuple[float, int]]
+    # Per pair, the speed that prices a job whose own ratio is unknown at its expected cost:
+    # hours go as 1 / ratio, so the harmonic mean over the team's jobs, not their median
+    # (a sweep of 50 data-bound runs is not priced at the compute-bound jobs' gain).
+    expected: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
 
 def learn_ratios(runs: Iterable[PastRun], exclude: str = "") -> TeamRatios:
@@ -110,23 +115,56 @@ def learn_ratios(runs: Iterable[PastRun], exclude: str = "") -> TeamRatios:
                     seen.setdefault((a, b), []).append(ratio)
                     pure.setdefault((a, b), []).append(compute_ratio(ratio, on_a.data_share))
     return TeamRatios(observed={k: (statistics.median(v), len(v)) for k, v in seen.items()},
-                      compute={k: (statistics.median(v), len(v)) for k, v in pure.items()})
+                      compute={k: (statistics.median(v), len(v)) for k, v in pure.items()},
+                      expected={k: statistics.harmonic_mean(v) for k, v in seen.items()})
 
 
-def user_bias(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "") -> Optional[tuple[float, int]]:
-    """How the owner's estimates compare with what their runs measured: the median over
-    their other jobs (each its median run) of measured hours / estimate.hours, counting runs
-    on the model the estimate was written for (when it names one); None without any.
-    `owner=None` (a plan that does not know who asks): everyone's runs."""
+def estimate_ratios(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "") -> dict[str, list[float]]:
+    """Per job of the owner's (all jobs for `owner=None`) but `exclude`: measured hours over
+    estimate.hours of each run on the model the estimate was written for (when it names one)."""
     per_job: dict[str, list[float]] = {}
     for r in runs:
         if (r.succeeded and (owner is None or r.owner == owner) and r.fingerprint != exclude and r.duration_s
                 and r.estimate_hours and (r.estimate_gpu is None
                                           or model_of(r.estimate_gpu) == model_of(r.gpu))):
             per_job.setdefault(r.fingerprint, []).append(r.duration_s / 3600 / r.estimate_hours)
+    return per_job
+
+
+def _per_job(runs: Iterable[PastRun], owner: Optional[str], exclude: str,
+             ratios: Optional[Mapping[str, list[float]]]) -> Mapping[str, list[float]]:
+    if ratios is None:
+        return estimate_ratios(runs, owner, exclude)
+    return {fp: v for fp, v in ratios.items() if fp != exclude}
+
+
+def user_bias(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "",
+              ratios: Optional[Mapping[str, list[float]]] = None) -> Optional[tuple[float, int]]:
+    """How the owner's estimates compare with what their runs measured: the median over
+    their other jobs (each its median run) of measured hours / estimate.hours, counting runs
+    on the model the estimate was written for (when it names one); None without any.
+    `owner=None` (a plan that does not know who asks): everyone's runs. `ratios`: the
+    owner's `estimate_ratios`, worked out once for many plans (then `runs` is not read)."""
+    per_job = _per_job(runs, owner, exclude, ratios)
     if not per_job:
         return None
     return statistics.median(statistics.median(v) for v in per_job.values()), len(per_job)
+
+
+ERROR_MIN_JOBS = 3  # jobs whose runs measure the owner's estimates before their error counts
+
+
+def user_error(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "",
+               ratios: Optional[Mapping[str, list[float]]] = None) -> Optional[float]:
+    """The measured error of the owner's estimates once their bias is taken out: the 90th
+    percentile over their other jobs (each its median run) of measured / estimated hours,
+    over the median; None with fewer than ERROR_MIN_JOBS such jobs."""
+    per_job = _per_job(runs, owner, exclude, ratios)
+    if len(per_job) < ERROR_MIN_JOBS:
+        return None
+    each = sorted(statistics.median(v) for v in per_job.values())
+    p90 = each[min(len(each) - 1, int(0.9 * len(each)))]
+    return p90 / statistics.median(each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +205,43 @@ def speed_estimate(base: str, target: str, own: Mapping[str, OnModel], team: Tea
         return Estimate(target, base, r, f"{target}: {r:.2g}x this job's {base} speed (the team's "
                                          f"median over {hit[1]} jobs on both, {hit[0]:.2g}x on compute; "
                                          f"this job waits for data {share:.0%} of a step)", "team")
+    prior = _prior(base, target, overrides, peak, share)
     if hit := team.observed.get((base, target)):
-        return Estimate(target, base, hit[0], f"{target}: {hit[0]:.2g}x {base} "
-                                              f"(the team's median over {hit[1]} jobs on both)", "team")
+        mean, n = team.expected.get((base, target), hit[0]), hit[1]
+        how = (f"median over {n} job{'s' if n != 1 else ''} on both" if abs(mean / hit[0] - 1.0) <= 0.02
+               else f"{n} jobs on both, priced at their expected hours: median {hit[0]:.2g}x")
+        if prior is None or prior.ratio is None:
+            return Estimate(target, base, mean, f"{target}: {mean:.2g}x {base} (the team's {how})", "team")
+        w = n / (n + PRIOR_JOBS)  # the prior counts as PRIOR_JOBS jobs' worth of measurement
+        point = math.exp(w * math.log(mean) + (1 - w) * math.log(prior.ratio))
+        # What is left of the belief's spread (in log terms: the prior's, as much as the
+        # jobs have not measured away) prices the hours at their expectation, which is
+        # longer than the point's: E[1 / r] = exp(var / 2) / r for a lognormal belief.
+        peak_ratio = (peak.get(target) or 1.0) / (peak.get(base) or 1.0)
+        var = (math.log(max(peak_ratio, 1 / peak_ratio)) / 2) ** 2 * (1 - w)
+        r = point / math.exp(var / 2)
+        what = "gpu_speeds setting" if prior.kind == "setting" else "peak table, shrunk"
+        return Estimate(target, base, r, f"{target}: {r:.2g}x {base} (the team's {how}, {mean:.2g}x, "
+                                         f"weighed against the {what}, {prior.ratio:.2g}x, as "
+                                         f"{PRIOR_JOBS} jobs: {point:.2g}x, priced at its "
+                                         f"expected hours for the belief's spread)", "team")
+    if prior is not None:
+        return prior
+    unknown = base if not peak.get(base) else target
+    return Estimate(target, base, None, f"no speed figure for {unknown} (add it to the gpu_speeds setting)",
+                    "none")
+
+
+# A prior speed figure (a gpu_speeds setting, the shrunk peak table) weighs as much as this
+# many of the team's jobs measured on both models (in log terms): a setting is a prior that
+# measured runs overrule as they add up (at 12 jobs, 80 % of the figure is theirs).
+PRIOR_JOBS = 3
+
+
+def _prior(base: str, target: str, overrides: Mapping[str, float] | None,
+           peak: Mapping[str, float], share: Optional[float]) -> Optional[Estimate]:
+    """What is believed with no run measured: a gpu_speeds setting, else the peak table
+    (shrunk GPU to GPU); None where neither has a figure."""
     given = {model_of(k): float(v) for k, v in (overrides or {}).items()}
     if base in given or target in given:
         sb, st = given.get(base, peak.get(base)), given.get(target, peak.get(target))
@@ -178,9 +250,7 @@ def speed_estimate(base: str, target: str, own: Mapping[str, OnModel], team: Tea
                             "setting")
     sb, st = peak.get(base), peak.get(target)
     if not sb or not st:
-        unknown = base if not sb else target
-        return Estimate(target, base, None, f"no speed figure for {unknown} (add it to the gpu_speeds setting)",
-                        "none")
+        return None
     table = st / sb
     if CPU in (base, target):
         return Estimate(target, base, table, f"{target}: {table:.3g}x {base} (peak table; no runs measured)")

@@ -190,10 +190,11 @@ def rule_lines(choice: Alternative, ranked: Sequence[Alternative], eligible: Seq
                     f"frees in {minutes(choice.wait_minutes)}, within the "
                     f"{settings.exploratory_wait:g} min exploratory work waits (renting "
                     "takes the cloud's start-up anyway),")
+            late = (f"it would make {choice.displaces} late, priced as renting for it"
+                    if choice.displaces else "no work queued or due on it would be made late")
             lines.append(f"exploratory backfill: {what(choice)} {idle} and stays free for "
-                         f"the job's {choice.est_hours:.3g} h (nothing queued or due on it before "
-                         f"then), so it runs there for {dispatch_words(choice, money)}, the "
-                         f"marginal cost that decided{vs}")
+                         f"the job's {choice.est_hours:.3g} h ({late}), so it runs there for "
+                         f"{dispatch_words(choice, money)}, the marginal cost that decided{vs}")
     else:
         runner_up = next((a for a in eligible if a is not choice and not a.offer.owned), None)
         cheapest = f"the cheapest rentable GPU per job: {mine}" + (

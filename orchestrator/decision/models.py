@@ -157,6 +157,8 @@ class Reservation:
     what: str = ""
     cloud_cost: Optional[float] = None
     slack_hours: float = 0.0  # how long that work may start late and still meet its deadline
+    # cloud_cost infinite: that work may not rent (its placement.allow has no cloud), so
+    # exploratory work never pushes it out.
 
 
 @dataclass(frozen=True, slots=True)

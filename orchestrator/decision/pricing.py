@@ -15,6 +15,7 @@ from orchestrator.decision.estimates import (
     model_of,
     speed_estimate,
     user_bias,
+    user_error,
 )
 from orchestrator.decision.gpus import CPU, canonical_gpu
 from orchestrator.decision.models import Offer, PastRun
@@ -57,6 +58,25 @@ def reference_device(spec) -> tuple[Optional[str], float]:
     return None, 0
 
 
+# How much longer than estimated a run may take (the estimate's uncertainty, as a factor:
+# about its 90th percentile over its median), where nothing measured says better.
+MEASURED_SPREAD = 1.15  # at least, for a figure measured on the device itself
+ESTIMATE_SPREAD = 2.0  # estimate.hours as written (the families' sigma 0.5 gives 1.9)
+DEFAULT_SPREAD = 3.0  # no estimate: default_job_hours is a guess
+
+
+def _spread(basis: str, measured: Optional[tuple[float, int, float]],
+            user: Optional[float]) -> float:
+    """The uncertainty of a reference figure, by where it came from: measured runs by their
+    own spread (max over median), an estimate by its owner's measured error, else the
+    constants above."""
+    if basis.startswith("measured") and measured is not None:
+        return max(MEASURED_SPREAD, measured[2])
+    if basis.startswith("estimate.hours"):
+        return ESTIMATE_SPREAD if user is None else max(MEASURED_SPREAD, user)
+    return DEFAULT_SPREAD
+
+
 class HoursEstimator:
     """Estimated hours of one job on each (GPU, count), with the basis of each figure.
 
@@ -66,11 +86,13 @@ class HoursEstimator:
     measured; any other is the known point scaled by the job's speed there
     (decision.estimates: its own runs, the team's, the shrunk peak table), assuming the
     work splits evenly over the GPUs. `history`: this job's runs and the team's; `team`,
-    when given, the team's ratios learned once for many plans (else from `history`)."""
+    when given, the team's ratios learned once for many plans (else from `history`);
+    `estimates`, likewise, the owner's `estimate_ratios` (their estimates' bias and error)."""
 
     def __init__(self, spec, fingerprint: str, history: Iterable[PastRun],
                  default_hours: float = 1.0, speeds: Mapping[str, float] | None = None,
-                 *, owner: Optional[str] = None, team: Optional[TeamRatios] = None):
+                 *, owner: Optional[str] = None, team: Optional[TeamRatios] = None,
+                 estimates: Optional[Mapping[str, list[float]]] = None):
         self.speeds = dict(speeds or {})
         history = list(history)
         mine = [r for r in history if r.fingerprint == fingerprint]
@@ -78,24 +100,25 @@ class HoursEstimator:
         by_dev: dict[tuple, list[PastRun]] = {}
         for r in runs:
             by_dev.setdefault(_key(r.gpu, r.gpu_count), []).append(r)
-        self.measured: dict[tuple, tuple[float, int]] = {}
+        self.measured: dict[tuple, tuple[float, int, float]] = {}  # hours, runs, max/median
         for key, rs in by_dev.items():
             timed = [r.duration_s for r in rs if r.duration_s and r.duration_s > 0][:_RECENT]
             if timed:
-                self.measured[key] = (statistics.median(timed) / 3600.0, len(timed))
+                med = statistics.median(timed)
+                self.measured[key] = (med / 3600.0, len(timed), max(timed) / med)
         self.own = by_model(mine)
         self.team = team if team is not None else learn_ratios(history, exclude=fingerprint)
         runs = [r for r in runs if r.duration_s and r.duration_s > 0]
         if runs:
             key = _key(runs[0].gpu, runs[0].gpu_count)
-            h, n = self.measured[key]
+            h, n, _ = self.measured[key]
             self.reference = Reference(key[0], key[1], h, _measured(n, key))
         else:
             gpu, count = reference_device(spec)
             if spec.estimate is not None:
                 hint = spec.estimate.hours
                 basis = f"estimate.hours {hint:g} h on {_dev(gpu, count)}"
-                bias = user_bias(history, owner, fingerprint)
+                bias = user_bias(history, owner, fingerprint, estimates)
                 if bias is not None and abs(bias[0] - 1.0) > 0.05:
                     basis += (f" x {bias[0]:.2g} (the owner's runs took {bias[0]:.2g}x their "
                               f"estimates, median over {bias[1]} job{'s' if bias[1] > 1 else ''})")
@@ -105,6 +128,10 @@ class HoursEstimator:
                 self.reference = Reference(gpu, count, default_hours,
                                            f"no measurement or estimate: assumed {default_hours:g} h "
                                            f"on {_dev(gpu, count)} (give estimate.hours)")
+        basis = self.reference.basis
+        self.spread = _spread(basis, self.measured.get(_key(self.reference.gpu, self.reference.count)),
+                              user_error(history, owner, fingerprint, estimates)
+                              if basis.startswith("estimate.hours") else None)
         self._cache: dict[tuple, tuple[Optional[float], str]] = {}
 
     def speed(self, gpu: Optional[str]) -> Estimate:
@@ -120,7 +147,7 @@ class HoursEstimator:
         out: tuple[Optional[float], str]
         ref = self.reference
         if key in self.measured:
-            h, n = self.measured[key]
+            h, n, _ = self.measured[key]
             out = (h, _measured(n, key))
             if model_of(key[0]) != model_of(ref.gpu) and (own := self.speed(key[0])).kind == "own":
                 out = (h, f"{out[1]}: {own.source}")  # the ratio its runs on both models measured

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Mapping, Optional
 
 from orchestrator.decision.demand import job_demand
@@ -26,8 +27,9 @@ def schedule_reservations(schedules: Iterable[Mapping], now: float, horizon_h: f
     """A reservation for every schedule that is not paused and is due within `horizon_h`:
     what its job holds (decision.demand), on the GPU model its job file names first, with
     the slack its `schedule.deadline_hours` leaves after its `estimate.hours` (else
-    `default_slack_h`, what steady work may wait: max_wait_minutes). Schedules whose jobs
-    hold no GPU reserve nothing."""
+    `default_slack_h`, what steady work may wait: max_wait_minutes), and an infinite cloud
+    cost where its `placement.allow` leaves out the cloud. Schedules whose jobs hold no GPU
+    reserve nothing."""
     out = []
     for s in schedules:
         next_at = s.get("next_at")
@@ -42,7 +44,10 @@ def schedule_reservations(schedules: Iterable[Mapping], now: float, horizon_h: f
         deadline = sched.get("deadline_hours")
         slack = (max(0.0, deadline - hours) if deadline is not None and hours is not None
                  else default_slack_h)
+        allow = (spec.get("placement") or {}).get("allow")
+        stays = isinstance(allow, (list, tuple)) and "cloud" not in allow  # may not rent
         out.append(Reservation(in_hours=(next_at - now) / 3600.0, gpus=need.gpus,
                                gpu=_first_accelerator(spec),
-                               what=f"cron schedule '{s.get('name')}'", slack_hours=slack))
+                               what=f"cron schedule '{s.get('name')}'", slack_hours=slack,
+                               cloud_cost=math.inf if stays else None))
     return tuple(sorted(out, key=lambda r: r.in_hours))

@@ -288,8 +288,9 @@ def cluster_capacity(spec, settings, now: float, cluster=None,
     their metadata says they hold: any job on the cluster can submit a Ray job with made-up
     metadata; the others hold what Ray reports used."""
     from orchestrator.base.errors import BackendError
-    from orchestrator.decision.capacity import ClusterLoad, Running
+    from orchestrator.decision.capacity import ClusterLoad, Running, expected_remaining_s
     from orchestrator.decision.demand import job_demand
+    from orchestrator.decision.pricing import ESTIMATE_SPREAD
 
     snap = _read_cluster(settings) if cluster is None else cluster
     if isinstance(snap, BackendError):
@@ -301,7 +302,8 @@ def cluster_capacity(spec, settings, now: float, cluster=None,
         if j.est_hours is not None and j.status == "PENDING":
             remaining = j.est_hours * 3600  # its whole run, once it starts
         elif j.est_hours is not None and j.start_time is not None:
-            remaining = max(0.0, j.est_hours * 3600 - (now - j.start_time))
+            # Its record keeps no estimate basis: as uncertain as an estimate as written.
+            remaining = expected_remaining_s(j.est_hours * 3600, now - j.start_time, ESTIMATE_SPREAD)
         running.append(Running(cpus=j.cpus, gpus=j.gpus, remaining_s=remaining,
                                queued=j.status == "PENDING"))
     total, used = snap.demands()
@@ -312,21 +314,24 @@ def cluster_capacity(spec, settings, now: float, cluster=None,
 
 
 def schedule_holds(settings, now: float, name: Optional[str] = None,
-                   horizon_h: float = 24.0, store=None) -> tuple:
-    """The cron schedules (`orch serve`'s, in the store) due in the next `horizon_h`, as the
+                   horizon_h: Optional[float] = None, store=None) -> tuple:
+    """The cron schedules (`orch serve`'s, in the store) due in the next `horizon_h`
+    (default: the cron_lookahead_hours setting), as the
     owned GPUs they will claim; none before the store exists. A job's own schedule (same
     name) is left out: its next slot follows this run."""
     with _session(settings, store) as db:
         return _holds(db, settings, now, name, horizon_h)
 
 
-def _holds(store, settings, now: float, name: Optional[str] = None, horizon_h: float = 24.0) -> tuple:
+def _holds(store, settings, now: float, name: Optional[str] = None,
+           horizon_h: Optional[float] = None) -> tuple:
     from orchestrator.decision.reservations import schedule_reservations
 
     if store is None:
         return ()
     schedules = [s for s in store.schedules() if s.get("name") != name]
-    return schedule_reservations(schedules, now, horizon_h, settings.max_wait_minutes / 60.0)
+    ahead = settings.cron_lookahead_hours if horizon_h is None else horizon_h
+    return schedule_reservations(schedules, now, ahead, settings.max_wait_minutes / 60.0)
 
 
 def month_spend(settings, now: float, store=None) -> float:

@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     preemption_restarts: int = Field(10, ge=0, le=1000, description="times a job on owned "
                                      "hardware that exits 75 (the preemption contract) is run "
                                      "again before it is failed")
+    cron_lookahead_hours: float = Field(24, gt=0, le=720, description="how far ahead placement "
+                                        "sees the cron schedules due on owned GPUs (`orch serve`, "
+                                        "`orch plan` and `orch simulate` alike)")
     exploratory_backfill: bool = Field(True, description="exploratory work may run on owned GPUs "
                                        "that are idle now and stay free for its whole run; off: "
                                        "exploratory work always rents")

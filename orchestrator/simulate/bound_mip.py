@@ -1,5 +1,7 @@
 """The whole-job bound: the bound's program with each job wholly owned on one pool or wholly
-rented (a MIP, HiGHS through scipy.optimize.milp, under a time limit).
+rented (a MIP, HiGHS through scipy.optimize.milp, stopped at a number of branch-and-bound
+nodes: a limit that does not move with the machine's load, so the bound on one trace is
+the same on any machine; a wall-clock limit stays only as a safety cap).
 
 Every simulated policy runs a job whole: on one owned pool, or on one cloud offer. So the
 linear program's rows hold for such a schedule and, besides, its job's cloud share is 0
@@ -35,8 +37,10 @@ class WholeJobBound:
     gap: Optional[float]  # (incumbent - dual bound) / incumbent
     seconds: float
     time_limit_s: float
-    hit_limit: bool  # the search stopped at its time limit (the optimum is not proven)
+    hit_limit: bool  # the search stopped at a limit (the optimum is not proven)
     message: str
+    node_limit: Optional[int] = None  # the deterministic limit; None: the time limit alone
+    nodes: Optional[int] = None  # nodes the search explored
 
     @property
     def solved(self) -> bool:
@@ -46,6 +50,7 @@ class WholeJobBound:
         return {"dual_bound": _usd(self.dual_bound), "incumbent": _usd(self.incumbent),
                 "gap": None if self.gap is None else round(self.gap, 4),
                 "seconds": round(self.seconds, 2), "time_limit_s": self.time_limit_s,
+                "node_limit": self.node_limit, "nodes": self.nodes,
                 "hit_limit": self.hit_limit, "message": self.message}
 
 
@@ -53,8 +58,10 @@ def _usd(x: Optional[float]) -> Optional[float]:
     return None if x is None else round(x, 2)
 
 
-def whole_job_bound(prog: Program, time_limit_s: float) -> WholeJobBound:
-    """Solve the whole-job MIP for at most `time_limit_s` seconds and say what it proved."""
+def whole_job_bound(prog: Program, time_limit_s: float,
+                    node_limit: Optional[int] = None) -> WholeJobBound:
+    """Solve the whole-job MIP for at most `node_limit` branch-and-bound nodes (None: no
+    such limit) and `time_limit_s` seconds, and say what it proved."""
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix, hstack, vstack
 
@@ -97,9 +104,15 @@ def whole_job_bound(prog: Program, time_limit_s: float) -> WholeJobBound:
     c = np.r_[prog.cost, np.zeros(n_w)]
     hi = np.r_[np.where(cloud, 1.0, prog.hi), np.ones(n_w)]
     integrality = np.r_[cloud.astype(int), np.ones(n_w, dtype=int)]
+    options: dict = {"time_limit": float(time_limit_s), "mip_rel_gap": MIP_REL_GAP}
+    if node_limit is not None:
+        options["node_limit"] = int(node_limit)
     res = milp(c, integrality=integrality, bounds=Bounds(np.zeros(len(c)), hi),
-               constraints=constraints, options={"time_limit": float(time_limit_s), "mip_rel_gap": MIP_REL_GAP})
+               constraints=constraints, options=options)
     seconds = time.perf_counter() - t0
+    nodes = getattr(res, "mip_node_count", None)
+    at_nodes = node_limit is not None and nodes is not None and nodes >= node_limit
+    message = f"node limit reached ({nodes} node{'s' if nodes != 1 else ''})" if at_nodes and res.status != 0 else str(res.message)
     incumbent = float(res.fun) if res.x is not None and res.fun is not None else None
     dual = getattr(res, "mip_dual_bound", None)
     dual = float(dual) if dual is not None and math.isfinite(dual) else None
@@ -109,5 +122,6 @@ def whole_job_bound(prog: Program, time_limit_s: float) -> WholeJobBound:
         dual = min(dual, incumbent)  # HiGHS's tolerances may leave the bound a hair above
     gap = ((incumbent - dual) / incumbent if dual is not None and incumbent else None)
     return WholeJobBound(dual_bound=dual, incumbent=incumbent, gap=gap, seconds=seconds,
-                         time_limit_s=float(time_limit_s), hit_limit=res.status == 1,
-                         message=str(res.message))
+                         time_limit_s=float(time_limit_s),
+                         hit_limit=res.status == 1 or (at_nodes and res.status != 0),
+                         message=message, node_limit=node_limit, nodes=nodes)

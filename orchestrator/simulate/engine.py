@@ -24,34 +24,25 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Optional, cast
+from typing import TYPE_CHECKING, Optional
 
 from orchestrator.base.targets import ONPREM
-from orchestrator.decision.capacity import Running, estimate_start
-from orchestrator.decision.estimates import TeamRatios, learn_ratios
-from orchestrator.decision.models import Capacity, Offer, PastRun, Reservation
+from orchestrator.decision.models import Offer, PastRun
 from orchestrator.decision.placement import OfferIndex
 from orchestrator.decision.pricing import job_cost
-from orchestrator.simulate.jobs import REF_THROUGHPUT, Ask, SimJob, believed_hours, owned_cost, true_hours
+from orchestrator.simulate.jobs import REF_THROUGHPUT, SimJob, owned_cost, true_hours
 from orchestrator.simulate.trace import Trace
+from orchestrator.simulate.view import Choice, Policy, Pool, View
+
+__all__ = ["Choice", "Outcome", "Policy", "Pool", "PolicyRun", "Simulation", "View", "preemptions"]
 
 if TYPE_CHECKING:
     from orchestrator.settings import Settings
 
 SPOT_PREEMPTIONS_PER_H = 0.05
 LOST_WORK_H = 0.25
-
-
-@dataclass(frozen=True, slots=True)
-class Choice:
-    """Where a policy sends a job; `est_hours` is the policy's estimate (for wait estimates)."""
-
-    offer: Offer
-    used: float
-    est_hours: Optional[float] = None
-    kind: str = ""
+RECHECK_H = 1 / 60  # a queued job is re-placed this long after its expected start passed
 
 
 @dataclass(slots=True)
@@ -68,103 +59,6 @@ class Outcome:
     missed: bool = False
     preemptions: int = 0
     kind: str = ""  # the job's kind (SimJob.kind), the same under every policy
-
-
-@dataclass
-class Pool:
-    """One owned GPU pool: a FIFO queue in front of `count` GPUs, like Ray's pending jobs."""
-
-    offer: Offer
-    free: float
-    running: dict = field(default_factory=dict)  # job index -> (used, start_h, est_h)
-    queue: deque = field(default_factory=deque)  # (Ask, Choice)
-
-    @property
-    def gpu(self) -> str:
-        """The pool's GPU model: load_scenario refuses an owned pool without one."""
-        return cast(str, self.offer.gpu)
-
-    def capacity(self, now_h: float, need: float) -> Capacity:
-        jobs = [Running(0.0, used, None if est is None else max(0.0, (est - (now_h - start)) * 3600))
-                for used, start, est in self.running.values()]
-        jobs += [Running(0.0, c.used, None if c.est_hours is None else c.est_hours * 3600, queued=True)
-                 for _, c in self.queue]
-        src = (f"simulated {self.offer.gpu} pool: {self.free:g}/{self.offer.count:g} GPUs free, "
-               f"{len(self.running)} running, {len(self.queue)} queued")
-        return estimate_start(0.0, self.free, jobs, 0.0, need, src)
-
-
-class View:
-    """What a policy may look at when a job arrives: the clock, owned pools, finished runs,
-    the cron schedules' asks. It holds no `Simulation`, so no true work or speed."""
-
-    def __init__(self, settings: Settings, index: OfferIndex, start: float, pools: list[Pool],
-                 scheduled: list[Ask]):
-        self.settings, self.index, self.start = settings, index, start
-        self.pools, self.scheduled, self.now_h = pools, scheduled, 0.0
-        self.history: dict[str, list[PastRun]] = {}
-        self.finished = 0  # runs in `history`
-        self._team: tuple[float, int, Optional[TeamRatios]] = (-math.inf, -1, None)
-
-    def team(self) -> TeamRatios:
-        """The team's speed ratios from every finished run, relearned at most once per
-        simulated hour (as a server would cache them), so a long trace stays fast."""
-        at, n, ratios = self._team
-        if ratios is None or (n != self.finished and self.now_h - at >= 1.0):
-            ratios = learn_ratios(r for runs in self.history.values() for r in runs)
-            self._team = (self.now_h, self.finished, ratios)
-        return ratios
-
-    def epoch(self, hours: float) -> float:
-        return self.start + hours * 3600.0
-
-    def hours(self, ask: Ask, gpu: Optional[str], used: float) -> float:
-        """What the job file says a run takes on `used` x `gpu` (the default with no estimate)."""
-        s = self.settings
-        return believed_hours(ask, gpu, used, s.gpu_speeds, s.default_job_hours)
-
-    def pool_for(self, offer: Offer) -> Pool:
-        return next(p for p in self.pools if p.offer == offer)
-
-    def can_start_now(self, offer: Offer, used: float) -> bool:
-        p = self.pool_for(offer)
-        return not p.queue and p.free >= used
-
-    def capacity(self, need: float) -> Optional[Capacity]:
-        """The on-prem capacity orch would read from the cluster, for a job of `need` GPUs,
-        with the cron-scheduled work due on it in the next two days."""
-        fits = [p for p in self.pools if p.offer.count >= need]
-        if not fits:
-            return None
-        due = self.reservations()
-        if len(self.pools) == 1:
-            cap = fits[0].capacity(self.now_h, need)
-            free = {self.pools[0].gpu: self.pools[0].free if not self.pools[0].queue else 0.0}
-            return Capacity(onprem_free=free, wait_minutes=cap.wait_minutes, source=cap.source,
-                            can_start_now=cap.can_start_now, reservations=due)
-        caps = [p.capacity(self.now_h, need) for p in fits]
-        waits = [c.wait_minutes for c in caps if c.wait_minutes is not None]
-        free = {p.gpu: (p.free if not p.queue else 0.0) for p in self.pools}
-        return Capacity(onprem_free=free, wait_minutes=min(waits) if waits else None,
-                        source="; ".join(c.source for c in caps), reservations=due)
-
-    def reservations(self, horizon_h: float = 48.0) -> tuple[Reservation, ...]:
-        """Cron-scheduled jobs due soon: a trace job of kind `steady` stands for one, and a
-        schedule's next slot is known ahead, as `orch serve` knows its schedules'."""
-        out = []
-        for a in self.scheduled:
-            at = a.arrival_h
-            if at <= self.now_h:
-                continue
-            if at > self.now_h + horizon_h:
-                break
-            out.append(Reservation(in_hours=at - self.now_h, gpus=float(a.gpus),
-                                   what=f"cron job {a.name}", cloud_cost=a.rent_usd,
-                                   slack_hours=a.slack_h))
-        return tuple(out)
-
-
-Policy = Callable[[Ask, View], Optional[Choice]]
 
 
 def preemptions(seed: int, index: int, hours: float, rate: float, lost: float) -> int:
@@ -238,7 +132,7 @@ class Simulation:
         def start_owned(t: float, pool: Pool, sj: SimJob, choice: Choice):
             h = self.hours(sj, choice.offer.gpu, choice.used)
             pool.free -= choice.used
-            pool.running[sj.job.index] = (choice.used, t, choice.est_hours)
+            pool.running[sj.job.index] = (choice.used, t, choice.est_hours, choice.spread)
             busy.append((t, t + h, choice.used))
             o = out[sj.job.index]
             o.start_h, o.finish_h, o.wait_h = t, t + h, t - sj.job.arrival_h
@@ -260,6 +154,12 @@ class Simulation:
                         qa, qc = pool.queue.popleft()
                         start_owned(t, pool, self.jobs[qa.index], qc)
                 continue
+            if what == 2:  # a queued exploratory job's expected start has passed
+                pool = done
+                at = next((i for i, (qa, _) in enumerate(pool.queue) if qa.index == sj.job.index), None)
+                if at is None:
+                    continue  # it started
+                del pool.queue[at]
             choice = policy(sj.ask, view)
             o = out[sj.job.index]
             if choice is None:
@@ -273,7 +173,7 @@ class Simulation:
                 k = (preemptions(self.seed, sj.job.index, h, self.spot_rate, LOST_WORK_H)
                      if choice.offer.spot else 0)
                 run_h = h + k * (LOST_WORK_H + startup_h)
-                o.start_h, o.wait_h, o.preemptions = t, startup_h, k
+                o.start_h, o.wait_h, o.preemptions = t, t - sj.job.arrival_h + startup_h, k
                 o.finish_h = t + startup_h + run_h
                 o.cost = o.cloud = job_cost(choice.offer, h + k * LOST_WORK_H, choice.used,
                                             self.settings.cloud_startup_minutes * (1 + k))[0]
@@ -284,6 +184,9 @@ class Simulation:
                     start_owned(t, pool, sj, choice)
                 else:
                     pool.queue.append((sj.ask, choice))
+                    if choice.start_by_h is not None:  # asked again once its start is late
+                        heapq.heappush(heap, (max(choice.start_by_h, t) + RECHECK_H, 2, seq, sj, pool))
+                        seq += 1
         for sj, o in zip(self.jobs, out):
             if o.target is not None and o.start_h is None:  # queued behind a pool it can never fit
                 o.target, o.where = None, "-"

@@ -30,7 +30,8 @@ class Shape:
     sigma of each job file's estimate.hours (None: no estimate_h column). compute:
     per fingerprint, a compute-bound share c drawn uniformly in (lo, hi); the job's speed
     on a model M is 1 / ((1 - c) + c / peak(M) / peak(gpu)), written to `speeds` (None:
-    no speeds, every job runs at the table's ratios)."""
+    no speeds, every job runs at the table's ratios). bias: every estimate runs this many
+    times the truth on top of its noise (3: estimates 3x too long; 1/3: 3x too short)."""
 
     gpu: str = "A100"
     owned: int = 4
@@ -38,6 +39,7 @@ class Shape:
     burst: tuple[int, int] = (4, 12)
     noise: Optional[float] = None
     compute: Optional[tuple[float, float]] = None
+    bias: float = 1.0
 
     @property
     def streams(self) -> int:
@@ -142,7 +144,8 @@ def _beliefs(jobs: list[TraceJob], seed: int, shape: Shape) -> list[TraceJob]:
     for j in jobs:
         extra: dict = {}
         if shape.noise is not None:
-            extra.update(estimate_h=round(j.wall_hours * math.exp(rng.gauss(0, shape.noise)), 3),
+            extra.update(estimate_h=round(j.wall_hours * shape.bias
+                                          * math.exp(rng.gauss(0, shape.noise)), 3),
                          estimated=True)
         if shape.compute is not None:
             if j.fingerprint not in speeds:
@@ -168,7 +171,8 @@ def _pair(flag: str, text: str, kind, lo: float, hi: float) -> tuple:
 
 
 def parse_shape(owned: Optional[str] = None, steady: float = 1.0, burst: Optional[str] = None,
-                noise: Optional[float] = None, compute: Optional[str] = None) -> Shape:
+                noise: Optional[float] = None, compute: Optional[str] = None,
+                bias: float = 1.0) -> Shape:
     """A Shape from `orch simulate --generate`'s flags; a bad one is an InputError."""
     from orchestrator.base.errors import InputError
     from orchestrator.decision.gpus import canonical_gpu
@@ -185,6 +189,11 @@ def parse_shape(owned: Optional[str] = None, steady: float = 1.0, burst: Optiona
         raise InputError(f"--steady {steady:g}: must be above zero", "e.g. --steady 2 (twice the steady work)")
     if noise is not None and not (math.isfinite(noise) and noise >= 0):
         raise InputError(f"--estimate-noise {noise:g}: must be 0 or more", "e.g. --estimate-noise 0.5")
-    return replace(shape, steady=steady, noise=noise,
+    if not (math.isfinite(bias) and bias > 0):
+        raise InputError(f"--estimate-bias {bias:g}: must be above zero",
+                         "e.g. --estimate-bias 3 (estimates 3x too long)")
+    if bias != 1.0 and noise is None:
+        noise = 0.0  # a bias needs the estimate_h column
+    return replace(shape, steady=steady, noise=noise, bias=bias,
                    burst=_pair("--burst", burst, int, 1, 1000) if burst else shape.burst,
                    compute=_pair("--compute-share", compute, float, 0, 1) if compute else None)

@@ -45,7 +45,10 @@ if TYPE_CHECKING:
     from orchestrator.simulate.engine import Simulation
 
 BUCKET_MINUTES = 6.0  # owned capacity is counted per bucket of this length
-MIP_SECONDS = 20.0  # the whole-job MIP's time limit
+# The whole-job MIP stops at a number of branch-and-bound nodes, a limit that does not move
+# with the machine's load; its wall-clock limit is only a safety cap.
+MIP_NODES = 300
+MIP_SECONDS = 600.0
 
 
 @dataclass
@@ -121,18 +124,28 @@ def bound_line(bound: dict) -> str:
     if w is None:
         return lp + "; whole-job MIP not run"
     if w["dual_bound"] is None:
-        return lp + f"; whole-job MIP: no bound within its {w['time_limit_s']:g} s limit"
-    tail = "stopped at its time limit" if w["hit_limit"] else "finished"
+        return lp + f"; whole-job MIP: no bound within its {_limit(w)}"
+    tail = f"stopped at its {_limit(w)}" if w["hit_limit"] else "finished"
     inc = "" if w["incumbent"] is None else f", best whole-job point {w['incumbent']:,.2f}"
     gap = "" if w["gap"] is None else f", gap {100 * w['gap']:.1f} %"
     return (lp + f"; whole jobs at least {w['dual_bound']:,.2f} USD{inc}{gap} "
             f"({w['seconds']:.1f} s, {tail})")
 
 
+def _limit(w: dict) -> str:
+    """The MIP's limit in words: its node limit, unless only the time limit can have stopped it."""
+    nodes = w.get("node_limit")
+    if nodes is None or (w.get("nodes") is not None and w["nodes"] < nodes):
+        return f"{w['time_limit_s']:g} s time limit"
+    return f"{nodes:,} node limit"
+
+
 def lower_bound(sim: Simulation, end_h: float, *, bucket_minutes: float = BUCKET_MINUTES,
-                mip_seconds: Optional[float] = MIP_SECONDS, one_piece: bool = True) -> OracleResult:
+                mip_seconds: Optional[float] = MIP_SECONDS, one_piece: bool = True,
+                mip_nodes: Optional[int] = MIP_NODES) -> OracleResult:
     """Solve the relaxation with HiGHS (scipy.optimize.linprog), then the whole-job MIP for at
-    most `mip_seconds` (None: skip it)."""
+    most `mip_nodes` branch-and-bound nodes (the deterministic limit; None: none) and
+    `mip_seconds` (a safety cap; None: skip the MIP)."""
     import numpy as np
     from scipy.optimize import linprog
 
@@ -154,7 +167,7 @@ def lower_bound(sim: Simulation, end_h: float, *, bucket_minutes: float = BUCKET
     owned_frac = np.bincount(prog.job[owned], weights=(prog.per_job * x)[owned], minlength=prog.n_jobs)
     busy = float((x * prog.in_span)[owned].sum())
     owned_gpu_h = sum(p.count for p in sim.offers if p.target == ONPREM) * sim.span_h
-    mip = None if mip_seconds is None else whole_job_bound(prog, mip_seconds)
+    mip = None if mip_seconds is None else whole_job_bound(prog, mip_seconds, mip_nodes)
     return OracleResult(power=power, cloud_spend=cloud_spend, ownership=sim.ownership_usd,
                         chargeback=float(prog.full @ x), job_cash=per_job.tolist(),
                         owned_fraction=owned_frac.tolist(), busy_gpu_h=busy, owned_gpu_h=owned_gpu_h,

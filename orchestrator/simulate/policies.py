@@ -8,6 +8,7 @@ an `Ask` carries the job file's estimate only.
 
 from __future__ import annotations
 
+import math
 from typing import Iterable, Optional
 
 from orchestrator.base.targets import ONPREM
@@ -18,13 +19,16 @@ from orchestrator.decision.placement import decide
 from orchestrator.decision.pricing import HoursEstimator, job_cost
 from orchestrator.simulate.engine import Choice, View
 from orchestrator.simulate.jobs import Ask, believed_speeds
+from orchestrator.simulate.online import NAME as ONLINE_TRUTH
+from orchestrator.simulate.online import online_truth
 
 HYPERSCALERS = ("aws", "gcp", "azure")
 
 
 def orch(a: Ask, view: View) -> Optional[Choice]:
     """orch's planner, as `orch submit` runs it: classify against the runs that have
-    finished so far, read the on-prem capacity, `decide`. Given true speeds (--beliefs
+    finished so far, estimate from them and the team's (its speed ratios, how far the job
+    files' estimates run off), read the on-prem capacity, `decide`. Given true speeds (--beliefs
     truth) its estimator reads those and the true estimate, not the measured runs."""
     s, fp = view.settings, a.fingerprint
     history = view.history.get(fp, ())
@@ -32,13 +36,15 @@ def orch(a: Ask, view: View) -> Optional[Choice]:
         est = HoursEstimator(a.spec, fp, (), s.default_job_hours, believed_speeds(a, s.gpu_speeds))
     else:
         est = HoursEstimator(a.spec, fp, history, s.default_job_hours, s.gpu_speeds,
-                             team=view.team())
+                             team=view.team(), estimates=view.estimates())
     kind = classify(a.spec, fp, history, view.epoch(view.now_h), s, False, est.reference.hours)
     d = decide(a.spec, kind, view.index, view.capacity(a.gpus), s, fingerprint=fp,
                estimator=est)
     if d.choice is None:
         return None
-    return Choice(d.choice.offer, d.choice.used, d.choice.est_hours, d.kind)
+    promise = (view.now_h + d.choice.wait_minutes / 60.0 if d.kind == "exploratory"
+               and d.choice.offer.owned and not math.isinf(d.choice.wait_minutes) else None)
+    return Choice(d.choice.offer, d.choice.used, d.choice.est_hours, d.kind, est.spread, promise)
 
 
 def _per_hour(options: Iterable[tuple[Offer, float]], speeds) -> Optional[tuple[Offer, float]]:
@@ -117,4 +123,6 @@ def by_kind_strict(a: Ask, view: View) -> Optional[Choice]:
 
 BASELINES = {"cloud-cheapest": cloud_cheapest, "owned-first": owned_first,
              "owned-only": owned_only, "by-kind-strict": by_kind_strict, "on-demand": on_demand}
-POLICIES = {"orch": orch, **BASELINES}
+# `online-truth` is a reference, not a baseline: `simulate` runs it on the jobs told the
+# truth (it reads their true hours), and the checks judge orch's power + cloud by it.
+POLICIES = {"orch": orch, ONLINE_TRUTH: online_truth, **BASELINES}

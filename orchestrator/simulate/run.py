@@ -8,38 +8,44 @@ from typing import Callable, Optional, Sequence
 
 from orchestrator.simulate.engine import SPOT_PREEMPTIONS_PER_H, Simulation
 from orchestrator.simulate.jobs import SimJob, build_jobs
-from orchestrator.simulate.policies import HYPERSCALERS, POLICIES
+from orchestrator.simulate.oracle import MIP_NODES, MIP_SECONDS, lower_bound
+from orchestrator.simulate.policies import HYPERSCALERS, ONLINE_TRUTH, POLICIES
 from orchestrator.simulate.scenario import Scenario, policy_settings
 
 GOAL_RATIO, GOAL_MISS_RATE = 1.03, 0.01
 GOAL_CONTROLLED = 1.15  # orch's power + cloud over the best bound: what placement controls
+GOAL_ONLINE = 1.05  # orch's power + cloud over online-truth's (the reference orch is judged by)
 BELIEF_MODES = ("learned", "truth", "both")
 TRUE_BELIEFS = "orch (true beliefs)"
 
 
 def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
              spot_rate: float = SPOT_PREEMPTIONS_PER_H, policies: Optional[Sequence[str]] = None,
-             beliefs: str = "learned", mip_seconds: Optional[float] = 20.0,
+             beliefs: str = "learned", mip_seconds: Optional[float] = MIP_SECONDS,
+             mip_nodes: Optional[int] = MIP_NODES,
              progress: Callable[[str], None] = lambda msg: None) -> dict:
     """The result as `orch simulate --json` prints it (money in USD; `currency` and
     `currency_rate` say how to show it). `beliefs`: what orch's policy is told of each job,
     "learned" (the job file and its own runs), "truth" (the true hours and speeds) or
-    "both" (a second row, "orch (true beliefs)", and what learning costs). `mip_seconds`:
-    the whole-job bound's time limit (None or 0: the LP bound alone)."""
+    "both" (a second row, "orch (true beliefs)", and what learning costs). The whole-job
+    bound's MIP stops at `mip_nodes` branch-and-bound nodes (deterministic: the same bound
+    on a loaded machine), `mip_seconds` being only a safety cap (None or 0: the LP bound alone)."""
     if beliefs not in BELIEF_MODES:
         raise ValueError(f"beliefs must be one of {BELIEF_MODES}, not {beliefs!r}")
     started = time.perf_counter()
+    spot_rate = spot_rate if scenario.spot_rate is None else scenario.spot_rate  # the truth
     s = policy_settings(settings, scenario)
     jobs = build_jobs(trace, scenario.offers, s)
+    names = list(policies or POLICIES)
     told: list[SimJob] = []
-    if beliefs != "learned":  # the same jobs, told the truth; kinds as reported for all rows
+    if beliefs != "learned" or ONLINE_TRUTH in names:
+        # The same jobs, told the truth; kinds as reported for all rows.
         told = [SimJob(t.job, replace(t.ask, kind=j.kind))
                 for j, t in zip(jobs, build_jobs(trace, scenario.offers, s, "truth"))]
     ownership = sum(inv.purchase_price * trace.days / (inv.lifetime_years * 365.25)
                     for inv in scenario.owned)
     sim = Simulation(trace=trace, jobs=jobs, offers=scenario.offers, settings=s, seed=seed,
                      spot_rate=spot_rate, ownership_usd=ownership)
-    names = list(policies or POLICIES)
     notes = []
     if "on-demand" in names and not any(c in HYPERSCALERS for c in scenario.clouds):
         names.remove("on-demand")
@@ -47,7 +53,10 @@ def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
     runs = []
     for name in names:
         t0 = time.perf_counter()
-        if name == "orch" and beliefs == "truth":
+        if name == ONLINE_TRUTH:  # the truth on arrival, the true spot rate too
+            knows = s.model_copy(update={"spot_preemptions_per_hour": spot_rate})
+            runs.append(replace(sim, jobs=told, settings=knows).run(name, POLICIES[name]))
+        elif name == "orch" and beliefs == "truth":
             runs.append(replace(sim, jobs=told).run(name, POLICIES[name]))
         else:
             runs.append(sim.run(name, POLICIES[name]))
@@ -56,9 +65,7 @@ def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
         progress(f"{name}: {len(jobs)} jobs in {time.perf_counter() - t0:.2f} s")
     end_h = max([sim.span_h] + [o.finish_h for r in runs for o in r.outcomes if o.finish_h is not None])
     t0 = time.perf_counter()
-    from orchestrator.simulate.oracle import lower_bound
-
-    oracle = lower_bound(sim, end_h, mip_seconds=mip_seconds or None)
+    oracle = lower_bound(sim, end_h, mip_seconds=mip_seconds or None, mip_nodes=mip_nodes)
     w = oracle.whole_job
     progress(f"oracle: LP {oracle.lp_seconds:.2f} s" + (
         "" if w is None else f", whole-job MIP {w.seconds:.1f} s") +
@@ -75,7 +82,8 @@ def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
     return {"trace": trace.source, "jobs": len(jobs), "days": trace.days, "seed": seed,
             "scenario": scenario.describe(settings.currency, rate),
             "currency": settings.currency, "currency_rate": rate,
-            "spot_preemptions_per_hour": spot_rate, "beliefs": beliefs,
+            "spot_preemptions_per_hour": spot_rate,
+            "believed_spot_preemptions_per_hour": s.spot_preemptions_per_hour, "beliefs": beliefs,
             "learning_cost": learning_cost(rows), "policies": rows,
             "checks": checks(rows, s.cloud_startup_minutes / 60.0), "notes": notes,
             "wall_s": round(time.perf_counter() - started, 2)}
@@ -106,10 +114,14 @@ def checks(rows: list[dict], startup_h: float) -> dict:
     best_cash = bound.get("best_cash_total", (oracle or {}).get("cash_total"))
     best_pc = bound.get("best_power_cloud")
     ratio = orch["cash_total"] / best_cash if best_cash else None
-    controlled = (orch["power"] + orch["cloud_spend"]) / best_pc if best_pc else None
+    spend = orch.get("power", 0.0) + orch.get("cloud_spend", 0.0)
+    controlled = spend / best_pc if best_pc else None
+    online = by.get(ONLINE_TRUTH)
+    online_pc = None if online is None else online["power"] + online["cloud_spend"]
+    vs_online = spend / online_pc if online_pc else None
     comparable, apart = [], {}
     for r in rows:
-        if r["name"] in ("orch", "oracle", TRUE_BELIEFS):
+        if r["name"] in ("orch", "oracle", TRUE_BELIEFS, ONLINE_TRUTH):
             continue
         wait = r.get("exploratory_p95_wait_h")
         if r["deadline_misses"] > orch["deadline_misses"]:
@@ -126,6 +138,9 @@ def checks(rows: list[dict], startup_h: float) -> dict:
             "orch_power_cloud_over_bound": None if controlled is None else round(controlled, 4),
             "power_cloud_goal": GOAL_CONTROLLED,
             "power_cloud_met": controlled is not None and controlled <= GOAL_CONTROLLED,
+            "orch_power_cloud_over_online": None if vs_online is None else round(vs_online, 4),
+            "online_goal": GOAL_ONLINE,
+            "online_met": vs_online is not None and vs_online <= GOAL_ONLINE,
             "comparable_baselines": [r["name"] for r in comparable],
             "not_comparable": apart,
             "cheaper_than_every_baseline": not cheaper, "baselines_not_beaten": cheaper,

@@ -24,6 +24,9 @@ class Scenario:
     catalog_dir: Optional[Path]
     offers: tuple[Offer, ...]  # owned pools and every cloud offer, priced
     source: str  # where owned and clouds came from, in words
+    # The true spot preemptions per running hour, which the policies do not know (they
+    # believe the spot_preemptions_per_hour setting); None: the simulate call's rate.
+    spot_rate: Optional[float] = None
 
     @property
     def owned_offers(self) -> tuple[Offer, ...]:
@@ -61,7 +64,8 @@ def parse_onprem(text: str):
 
 
 def load_scenario(settings, onprem: Sequence[str] = (), clouds: Optional[str] = None,
-                  catalog_dir: Optional[Path] = None, cloud_offers=None) -> Scenario:
+                  catalog_dir: Optional[Path] = None, cloud_offers=None,
+                  spot_rate: Optional[float] = None) -> Scenario:
     """Flags over settings over the default scenario (4 owned A100s; lambda, runpod and
     aws priced from examples/catalog). `cloud_offers(clouds, dir)` reads the catalogs;
     tests pass their own."""
@@ -99,7 +103,7 @@ def load_scenario(settings, onprem: Sequence[str] = (), clouds: Optional[str] = 
     offers = list(cloud_offers(list(names), Path(cat) if cat else None)) if names else []
     offers += owned_offers
     return Scenario(owned=owned, clouds=names, catalog_dir=Path(cat) if cat else None,
-                    offers=tuple(offers), source="; ".join(notes))
+                    offers=tuple(offers), source="; ".join(notes), spot_rate=spot_rate)
 
 
 def policy_settings(settings, scenario: Scenario):

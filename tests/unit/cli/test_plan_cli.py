@@ -115,7 +115,7 @@ def test_plan_prices_owned_gpus_in_full_and_picks_them_when_cheaper(env):
     assert d["choice"]["marginal_cost"] == pytest.approx(0.0675)
     assert d["estimate"]["cash"] == pytest.approx(0.0675)
     assert ("exploratory backfill: on-prem RTX4090x1 is idle now and stays free for the job's 1 h "
-            "(nothing queued or due on it before then), so it runs there for 0.0675 USD of "
+            "(no work queued or due on it would be made late), so it runs there for 0.0675 USD of "
             "power, the marginal cost that decided, against runpod/US RTX4090x1 spot at 0.38 USD "
             "to rent") in d["reasons"]
     assert ("full cost for the record: 0.19 USD per job = 0.13 USD amortized purchase + 0.0675 USD "

@@ -189,3 +189,12 @@ def test_the_cluster_estimate_reads_each_jobs_holdings_from_its_ray_metadata(tmp
     # submitted with made-up `orch_job` and `gpus`): it holds what Ray reports, nothing.
     ghost = cluster_capacity(spec, settings, now, known={"orch-other"})
     assert ghost.can_start_now is True and "8/8 GPUs free" in ghost.source
+    # 90 minutes into its 60: not "any moment now" but half its time so far again (an
+    # estimate as written may run 2x long: decision.capacity.expected_remaining_s).
+    over = _job({"submission_id": "orch-old", "status": "RUNNING", "start_time": (now - 5400) * 1000,
+                 "metadata": {k: str(v) for k, v in meta.items()}})
+    snap = ClusterSnapshot("http://head:8265", (), {"CPU": 64.0, "GPU": 8.0},
+                           {"CPU": 0.0, "GPU": 0.0}, (over,), now)
+    cap = cluster_capacity(spec, Settings(home=tmp_path / "home", ray_address="http://head:8265"),
+                           now, known={"orch-old"})
+    assert cap.wait_minutes == pytest.approx(45.0)

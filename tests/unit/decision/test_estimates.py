@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from orchestrator.decision import HoursEstimator, PastRun
@@ -17,6 +19,12 @@ from orchestrator.records import JobRow
 from orchestrator.spec import load_spec_text
 
 PEAK = 989 / 312  # the table's H100 over A100
+
+
+def UNSURE(w: float, peak: float = PEAK) -> float:  # noqa: N802
+    """The expected hours over the point's of a lognormal belief whose variance is the
+    prior's, (ln peak / 2)^2, less what `w` of measurement took away."""
+    return math.exp((math.log(peak) / 2) ** 2 * (1 - w) / 2)
 
 
 def spec(extra: str = "resources: {accelerators: {A100: 1, H100: 1}}\n") -> object:
@@ -57,8 +65,12 @@ CASES = [
                                     "waits for data 0% of a step"]),
     ("a job waiting 40% of its step for data gains less", [run("A100", 2.0, data=0.4, at=1)] + team(),
      None, ("H100", 1), 2.0 * (0.4 + 0.6 / 2.0), ["2x on compute", "waits for data 40% of a step"]),
-    ("no share measured: the team's observed median", [run("A100", 2.0, at=1)] + team(ratio=1.5, jobs=3),
-     None, ("H100", 1), 2.0 / 1.5, ["H100: 1.5x A100 (the team's median over 3 jobs on both)"]),
+    ("no share measured: the team's observed median, weighed against the prior as 3 jobs",
+     [run("A100", 2.0, at=1)] + team(ratio=1.5, jobs=3),
+     None, ("H100", 1), 2.0 / (1.5 * PEAK ** 0.5) ** 0.5 * UNSURE(0.5),
+     ["H100: 1.5x A100 (the team's median over 3 jobs on both, 1.5x, weighed against the peak "
+      "table, shrunk, 1.8x, as 3 jobs: 1.6x, priced at its expected hours for the belief's "
+      "spread)"]),
     ("the team's data-bound jobs teach the compute ratio, not their own gain",
      [run("A100", 2.0, data=0.0, at=1)] + team(ratio=1 / (0.4 + 0.6 / 2.5), jobs=5, data=0.4),
      None, ("H100", 1), 2.0 / 2.5, ["2.5x on compute"]),
@@ -197,3 +209,54 @@ def test_a_plan_learns_the_bias_of_the_user_it_plans_for():
                               "runs took 2x their estimates, median over 1 job)")
     assert planned("bob") == (pytest.approx(1.0), "estimate.hours 1 h on A100x1")
     assert planned(None)[0] == pytest.approx(1.5)
+
+
+def test_the_estimates_uncertainty_by_where_it_came_from():
+    from orchestrator.decision.estimates import user_error
+    from orchestrator.decision.pricing import DEFAULT_SPREAD, ESTIMATE_SPREAD, MEASURED_SPREAD
+
+    job = spec("resources: {accelerators: 'A100:1'}\nestimate: {hours: 1}\n")
+    bare = spec("resources: {accelerators: 'A100:1'}\n")
+    assert HoursEstimator(bare, "fp", ()).spread == DEFAULT_SPREAD == 3.0
+    assert HoursEstimator(job, "fp", ()).spread == ESTIMATE_SPREAD == 2.0
+    # Measured on the device itself: the runs' own spread, max over median, at least 1.15.
+    steady = [run("A100", 1.0, at=i) for i in range(3)]
+    assert HoursEstimator(job, "fp", steady).spread == MEASURED_SPREAD
+    ragged = [run("A100", h, at=i) for i, h in enumerate((1.0, 1.0, 2.5))]
+    assert HoursEstimator(job, "fp", ragged).spread == pytest.approx(2.5)
+    # The owner's estimates, once three of their jobs measured them: p90 over the median.
+    mine = [run("A100", h, est=1.0, fp=f"j{i}", owner="ann") for i, h in enumerate((1, 1.2, 1.4, 3))]
+    assert user_error(mine, "ann") == pytest.approx(3 / 1.3)
+    assert user_error(mine[:2], "ann") is None
+    assert HoursEstimator(job, "fp", mine, owner="ann").spread == pytest.approx(3 / 1.3)
+
+
+def test_a_job_of_unknown_gain_is_priced_at_the_teams_expected_hours_not_its_median():
+    # Three team jobs gain 3x on an H100, two gain 1.1x: the median says 3x, but a job that
+    # may be either takes, in expectation, the hours of the harmonic mean (about 1.8x).
+    history = team(ratio=3.0, jobs=3) + team(ratio=1.1, jobs=2, name="slow")
+    learned = learn_ratios(history)
+    assert learned.observed["A100", "H100"] == (pytest.approx(3.0), 5)
+    assert learned.expected["A100", "H100"] == pytest.approx(5 / (3 / 3.0 + 2 / 1.1))
+    est = HoursEstimator(spec("resources: {accelerators: {A100: 1, H100: 1}}\n"
+                              "estimate: {hours: 2, gpu: A100}\n"), "new", history)
+    hours, basis = est.hours("H100", 1)
+    w = 5 / 8  # five jobs against the prior's three
+    assert hours == pytest.approx(2.0 / (learned.expected["A100", "H100"] ** w * PEAK ** (0.5 * (1 - w)))
+                                  * UNSURE(w))
+    assert "priced at their expected hours: median 3x" in basis
+
+
+def test_a_gpu_speeds_setting_is_a_prior_that_the_teams_runs_overrule():
+    # The setting says an H100 is 6x an A100; the team's runs measure 1.3x. With no runs the
+    # setting stands; as jobs on both add up, the measurement takes over.
+    job = spec("resources: {accelerators: {A100: 1, H100: 1}}\nestimate: {hours: 6, gpu: A100}\n")
+    told = {"A100": 1.0, "H100": 6.0}
+    ratio = {n: 6.0 / HoursEstimator(job, "new", team(ratio=1.3, jobs=n), speeds=told).hours("H100", 1)[0]
+             for n in (0, 3, 12, 60)}
+    assert ratio[0] == pytest.approx(6.0)
+    assert ratio[3] == pytest.approx((6.0 * 1.3) ** 0.5 / UNSURE(0.5))
+    assert ratio[0] > ratio[3] > ratio[12] > ratio[60] > 1.3
+    assert ratio[60] < 1.4
+    basis = HoursEstimator(job, "new", team(ratio=1.3, jobs=3), speeds=told).hours("H100", 1)[1]
+    assert "weighed against the gpu_speeds setting, 6x, as 3 jobs" in basis

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import random
 
@@ -61,10 +62,10 @@ NOW_ISH = Capacity(onprem_free={"A100": 0}, wait_minutes=2, source="test")
 FREE = Capacity(onprem_free={"A100": 4}, wait_minutes=0, source="test")
 
 
-def due(in_hours: float, gpus: float = 4, cloud_cost=None) -> Capacity:
+def due(in_hours: float, gpus: float = 4, cloud_cost=None, slack: float = 0.0) -> Capacity:
     """The owned GPUs free now, with a cron schedule due on them in `in_hours`."""
     return Capacity(onprem_free={"A100": 4}, wait_minutes=0, source="test", reservations=(
-        Reservation(in_hours, gpus, "A100", "cron schedule 'weekly'", cloud_cost),))
+        Reservation(in_hours, gpus, "A100", "cron schedule 'weekly'", cloud_cost, slack),))
 
 
 # Owned A100s bought dearer: 60,000 USD / (3 y x 8766 h x 60 %) / 4 + 0.06 = 1.01 USD/GPU-h
@@ -119,11 +120,31 @@ CASES = [
     ("exploratory_wait_minutes 0: exploratory never waits for owned GPUs",
      JOB + CKPT, (), NOW_ISH, {"exploratory_wait_minutes": 0}, OFFERS,
      ("exploratory", "cloud", RUNPOD_SPOT), ["on-prem busy: wait 2 min > the 0 min exploratory"]),
-    ("exploratory with a cron job due on the owned GPUs before it would end: rents",
+    ("exploratory that would make a cron run late pays for renting it: rents",
      JOB + CKPT, (), due(0.5), {}, OFFERS,
      ("exploratory", "cloud", RUNPOD_SPOT),
-     ["not on owned GPUs: cron schedule 'weekly' is due on these GPUs in 0.5 h, before this job "
-      "would end (1 h)"]),
+     ["on-prem A100x1 is idle but ranks behind it: 0.06 USD of power + 0.78 USD for the work it "
+      "would push out (cron schedule 'weekly')"]),
+    ("exploratory takes the owned GPUs where renting for the cron run it pushes out costs less",
+     JOB + CKPT, (), due(0.5, cloud_cost=0.1), {}, OFFERS,
+     ("exploratory", "onprem", ONPREM),
+     ["exploratory backfill: on-prem A100x1 is idle now and stays free for the job's 1 h (it "
+      "would make cron schedule 'weekly' late, priced as renting for it), so it runs there for "
+      "0.06 USD of power + 0.10 USD for the work it would push out"]),
+    ("exploratory before a cron run with the slack to wait for it: backfills",
+     JOB + CKPT, (), due(0.5, slack=3.0), {}, OFFERS,
+     ("exploratory", "onprem", ONPREM), ["exploratory backfill"]),
+    ("a cron run's slack is judged by the job's estimate with its uncertainty (2x as written)",
+     JOB + CKPT, (), due(0.5, slack=1.0), {}, OFFERS,
+     ("exploratory", "cloud", RUNPOD_SPOT), ["for the work it would push out"]),
+    ("exploratory never pushes out a cron run that may not rent",
+     JOB + CKPT, (), due(0.5, cloud_cost=math.inf), {}, OFFERS,
+     ("exploratory", "cloud", RUNPOD_SPOT),
+     ["not on owned GPUs: cron schedule 'weekly' is due on these GPUs in 0.5 h with 0 h of slack, "
+      "before this job may end (1 h estimated), and no cloud offer could take it"]),
+    ("no estimate at all: 3x the default hours for the cron run's slack",
+     "resources: {accelerators: 'A100:1'}\n" + CKPT, (), due(0.5, slack=2.0), {}, OFFERS,
+     ("exploratory", "cloud", RUNPOD_SPOT), ["for the work it would push out"]),
     ("exploratory with a cron job due after it would end: backfills",
      JOB + CKPT, (), due(2.0), {}, OFFERS,
      ("exploratory", "onprem", ONPREM), ["exploratory backfill"]),
@@ -445,3 +466,26 @@ def test_an_instance_with_more_gpus_than_the_job_asks_for_is_priced_as_paid():
     assert (row.used, row.est_hours) == (8, pytest.approx(4.0))
     assert row.est_cost == pytest.approx(10.0 * (4.0 + 0.1))
     assert d.choice.offer == x8, d.reasons
+
+
+def test_a_job_that_outlived_its_estimate_is_not_about_to_end():
+    from orchestrator.decision.capacity import expected_remaining_s
+
+    h = 3600.0
+    assert expected_remaining_s(h, 0.0, 1.0) == h  # within its estimate: the estimate's rest
+    assert expected_remaining_s(h, 0.5 * h, 3.0) == pytest.approx(0.5 * h)
+    assert expected_remaining_s(h, 1.5 * h, 1.0) == 60.0  # past it: never "any moment now"
+    # 1 h assumed (no estimate: 3x), run for 2 h: not "any moment now", another 2 h.
+    assert expected_remaining_s(h, 2 * h, 3.0) == pytest.approx(2 * h)
+    assert expected_remaining_s(h, 4 * h, 3.0) > expected_remaining_s(h, 2 * h, 3.0)
+
+
+def test_exploratory_work_waits_for_owned_gpus_only_while_its_deadline_allows():
+    # Owned A100s free in 2 min; the job has no estimate (1 h assumed, up to 3 h) and is due
+    # in 2 h: waiting could make it late, so it rents; due in 4 h, it waits.
+    bare = "resources: {accelerators: 'A100:1'}\n" + CKPT
+    late = plan(bare + "schedule: {deadline_hours: 2}\n", (), NOW_ISH)
+    assert late.choice.offer == RUNPOD_SPOT
+    owned = next(a for a in late.alternatives if a.offer.target == "onprem")
+    assert "(up to 3 h by its estimate's uncertainty) may end past its deadline (2 h)" in owned.excluded
+    assert plan(bare + "schedule: {deadline_hours: 4}\n", (), NOW_ISH).choice.offer == ONPREM

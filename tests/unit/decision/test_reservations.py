@@ -44,6 +44,16 @@ def test_schedule_reservations(name, schedules, expected):
     assert [(round(r.in_hours, 6), r.gpus, r.gpu, r.what, r.slack_hours) for r in got] == expected
 
 
+def test_a_schedule_that_may_not_rent_says_so():
+    import math
+
+    onprem = {"resources": {"accelerators": "A100:1"}, "placement": {"allow": ["onprem"]}}
+    hybrid = {"resources": {"accelerators": "A100:1"}, "placement": {"allow": ["onprem", "cloud"]}}
+    got = schedule_reservations([sched("a", 1, onprem), sched("b", 2, hybrid), sched("c", 3)],
+                                NOW, 24, 1.0)
+    assert [r.cloud_cost for r in got] == [math.inf, None, None]
+
+
 def test_schedule_holds_reads_the_stores_schedules(tmp_path):
     from orchestrator.service.planning import schedule_holds
     from orchestrator.settings import Settings
@@ -63,3 +73,7 @@ def test_schedule_holds_reads_the_stores_schedules(tmp_path):
     held = schedule_holds(settings, NOW, name="self")
     assert [(r.what, r.in_hours, r.gpus, r.gpu) for r in held] == [
         ("cron schedule 'weekly'", 3.0, 4.0, "A100")]
+    # The look-ahead is one setting, cron_lookahead_hours (the simulator reads it too).
+    wide = Settings(home=tmp_path / "home", cron_lookahead_hours=120)
+    assert [r.what for r in schedule_holds(wide, NOW, name="self")] == [
+        "cron schedule 'weekly'", "cron schedule 'monthly'"]

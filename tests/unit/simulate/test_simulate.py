@@ -322,7 +322,7 @@ def test_cli_generate_then_simulate_json(orch_home):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     names = [p["name"] for p in data["policies"]]
-    assert names == ["orch", "cloud-cheapest", "owned-first", "owned-only", "by-kind-strict",
+    assert names == ["orch", "online-truth", "cloud-cheapest", "owned-first", "owned-only", "by-kind-strict",
                      "on-demand", "oracle"]
     for p in data["policies"]:
         assert {"name", "ownership", "power", "cloud_spend", "cash_total", "chargeback_total",

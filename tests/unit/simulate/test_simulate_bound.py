@@ -144,6 +144,15 @@ def test_a_tiny_time_limit_says_the_mip_did_not_finish(settings):
     assert res.bound()["whole_job"]["hit_limit"] is True
 
 
+def test_the_mip_stops_at_a_node_count_the_same_whatever_the_load(settings):
+    sim = make_sim(settings, format_trace(generate(14, 1)), owned=(("A100", 2),))
+    runs = [lower_bound(sim, sim.span_h + 72.0, mip_nodes=1).whole_job for _ in range(2)]
+    for w in runs:
+        assert w is not None and w.hit_limit and w.nodes == 1 and w.node_limit == 1
+        assert w.message == "node limit reached (1 node)" and w.time_limit_s == 600
+    assert runs[0].dual_bound == runs[1].dual_bound and runs[0].incumbent == runs[1].incumbent
+
+
 def test_a_whole_job_takes_one_pool_where_the_lp_splits_it_over_two(settings):
     # 4 A100 GPU-hours due in 1.2 h: the owned H100 (3.17x) does 95 % of it in time and the
     # owned A100 the rest, at their power; whole, neither pool alone finishes it: it rents.
@@ -165,7 +174,10 @@ def test_the_bound_line_says_what_the_mip_proved():
         "bound on power + cloud: LP 92.46 USD (6-minute buckets, 0.03 s); whole jobs at least "
         "101.66 USD, best whole-job point 101.76, gap 0.1 % (10.4 s, finished)")
     none = {**done, "dual_bound": None, "incumbent": None, "gap": None, "hit_limit": True}
-    assert bound_line({**lp, "whole_job": none}).endswith("whole-job MIP: no bound within its 20 s limit")
+    assert bound_line({**lp, "whole_job": none}).endswith(
+        "whole-job MIP: no bound within its 20 s time limit")
+    at_nodes = {**done, "hit_limit": True, "node_limit": 1000, "nodes": 1000}
+    assert bound_line({**lp, "whole_job": at_nodes}).endswith("(10.4 s, stopped at its 1,000 node limit)")
     assert bound_line({**lp, "whole_job": None}).endswith("whole-job MIP not run")
 
 

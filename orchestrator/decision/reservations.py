@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Optional
 
+from orchestrator.base.targets import CLOUD
 from orchestrator.decision.demand import job_demand
 from orchestrator.decision.models import Reservation
 
@@ -45,7 +46,7 @@ def schedule_reservations(schedules: Iterable[Mapping], now: float, horizon_h: f
         slack = (max(0.0, deadline - hours) if deadline is not None and hours is not None
                  else default_slack_h)
         allow = (spec.get("placement") or {}).get("allow")
-        stays = isinstance(allow, (list, tuple)) and "cloud" not in allow  # may not rent
+        stays = isinstance(allow, (list, tuple)) and CLOUD not in allow  # may not rent
         out.append(Reservation(in_hours=(next_at - now) / 3600.0, gpus=need.gpus,
                                gpu=_first_accelerator(spec),
                                what=f"cron schedule '{s.get('name')}'", slack_hours=slack,

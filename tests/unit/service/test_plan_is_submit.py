@@ -37,6 +37,9 @@ RUN_GPU = "name: run-gpu\nrun: python train.py\nresources: {accelerators: A100:1
 NIGHTLY = (ROOT / "examples" / "nightly.yaml").read_text()
 # A nightly retrain on all four A100s, for the case where a schedule claims them.
 ALL_FOUR = NIGHTLY.replace("{A100: 1, H100: 1}", "A100:4").replace("num_workers: 1", "num_workers: 4")
+# The same with no slack: due by the end of its 4 hours (issue 49: a cron run with hours of
+# slack leaves idle owned GPUs to exploratory work, one without any does not).
+TIGHT = ALL_FOUR.replace("deadline_hours: 8", "deadline_hours: 4")
 HYBRID = dict(mode="hybrid", clouds=["lambda", "runpod", "aws"], catalog_dir=ROOT / "examples" / "catalog")
 
 
@@ -48,6 +51,7 @@ class Case:
     enabled: Optional[list[str]] = None  # clouds with credentials; None: all configured
     want: str = "local"  # where it runs: local, onprem or cloud; or "refused"
     schedule_due_h: Optional[float] = None  # a cron schedule due then claims all four A100s
+    schedule: Optional[str] = None  # its job file (None: ALL_FOUR, 4 h of slack)
 
 
 CASES = [
@@ -64,7 +68,9 @@ CASES = [
     Case("on-prem steady retrain", NIGHTLY, {**HYBRID, "onprem": [A100S]}, want="onprem"),
     Case("on-prem exploratory backfill", EXPLORE, {**HYBRID, "onprem": [A100S]}, want="onprem"),
     Case("on-prem busy: a schedule claims it", EXPLORE, {**HYBRID, "onprem": [A100S]},
-         schedule_due_h=0.5, want="cloud"),
+         schedule_due_h=0.5, schedule=TIGHT, want="cloud"),
+    Case("on-prem: a schedule with slack leaves it", EXPLORE, {**HYBRID, "onprem": [A100S]},
+         schedule_due_h=0.5, want="onprem"),
     Case("budget too small for any option", EXPLORE + "budget: {max_cost: 0.01}\n", HYBRID, want="refused"),
     Case("monthly budget, currency EUR", EXPLORE, {**HYBRID, "monthly_budget": 50.0, "currency": "EUR",
                                                    "currency_rate": 0.9}, want="cloud"),
@@ -110,7 +116,7 @@ def _settings(case: Case, home) -> Settings:
         try:
             orch.store.add_schedule(
                 name="nightly", owner=None, cron="0 3 * * *", source_text=NIGHTLY, source_file=None,
-                spec=load_spec_text(ALL_FOUR, "nightly.yaml").model_dump(mode="json"),
+                spec=load_spec_text(case.schedule or ALL_FOUR, "nightly.yaml").model_dump(mode="json"),
                 next_at=time.time() + case.schedule_due_h * 3600)
         finally:
             orch.close()
@@ -232,7 +238,7 @@ def test_one_plan_reads_the_store_once_and_the_months_spend_once(tmp_path, monke
     from orchestrator.store import Store
 
     case = Case("everything", EXPLORE, {**HYBRID, "onprem": [A100S], "monthly_budget": 500.0},
-                enabled=["lambda", "aws"], schedule_due_h=0.5)
+                enabled=["lambda", "aws"], schedule_due_h=0.5, schedule=TIGHT)
     _world(case, monkeypatch)
     settings = _settings(case, tmp_path / "home")
     local = Local(settings)
@@ -257,5 +263,7 @@ def test_one_plan_reads_the_store_once_and_the_months_spend_once(tmp_path, monke
         plan = local.plan_spec(load_spec_text(EXPLORE, "job.yaml"))
     finally:
         local.close()
-    assert plan.target == "cloud" and "runpod has no credentials here" in plan.warnings[0]
+    # Without runpod the cheapest rent is lambda's 2.06 USD; the idle A100s cost 0.09 USD of
+    # power plus 1.68 USD for the nightly run they would push out (priced as renting it).
+    assert plan.target == "onprem" and "runpod has no credentials here" in plan.warnings[0]
     assert counts == {"store": 1, "spend": 1, "catalog": 1}

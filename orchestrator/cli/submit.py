@@ -98,6 +98,20 @@ def _ended(console, rec: JobRecord) -> None:
             console.print(f"  try: {escape(advice)}")
 
 
+def _answered(sub, jobs: list, what: str, ids: list[str], detach: bool, json_out: bool) -> bool:
+    """Said of several jobs submitted at once: that their key was seen before (nothing new
+    launched), and, detached, their ids (or the record): True where that is all to say."""
+    if any(j.existing for j in jobs):
+        err.print("[yellow]note:[/] this idempotency key was submitted before: these are that "
+                  f"{what}; nothing new was launched")
+    if detach:
+        if json_out:
+            print_json(sub.model_dump(mode="json"))
+        else:
+            out.print("\n".join(ids))
+    return detach
+
+
 def _pipeline(client, sub: SubmittedPipeline, console, detach: bool, json_out: bool) -> None:
     """A pipeline's stages, recorded: their ids when detached, else each stage followed in
     turn (a stage starts once the one before it succeeded; after a failure the rest end
@@ -105,14 +119,7 @@ def _pipeline(client, sub: SubmittedPipeline, console, detach: bool, json_out: b
     from orchestrator.cli.follow import follow
 
     stages, name = sub.stages, sub.pipeline
-    if any(s.existing for s in stages):
-        err.print("[yellow]note:[/] this idempotency key was submitted before: these are that "
-                  "pipeline's stages; nothing new was launched")
-    if detach:
-        if json_out:
-            print_json(sub.model_dump(mode="json"))
-        else:
-            out.print("\n".join(s.id for s in stages))
+    if _answered(sub, stages, "pipeline's stages", [s.id for s in stages], detach, json_out):
         return
     n = len(stages)
     console.print(f"[bold]pipeline {escape(name)}[/]: {n} stages, each once the one before "
@@ -145,14 +152,7 @@ def _group(client, sub, console, detach: bool, json_out: bool) -> None:
     primary ones have ended, after its termination_delay)."""
 
     tasks, name = sub.tasks, sub.group
-    if any(t.existing for t in tasks):
-        err.print("[yellow]note:[/] this idempotency key was submitted before: these are that "
-                  "group's tasks; nothing new was launched")
-    if detach:
-        if json_out:
-            print_json(sub.model_dump(mode="json"))
-        else:
-            out.print("\n".join(t.id for t in tasks))
+    if _answered(sub, tasks, "group's tasks", [t.id for t in tasks], detach, json_out):
         return
     console.print(f"[bold]job group {escape(name)}[/]: {len(tasks)} tasks, side by side; "
                   "Ctrl-C detaches")
@@ -173,14 +173,7 @@ def _sweep(client, sub, console, detach: bool, json_out: bool) -> None:
     """A sweep's runs, launched longest first: their ids when detached, else each run's
     status as it changes until every one has ended, then the best run."""
     runs = sub.runs
-    if any(r.existing for r in runs):
-        err.print("[yellow]note:[/] this idempotency key was submitted before: these are that "
-                  "sweep's runs; nothing new was launched")
-    if detach:
-        if json_out:
-            print_json(sub.model_dump(mode="json"))
-        else:
-            out.print(sub.sweep)
+    if _answered(sub, runs, "sweep's runs", [sub.sweep], detach, json_out):
         return
     where: dict[str, int] = {}
     for r in runs:

@@ -91,10 +91,16 @@ class Backend(abc.ABC):
     @classmethod
     def runner_command(cls) -> str:
         """The shell line that starts orch's runner there (jobs/runner.py, under its shipped
-        name: providers/runner_package.py): here the first `python3` on the machine's PATH."""
+        name: providers/runner_package.py)."""
+        return cls.module_command("runner")
+
+    @classmethod
+    def module_command(cls, name: str) -> str:
+        """The shell line that starts the runner package's module `name` there: here under
+        the first `python3` on the machine's PATH."""
         from providers.runner_package import module
 
-        return f"python3 -m {module('runner')}"
+        return f"python3 -m {module(name)}"
 
     @classmethod
     def train_command(cls, num_nodes: int) -> str:

@@ -34,6 +34,7 @@ UNITS = {
     "tests/integration/test_local_ports.py": "local-ray",
     "tests/integration/test_prometheus.py": "local-ray",
     "tests/integration/test_runner_host.py": "local-ray",
+    "tests/integration/test_run_jobs.py": "local-ray",
     "tests/integration/test_s3.py": "local-ray",
     "tests/integration/test_secrets_travel.py::test_local_jobs_see_their_secrets_and_nothing_keeps_them": "local-ray",
     "tests/integration/test_serve.py": "local-ray",

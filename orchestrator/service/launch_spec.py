@@ -75,6 +75,11 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
         command = spec.run
     if spec.setup:
         command = f"set -e\n{spec.setup}\nset +e\n{command}"
+    kept = None
+    if spec.run is not None:
+        kept = kept_folder(storage)
+        command = own_folder(backend.module_command("workspace"), job_id, command, kept,
+                             f"{kept}/{run_name}" if resume and kept else None)
     command = backend.shell_prelude() + command
     entrypoint = f"bash -c {shlex.quote(command)}"
     est_hours = decision.estimate.hours if decision else None
@@ -87,6 +92,8 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
         metadata["storage_path"] = storage
     if spec.train:
         metadata["run_name"] = run_name
+    elif kept:  # a run: job's folder is kept there (jobs/workspace.py): its artifacts
+        metadata["storage_path"], metadata["run_name"] = kept, job_id
     secrets = spec.secret_strings() if secrets is None else dict(secrets)
     if spec.train is not None and event_key:
         from jobs.events import KEY_VAR
@@ -94,6 +101,25 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
         secrets[KEY_VAR] = event_key
     return Launch(job_id=job_id, entrypoint=entrypoint, env=env, secrets=secrets,
                   workdir=str(workdir) if workdir else None, metadata=metadata)
+
+
+def kept_folder(storage: Optional[str]) -> Optional[str]:
+    """Where a `run:` job's folder is kept: its checkpoint storage when that is a path on
+    the node (local, or a mount the cluster shares); None for object storage."""
+    return storage.rstrip("/") or "/" if storage and "://" not in storage else None
+
+
+def own_folder(workspace: str, job_id: str, command: str, root: Optional[str],
+               resume: Optional[str]) -> str:
+    """`command` run by jobs/workspace.py (the shell line `workspace` starts it) in a fresh
+    folder of the job's own under `root`, given a copy of `resume` (an earlier job's folder)
+    first; never in Ray's unpacked workdir, which every job with the same files shares."""
+    args = [f"--job {shlex.quote(job_id)}"]
+    if root:
+        args.append(f"--root {shlex.quote(root)}")
+    if resume:
+        args.append(f"--resume {shlex.quote(resume)}")
+    return f"{workspace} {' '.join(args)} -- bash -c {shlex.quote(command)}"
 
 
 def resume_point(core: Core, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:

@@ -175,9 +175,6 @@ def _check_together(spec: JobSpec, src: SourceMap) -> None:
     def refuse(path: tuple, problem: str, hint: Optional[str] = None) -> SpecError:
         return SpecError(src.file, src.line_of(path), ".".join(map(str, path)), problem, hint)
 
-    if spec.checkpoint.resume_from and spec.train is None:
-        raise refuse(("checkpoint", "resume_from"), "only a train: job keeps checkpoints to "
-                     "resume from", "remove checkpoint.resume_from, or run the job through train:")
     # What SkyPilot's Task.set_file_mounts refuses only at launch, after orch recorded the job.
     for dest, source in spec.file_mounts.items():
         if "://" in dest:

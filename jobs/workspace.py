@@ -1,0 +1,127 @@
+"""A `run:` job's own folder: `python -m _orch_runner.workspace [--root R] --job ID
+[--resume FOLDER] -- COMMAND...` copies the job's workdir (this process's folder, Ray's
+unpacked copy of it) into a fresh folder, notes what it copied, and runs COMMAND there.
+
+Ray unpacks a working_dir once per content and hands that one folder to every job whose
+workdir is identical: a script that saved `snapshot.pt` there was found by the next job,
+which resumed from it unasked. Here each job gets `ROOT/ID`, a folder no other job wrote
+in; what the job writes there (its `ORCH_OUTPUT_DIR`) is its artifacts, which `orch
+artifacts ID` lists (the copied inputs left out, unless the job changed them). A job starts
+from an earlier one's files only when its file says so (checkpoint.resume_from: FOLDER).
+Without a ROOT (checkpoint storage that is not a path on this node) the folder is a fresh
+temporary one, and nothing is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+OUTPUT_VAR = "ORCH_OUTPUT_DIR"  # the job's own folder, for a script that wants to say so
+INPUTS = ".orch-inputs.json"  # beside the folder: what was copied in, not written by the job
+
+
+def inputs_file(folder: Path) -> Path:
+    """Where the list of a job folder's copied-in files lies: beside it, out of the job's
+    reach through its own folder."""
+    return folder.parent / f"{folder.name}{INPUTS}"
+
+
+def _snapshot(folder: Path) -> dict[str, list]:
+    """Each file under `folder`: its key and [size, mtime_ns]."""
+    out: dict[str, list] = {}
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            path = Path(dirpath) / name
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            out[path.relative_to(folder).as_posix()] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def copied_in(folder: Path) -> dict[str, list]:
+    """The files the job was given rather than wrote: {key: [size, mtime_ns]}; {} when
+    the list is missing or unreadable (every file is then the job's)."""
+    try:
+        data = json.loads(inputs_file(folder).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def written(folder: Path) -> list[str]:
+    """The keys under `folder` the job wrote or changed: its artifacts."""
+    given = copied_in(folder)
+    return sorted(k for k, v in _snapshot(folder).items() if given.get(k) != v)
+
+
+def prepare(source: Path, root: Optional[Path], job_id: str,
+            resume: Optional[Path] = None) -> Path:
+    """A fresh folder for job `job_id` holding a copy of `source` (over a copy of `resume`,
+    an earlier job's folder, when given); the list of what was copied beside it."""
+    if root is None:
+        folder = Path(tempfile.mkdtemp(prefix=f"orch-{job_id}-"))
+    else:
+        root.mkdir(parents=True, exist_ok=True)
+        folder = root / job_id
+        if folder.exists():  # the same job started again: never another job's files
+            shutil.rmtree(folder)
+        folder.mkdir(mode=0o700)
+    if resume is not None and resume.is_dir():
+        shutil.copytree(resume, folder, symlinks=True, dirs_exist_ok=True)
+    if source.resolve() != folder.resolve():
+        shutil.copytree(source, folder, symlinks=True, dirs_exist_ok=True)
+    if root is not None:
+        inputs_file(folder).write_text(json.dumps(_snapshot(folder)))
+    return folder
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv:
+        print(f"usage: python -m {__package__}.workspace [--root R] --job ID -- COMMAND...",
+              file=sys.stderr)
+        return 2
+    cut = argv.index("--")
+    parser = argparse.ArgumentParser(prog="workspace")
+    parser.add_argument("--root")
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--resume")
+    args = parser.parse_args(argv[:cut])
+    command = argv[cut + 1:]
+    if not command:
+        print("orch: a run: job with no command", file=sys.stderr)
+        return 2
+    root = Path(args.root).expanduser() if args.root else None
+    resume = Path(args.resume).expanduser() if args.resume else None
+    try:
+        folder = prepare(Path.cwd(), root, args.job, resume)
+    except OSError as e:
+        print(f"orch: cannot make job {args.job}'s folder under {root or 'a temporary folder'}: "
+              f"{e}", file=sys.stderr)
+        return 2
+    os.chdir(folder)
+    os.environ["PWD"] = str(folder)
+    os.environ[OUTPUT_VAR] = str(folder)
+    print(f"orch: job {args.job} runs in {folder}" + ("" if root else " (not kept)"), flush=True)
+    sys.stderr.flush()
+    if root is not None:
+        os.execvp(command[0], command)
+    # Not kept: removed at the end. Ray stops a job by its process group, the command's too.
+    import subprocess
+
+    try:
+        return subprocess.call(command)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,45 @@
+"""`run:` jobs on the real local Ray: each in a folder of its own, its files its artifacts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import ROOT, run_orch
+
+pytestmark = pytest.mark.integration
+
+
+def _submit(home, path) -> dict:
+    proc = run_orch(home, "submit", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(proc.stdout)
+    assert rec["status"] == "SUCCEEDED", rec
+    return rec
+
+
+def test_the_same_workdir_twice_starts_afresh_and_keeps_its_own_files(ray_home, tmp_path):
+    # Ray unpacks an unchanged workdir once and hands that folder to every job: the second
+    # job found the first one's snapshot and resumed from it, unasked (issue 48).
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: resumer\nworkdir: {ROOT / 'tests' / 'fixtures' / 'resumer'}\n"
+                   "run: python train.py\n")
+    first, second = _submit(ray_home, job), _submit(ray_home, job)
+    for rec in (first, second):
+        log = run_orch(ray_home, "logs", rec["id"]).stdout
+        assert "starting at epoch 0" in log and "Resuming" not in log, log
+        arts = json.loads(run_orch(ray_home, "artifacts", rec["id"], "--json").stdout)
+        assert arts["location"].endswith(rec["id"])
+        # What it wrote, not the script it was given.
+        assert [f["key"] for f in arts["files"]] == ["out/result.txt", "snapshot.txt"], arts
+        got = tmp_path / rec["id"]
+        assert run_orch(ray_home, "artifacts", rec["id"], "--download", str(got)).returncode == 0
+        assert (got / "out" / "result.txt").read_text() == "trained epochs 0..3\n"
+    # Resuming is the job file's choice, and then it starts from that job's files.
+    job.write_text(job.read_text() + f"checkpoint:\n  resume_from: {second['id']}\n")
+    third = _submit(ray_home, job)
+    log = run_orch(ray_home, "logs", third["id"]).stdout
+    assert "Resuming training from snapshot at Epoch 3" in log, log
+    arts = json.loads(run_orch(ray_home, "artifacts", third["id"], "--json").stdout)
+    assert {f["key"] for f in arts["files"]} == {"out/result.txt", "snapshot.txt"}

@@ -1,0 +1,53 @@
+"""jobs/workspace.py: a `run:` job's fresh folder, and which of its files are its own."""
+
+from __future__ import annotations
+
+import os
+
+from jobs.workspace import prepare, written
+from orchestrator.service.launch_spec import kept_folder, own_folder
+from providers.artifacts import LocalArtifacts
+
+
+def test_each_job_gets_a_fresh_copy_and_only_what_it_writes_is_its_own(tmp_path):
+    src = tmp_path / "workdir"
+    (src / "pkg").mkdir(parents=True)
+    (src / "train.py").write_text("print(1)\n")
+    (src / "pkg" / "data.txt").write_text("data\n")
+    root = tmp_path / "runs"
+    first = prepare(src, root, "job-1")
+    assert first == root / "job-1" and (first / "pkg" / "data.txt").read_text() == "data\n"
+    (first / "snapshot.pt").write_text("epoch 5")
+    (first / "pkg" / "data.txt").write_text("changed by the job\n")
+    os.symlink("/etc/passwd", first / "leak")
+    assert written(first) == ["leak", "pkg/data.txt", "snapshot.pt"]
+    # The listing leaves out links: a job's link may name any file of this machine.
+    assert [a.key for a in LocalArtifacts(str(first)).list()] == ["pkg/data.txt", "snapshot.pt"]
+    second = prepare(src, root, "job-2")
+    assert not (second / "snapshot.pt").exists() and written(second) == []
+    assert (src / "pkg" / "data.txt").read_text() == "data\n"  # the source is never written
+    # Resuming is asked for: the earlier folder first, the workdir over it.
+    third = prepare(src, root, "job-3", resume=first)
+    assert (third / "snapshot.pt").read_text() == "epoch 5"
+    assert (third / "pkg" / "data.txt").read_text() == "data\n"
+
+
+def test_a_folder_is_kept_only_where_storage_is_a_path():
+    assert kept_folder("/shared/runs/") == "/shared/runs"
+    assert kept_folder("s3://bucket/runs") is None and kept_folder(None) is None
+    line = own_folder("py -m ws", "orch-1", "echo 'hi'", "/runs", None)
+    assert line == "py -m ws --job orch-1 --root /runs -- bash -c 'echo '\"'\"'hi'\"'\"''"
+
+
+def test_a_folder_not_kept_is_removed_at_the_end(tmp_path, monkeypatch, capfd):
+    from jobs import workspace
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("PWD", workspace.OUTPUT_VAR):  # set by main: restored after the test
+        monkeypatch.setenv(name, "")
+    (tmp_path / "train.py").write_text("")
+    code = workspace.main(["--job", "orch-x", "--", "bash", "-c", "pwd; ls; exit 3"])
+    out = capfd.readouterr().out
+    assert code == 3 and "train.py" in out and "(not kept)" in out
+    folder = out.splitlines()[-2]
+    assert "orch-orch-x-" in folder and not os.path.exists(folder)

@@ -69,9 +69,22 @@ def worker_entry(config: dict) -> Any:
         sampler.on_idle = functools.partial(_idle, post, sampler, ctx.rank, options.utilization_policy)
     sampler.start()
     try:
-        return fn(config)
+        return fn(config) if _takes_config(fn) else fn()
     finally:
         events.emit("telemetry", rank=ctx.rank, **sampler.stop())
+
+
+def _takes_config(fn: Callable) -> bool:
+    """Whether the loop takes the config (a `train_func(config)`), or nothing (a script's
+    `main()`, which reads what it needs itself); the submit check refused the others."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or a C function: as Ray Train calls it
+        return True
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+               for p in params)
 
 
 def _board(options: WorkerOptions, rank: int) -> Optional[Callable[[Optional[float]], None]]:

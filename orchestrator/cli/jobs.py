@@ -12,6 +12,7 @@ from orchestrator.cli.render import (
     device_summary,
     duration,
     err,
+    failure_lines,
     metric_summary,
     out,
     phase_summary,
@@ -77,8 +78,10 @@ def status(
                          ("job file", rec.source_file), ("message", rec.message),
                          ("log", rec.log_path)):
         if value:
-            out.print(f"  {label:12} {value}")
+            out.print(f"  {label:12} {escape(str(value))}")
     metrics = rec.metrics or {}
+    for line in failure_lines(metrics, " " * 15):
+        out.print(line, highlight=False)
     if metrics:
         if metric_summary(metrics):  # a run stopped before its first report has none
             out.print(f"  {'metrics':12} {metric_summary(metrics)}")

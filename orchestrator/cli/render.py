@@ -116,6 +116,18 @@ def metric_summary(metrics: dict) -> str:
     return "  ".join(parts)
 
 
+def failure_lines(metrics: dict, indent: str = "  ") -> list[str]:
+    """A failed job's last error lines and orch's hint (service/why_failed.py), as printed
+    under its message; escaped, since they are the job's own output."""
+    from rich.markup import escape
+
+    failure = metrics.get("failure") or {}
+    lines = [f"{indent}[dim]| {escape(line)}[/]" for line in failure.get("lines") or []]
+    if failure.get("hint"):
+        lines.append(f"{indent}[yellow]hint:[/] {escape(failure['hint'])}")
+    return lines
+
+
 def table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: Optional[str] = None) -> Table:
     t = Table(title=title, show_edge=False, header_style="bold")
     for c in columns:

@@ -43,3 +43,22 @@ def test_the_same_workdir_twice_starts_afresh_and_keeps_its_own_files(ray_home, 
     assert "Resuming training from snapshot at Epoch 3" in log, log
     arts = json.loads(run_orch(ray_home, "artifacts", third["id"], "--json").stdout)
     assert {f["key"] for f in arts["files"]} == {"out/result.txt", "snapshot.txt"}
+
+
+def test_a_failing_script_says_why_in_its_summary_status_and_json(ray_home, tmp_path):
+    job = tmp_path / "cuda.yaml"
+    job.write_text(f"name: needs-cuda\nworkdir: {ROOT / 'tests' / 'fixtures' / 'resumer'}\n"
+                   "run: python needs_cuda.py\n")
+    proc = run_orch(ray_home, "submit", str(job))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    error = "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'"
+    summary = proc.stdout + proc.stderr
+    assert f"{error} (exit code 1)" in summary and "hint: the script uses CUDA" in summary, summary
+    assert "torch.cuda.set_device(0)" in summary  # the traceback's last lines, once
+    job_id = summary.split(" FAILED in ")[0].split()[-1]
+    rec = json.loads(run_orch(ray_home, "status", job_id, "--json").stdout)
+    assert rec["message"] == f"{error} (exit code 1)"
+    failure = rec["metrics"]["failure"]
+    assert failure["error"] == error and failure["lines"][0] == "Traceback (most recent call last):"
+    shown = run_orch(ray_home, "status", job_id).stdout
+    assert error in shown and "no GPU" in shown

@@ -136,6 +136,9 @@ export function jobView(main, id) {
                    ["created", when(d.created_at)], ["ran", duration(secondsBetween(d.started_at, d.finished_at))]]
         .map(([k, v]) => el("span", {class: "kv"}, el("span", {class: "dim", text: k + " "}), v))),
       d.message ? el("p", {class: "message", text: d.message}) : null,
+      // A failed job's last error lines and orch's hint (service/why_failed.py): its own text.
+      m.failure && m.failure.lines ? el("pre", {class: "failure", text: m.failure.lines.join("\n")}) : null,
+      m.failure && m.failure.hint ? el("p", {class: "note hint", text: "hint: " + m.failure.hint}) : null,
       d.warning ? el("p", {class: "note", text: d.warning}) : null);
     cancel.hidden = TERMINAL.includes(d.status);
     const c = p.cost;

@@ -252,8 +252,9 @@ def _fit(req: RunRequest, options: WorkerOptions, hosted: Optional[Hosted], star
         stopped = watch.stopped if watch is not None else None
         events.emit("result", ok=False, error=stopped or failure_text(e),
                     wall_s=round(time.monotonic() - started, 2))
-        if not stopped:
-            events.say(f"orch runner: training failed: {e}", err=True)
+        if not stopped:  # one line: Ray printed the workers' tracebacks already
+            first = (str(e).strip().splitlines() or [""])[0]
+            events.say(f"orch runner: training failed: {type(e).__name__}: {first}", err=True)
         return 1
     finally:
         if watch is not None:

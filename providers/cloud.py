@@ -134,7 +134,8 @@ def enabled_clouds(clouds: list[str], timeout_s: float = CHECK_TIMEOUT_S) -> tup
         if good:
             ok.append(name)
         else:
-            why[name] = reason.strip().splitlines()[0] if reason and reason.strip() else "no credentials"
+            # Whole: its first line alone ends "To configure credentials, go to:".
+            why[name] = " ".join(reason.split()) if reason and reason.strip() else "no credentials"
     return [c for c in clouds if c in ok], why
 
 

@@ -476,3 +476,21 @@ def test_a_plan_fits_100_columns_with_every_reason_whole(env, monkeypatch, tmp_p
         assert f"[{len(said)}]" in lines[at - 1] or f"[{len(said)}]" in r.stdout
         # The whole credential hint, not its first line ("... go to:").
         assert "go to: https://cloud.lambdalabs.com/api-keys" in shown
+
+
+def test_a_gpu_asked_for_by_memory_is_priced_on_every_model_that_has_it(env):
+    """Issue 48: `accelerators: 24GB+` (dstack's `gpu: 24GB..`): any GPU with at least that
+    much memory each, matched against the catalogs' models."""
+    env.write_text("name: mem\nrun: python train.py\nresources: {accelerators: 40GB+}\n"
+                   "estimate: {hours: 1}\ncheckpoint: {storage: 's3://bucket/ckpt'}\n")
+    d = json.loads(invoke("plan", str(env), "--all", "--json").stdout)
+    # lambda's A100 (40 GB) and runpod's A100-80GB qualify; runpod's RTX4090 (24 GB) does not.
+    assert {a["gpu"] for a in d["alternatives"]} == {"A100", "A100-80GB"}, d["alternatives"]
+    assert d["choice"]["gpu"] == "A100-80GB" and d["choice"]["spot"]  # runpod spot, 1.05/h
+    assert d["choice"]["est_cost"] > 1.05
+    env.write_text(env.read_text().replace("40GB+", "24GB+:1"))
+    d = json.loads(invoke("plan", str(env), "--json").stdout)
+    assert (d["choice"]["gpu"], d["choice"]["price_per_hour"]) == ("RTX4090", 0.34)
+    env.write_text(env.read_text().replace("24GB+:1", "200GB+"))
+    d = json.loads(invoke("plan", str(env), "--all", "--json").stdout)
+    assert d["choice"] is None and "200GB+" in d["refusal"], d  # no GPU has 200 GB

@@ -49,6 +49,7 @@ def worker_entry(config: dict) -> Any:
     if options.env is not None:
         secret_env.apply(options.env.values)
         options = dataclasses.replace(options, env=None)
+    _plain_print()
     if os.getcwd() not in sys.path:  # the job's workdir, where a user's entrypoint lives
         sys.path.insert(0, os.getcwd())
     offer_public_name()  # `from jobs.context import current`, unless the job has its own `jobs`
@@ -74,17 +75,33 @@ def worker_entry(config: dict) -> Any:
         events.emit("telemetry", rank=ctx.rank, **sampler.stop())
 
 
+def _plain_print() -> None:
+    """The loop's `print` as Python's own: Ray Train (2.60) patches it in each worker to log
+    through its root logger, which wrote every line the loop printed twice to the job's log
+    (its console handler, and a copy to the worker's redirected stdout)."""
+    import builtins
+
+    patched = sys.modules.get("ray.train.v2._internal.logging.patch_print")
+    original = getattr(patched, "_original_print", None)
+    if original is not None and builtins.print is not original:
+        builtins.print = original
+
+
 def _takes_config(fn: Callable) -> bool:
-    """Whether the loop takes the config (a `train_func(config)`), or nothing (a script's
-    `main()`, which reads what it needs itself); the submit check refused the others."""
+    """Whether the loop takes the config: a `train_func(config)` (a required first argument,
+    or one named config), or a script's `main()` / `main(epochs=3)`, called with nothing,
+    which reads what it needs itself; the submit check refused the others."""
     import inspect
 
     try:
-        params = inspect.signature(fn).parameters.values()
+        params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):  # a builtin or a C function: as Ray Train calls it
         return True
-    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-               for p in params)
+    first = params[0] if params else None
+    if first is None or first.kind in (first.KEYWORD_ONLY, first.VAR_KEYWORD):
+        return False
+    return (first.kind == first.VAR_POSITIONAL or first.default is first.empty
+            or first.name in ("config", "cfg", "train_loop_config"))
 
 
 def _board(options: WorkerOptions, rank: int) -> Optional[Callable[[Optional[float]], None]]:

@@ -84,6 +84,56 @@ def prepare(source: Path, root: Optional[Path], job_id: str,
     return folder
 
 
+# Thread settings a job's process may be given without its file saying so (Ray sets
+# OMP_NUM_THREADS=1 for a process it starts with no CPUs of its own): said at the start.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS")
+
+
+def thread_note(environ: dict) -> Optional[str]:
+    """The line that says which thread limits the job runs under, None when none is set."""
+    found = [f"{k}={environ[k]}" for k in THREAD_VARS if environ.get(k)]
+    if not found:
+        return None
+    return (f"orch: the job runs with {', '.join(found)} (set for it, not by its file); "
+            "give envs: {OMP_NUM_THREADS: N} to choose")
+
+
+def run(command: list[str], folder: Optional[Path]) -> int:
+    """Run `command`, its output passed through, its phases as events: `start` now,
+    `first_output` when it first prints, `end` when it exits (service/run_metrics.phases).
+    `folder` (not kept) is removed at the end."""
+    import subprocess
+
+    from . import events
+
+    events.emit("start", kind="run")
+    try:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except OSError as e:
+        print(f"orch: cannot start {command[0]}: {e.strerror}", file=sys.stderr)
+        return 127
+    assert child.stdout is not None
+    out = sys.stdout.buffer
+    first = True
+    try:
+        while True:
+            # What it wrote so far, as it comes (not line by line: a progress bar has none).
+            chunk = os.read(child.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            if first:
+                first = False
+                events.emit("first_output")
+            out.write(chunk)
+            out.flush()
+        code = child.wait()
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+    events.emit("end", exit_code=code)
+    return code if code >= 0 else 128 - code
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv:
         print(f"usage: python -m {__package__}.workspace [--root R] --job ID -- COMMAND...",
@@ -111,16 +161,10 @@ def main(argv: list[str]) -> int:
     os.environ["PWD"] = str(folder)
     os.environ[OUTPUT_VAR] = str(folder)
     print(f"orch: job {args.job} runs in {folder}" + ("" if root else " (not kept)"), flush=True)
-    sys.stderr.flush()
-    if root is not None:
-        os.execvp(command[0], command)
-    # Not kept: removed at the end. Ray stops a job by its process group, the command's too.
-    import subprocess
-
-    try:
-        return subprocess.call(command)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    note = thread_note(dict(os.environ))
+    if note:
+        print(note, flush=True)
+    return run(command, None if root else folder)
 
 
 if __name__ == "__main__":

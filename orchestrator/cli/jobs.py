@@ -118,8 +118,9 @@ def status(
 def logs(
     job_id: str = typer.Argument(..., help="a job id (or a unique prefix)"),
     follow_: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends"),
+    events_: bool = typer.Option(False, "--events", help="orch's event lines too (::orch::{...})"),
 ) -> None:
-    """Print a job's log."""
+    """Print a job's log: its own output (orch's event lines only with --events)."""
     client = _client()
     if follow_:
         from orchestrator.cli.follow import follow
@@ -127,6 +128,10 @@ def logs(
         follow(client, client.job(job_id), out)
         return
     text = client.logs(job_id)
+    if not events_:
+        from jobs.events import parse_line
+
+        text = "".join(line for line in text.splitlines(keepends=True) if parse_line(line) is None)
     if text:
         out.print(text, markup=False, highlight=False, end="" if text.endswith("\n") else "\n")
 

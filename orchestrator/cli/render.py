@@ -73,6 +73,7 @@ def job_duration(created: Optional[float], started: Optional[float],
 
 PHASE_LABELS = {"submit_to_recorded": "submit→recorded", "recorded_to_launched": "→launched",
                 "launched_to_driver": "→driver", "driver_to_workers": "→workers",
+                "driver_to_first_output": "→first output",
                 "workers_to_first_step": "→first step", "training": "training",
                 "last_step_to_ended": "last step→ended"}
 

@@ -62,3 +62,31 @@ def test_a_failing_script_says_why_in_its_summary_status_and_json(ray_home, tmp_
     assert failure["error"] == error and failure["lines"][0] == "Traceback (most recent call last):"
     shown = run_orch(ray_home, "status", job_id).stdout
     assert error in shown and "no GPU" in shown
+
+
+def test_a_run_jobs_reports_and_phases_show_in_status_and_its_log_is_its_own(ray_home, tmp_path):
+    job = tmp_path / "reporter.yaml"
+    job.write_text(f"name: reporter\nworkdir: {ROOT / 'tests' / 'fixtures' / 'resumer'}\n"
+                   "run: python reporter.py\n")
+    rec = _submit(ray_home, job)
+    assert (rec["metrics"]["epoch"], rec["metrics"]["loss"], rec["metrics"]["accuracy"]) == (3, 0.25, 0.9)
+    phases = rec["metrics"]["phases"]
+    assert {"launched_to_driver", "driver_to_first_output", "training"} <= set(phases), phases
+    shown = run_orch(ray_home, "status", rec["id"]).stdout
+    assert "epoch 3/3  loss 0.2500  accuracy 0.900" in shown and "→first output" in shown, shown
+    # Its log is its own output; orch's event lines only when asked for.
+    log = run_orch(ray_home, "logs", rec["id"]).stdout
+    assert "epoch 1 done" in log and "trained" in log and "::orch::" not in log, log
+    everything = run_orch(ray_home, "logs", rec["id"], "--events").stdout
+    assert everything.count('"event": "report"') + everything.count('"event":"report"') == 3
+
+
+def test_an_unchanged_torchrun_script_runs_from_its_job_files_folder(ray_home):
+    """examples/own-script: `torchrun --standalone --nproc_per_node=2 ddp.py`, no workdir
+    key (the job file's folder), two gloo processes on CPU; its snapshot is its artifact."""
+    rec = _submit(ray_home, ROOT / "examples" / "own-script" / "torchrun.yaml")
+    log = run_orch(ray_home, "logs", rec["id"]).stdout
+    assert "rank 0 of 2 done on cpu" in log and "rank 1 of 2 done on cpu" in log, log
+    assert "Resuming" not in log and rec["metrics"]["epoch"] == 3
+    arts = json.loads(run_orch(ray_home, "artifacts", rec["id"], "--json").stdout)
+    assert [f["key"] for f in arts["files"]] == ["snapshot.pt"], arts

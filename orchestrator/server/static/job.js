@@ -85,12 +85,19 @@ export function jobView(main, id) {
               section("Placement", place),
               section("Per epoch", charts),
               el("div", {class: "grid2"}, section("Phases", phase), section("Devices", tele)),
-              section("History", hist), section("Log ", logNote, log));
+              section("History", hist),
+              section("Log ", logNote, el("label", {class: "dim"}, " ", eventsBox, " orch's events"), log));
 
   let status = null, shownPoints = -1, follow = null, logDone = false;
 
+  // The job's own output; orch's event lines (`::orch::{...}`) only when asked for.
+  const eventsBox = el("input", {id: "log-events", type: "checkbox"});
+  let logText = "";
+  eventsBox.addEventListener("change", () => setLog(logText));
   function setLog(text) {
+    logText = text;
     const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    if (!eventsBox.checked) text = text.split("\n").filter((l) => !l.includes("::orch::{")).join("\n");
     log.textContent = text.length > LOG_KEEP ? text.slice(-LOG_KEEP) : text;
     if (atEnd) log.scrollTop = log.scrollHeight;  // follow the tail unless the reader scrolled up
   }

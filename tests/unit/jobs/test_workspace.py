@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from jobs import events
 from jobs.workspace import prepare, written
 from orchestrator.service.launch_spec import kept_folder, own_folder
 from providers.artifacts import LocalArtifacts
@@ -46,8 +47,26 @@ def test_a_folder_not_kept_is_removed_at_the_end(tmp_path, monkeypatch, capfd):
     for name in ("PWD", workspace.OUTPUT_VAR):  # set by main: restored after the test
         monkeypatch.setenv(name, "")
     (tmp_path / "train.py").write_text("")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     code = workspace.main(["--job", "orch-x", "--", "bash", "-c", "pwd; ls; exit 3"])
     out = capfd.readouterr().out
     assert code == 3 and "train.py" in out and "(not kept)" in out
-    folder = out.splitlines()[-2]
+    assert "orch: the job runs with OMP_NUM_THREADS=1 (set for it" in out
+    folder = next(line for line in out.splitlines() if line.startswith("/"))
     assert "orch-orch-x-" in folder and not os.path.exists(folder)
+    # Its phases: started, first printed, ended (service/run_metrics.phases reads them).
+    kinds = [(e["event"], e.get("exit_code")) for e in events.parse(out)]
+    assert kinds == [("start", None), ("first_output", None), ("end", 3)]
+    assert out.index("first_output") < out.index(folder + "\ntrain.py")
+
+
+def test_the_loop_gets_the_config_only_where_it_takes_one():
+    from jobs.runner import _takes_config
+
+    def train_func(config): ...
+    def with_default(config=None): ...
+    def main(): ...
+    def script_main(epochs=3, snapshot="s.pt"): ...
+    def kw_only(*, epochs=3): ...
+    assert _takes_config(train_func) and _takes_config(with_default) and _takes_config(print)
+    assert not any(map(_takes_config, (main, script_main, kw_only)))

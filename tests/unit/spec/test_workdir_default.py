@@ -1,0 +1,27 @@
+"""Issue 48: a `run:` job without `workdir:` ran `python train.py` in whatever folder the
+local Ray had started in ("can't open file"). A job file's own code now runs from its folder."""
+
+from __future__ import annotations
+
+from orchestrator.spec import load_spec, load_spec_text
+from orchestrator.spec.pipeline import load_job
+
+
+def test_a_job_files_own_code_runs_from_its_folder(tmp_path):
+    (tmp_path / "job.yaml").write_text("run: python train.py\n")
+    assert load_spec(tmp_path / "job.yaml").workdir_path() == tmp_path.resolve()
+    (tmp_path / "loop.yaml").write_text("train: {entrypoint: 'mytrain:main'}\n")
+    assert load_job(tmp_path / "loop.yaml").workdir_path() == tmp_path.resolve()
+    (tmp_path / "pipe.yaml").write_text("name: p\n---\nrun: echo a\n---\nrun: echo b\n")
+    assert {s.workdir_path() for s in load_job(tmp_path / "pipe.yaml").stages} == {tmp_path.resolve()}
+
+
+def test_a_built_in_job_a_given_workdir_and_a_servers_copy_keep_theirs(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "given.yaml").write_text("workdir: sub\nrun: python train.py\n")
+    assert load_spec(tmp_path / "given.yaml").workdir_path() == (tmp_path / "sub").resolve()
+    (tmp_path / "builtin.yaml").write_text("train: {job: image-classification}\n")
+    assert load_spec(tmp_path / "builtin.yaml").workdir_path() is None
+    # The text a server is sent, with the client's path: no folder of the server's is taken.
+    text = "run: python train.py\n"
+    assert load_spec_text(text, str(tmp_path / "job.yaml")).workdir_path() is None

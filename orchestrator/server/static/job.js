@@ -79,6 +79,7 @@ export function jobView(main, id) {
   const hist = el("div", {id: "history"});
   const log = el("pre", {id: "log", class: "log", tabindex: "0"});
   const logNote = el("span", {id: "log-note", class: "dim"});
+  const eventsBox = el("input", {id: "log-events", type: "checkbox"});
   main.append(el("section", {class: "card"}, el("p", {}, el("a", {href: "#/jobs", text: "‹ all jobs"})), head,
                  el("div", {class: "actions"}, cancel, cancelMsg)),
               el("div", {class: "grid2"}, section("Cost", cost), section("Step time", split)),
@@ -91,7 +92,6 @@ export function jobView(main, id) {
   let status = null, shownPoints = -1, follow = null, logDone = false;
 
   // The job's own output; orch's event lines (`::orch::{...}`) only when asked for.
-  const eventsBox = el("input", {id: "log-events", type: "checkbox"});
   let logText = "";
   eventsBox.addEventListener("change", () => setLog(logText));
   function setLog(text) {

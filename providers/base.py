@@ -35,6 +35,9 @@ class Launch:
     # Credential-like names in `env` are treated the same (split_env).
     secrets: dict[str, str] = field(default_factory=dict)
     workdir: Optional[str] = None
+    # Paths in the workdir never sent with it ('/job.yaml': the job file, which may hold
+    # secret values inline), as gitignore patterns from its top.
+    excludes: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
     # For a cloud VM: what SkyPilot provisions. `offers` are the chosen offer first, then
     # the next-best in cost order, each a dict as `orch plan --json` shows alternatives.
@@ -81,6 +84,10 @@ class Backend(abc.ABC):
     # Whether the target clones a job's `workdir: {url, ref}` itself (SkyPilot on a cloud
     # VM); otherwise orch checks the commit out on this machine and sends that folder.
     clones_git_workdir: ClassVar[bool] = False
+    # Whether a `run:` command is started once however many nodes the job has (a Ray
+    # cluster's job driver), so orch starts one process a node itself (jobs/per_node.py);
+    # SkyPilot runs it on every node of a cloud job.
+    runs_once: ClassVar[bool] = True
 
     @classmethod
     def default_storage(cls, settings: Settings) -> Optional[str]:

@@ -256,7 +256,10 @@ class Remote:
         where = self._workdir(spec)
         if where is None:
             return self._json("POST", path, body, hint=hint)
-        packed = up.pack(where, self.upload_max_bytes)
+        from orchestrator.service.launch_spec import job_file_in
+
+        # Not the job file: it may hold secret values inline (the server gets its text).
+        packed = up.pack(where, self.upload_max_bytes, job_file_in(where, spec.source_file))
         try:
             for item in packed.left_out:
                 note(self.on_note, f"not sent: {item}")

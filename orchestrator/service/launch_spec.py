@@ -78,8 +78,12 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
     kept = None
     if spec.run is not None:
         kept = kept_folder(storage)
-        command = own_folder(backend.module_command("workspace"), job_id, command, kept,
-                             f"{kept}/{run_name}" if resume and kept else None)
+        earlier = f"{kept}/{run_name}" if resume and kept else None
+        if spec.num_nodes > 1 and backend.runs_once:  # one process a node, as SkyPilot does
+            command = own_folder(backend.module_command("per_node"), job_id, command, kept,
+                                 earlier, nodes=(spec.num_nodes, int(holds.gpus // spec.num_nodes)))
+        else:
+            command = own_folder(backend.module_command("workspace"), job_id, command, kept, earlier)
     command = backend.shell_prelude() + command
     entrypoint = f"bash -c {shlex.quote(command)}"
     est_hours = decision.estimate.hours if decision else None
@@ -100,7 +104,22 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
 
         secrets[KEY_VAR] = event_key
     return Launch(job_id=job_id, entrypoint=entrypoint, env=env, secrets=secrets,
-                  workdir=str(workdir) if workdir else None, metadata=metadata)
+                  workdir=str(workdir) if workdir else None, metadata=metadata,
+                  excludes=job_file_in(workdir, spec.source_file))
+
+
+def job_file_in(workdir, source: Optional[str]) -> tuple[str, ...]:
+    """The job file as a path to leave out of its workdir ('/job.yaml'), when it lies in
+    it: its text may hold secret values inline, which no copy of the workdir may keep."""
+    from pathlib import Path
+
+    if not workdir or not source or source == "<job>":
+        return ()
+    try:
+        rel = Path(source).resolve().relative_to(Path(workdir).resolve())
+    except (ValueError, OSError):
+        return ()
+    return (f"/{rel.as_posix()}",)
 
 
 def kept_folder(storage: Optional[str]) -> Optional[str]:
@@ -110,11 +129,13 @@ def kept_folder(storage: Optional[str]) -> Optional[str]:
 
 
 def own_folder(workspace: str, job_id: str, command: str, root: Optional[str],
-               resume: Optional[str]) -> str:
+               resume: Optional[str], nodes: Optional[tuple[int, int]] = None) -> str:
     """`command` run by jobs/workspace.py (the shell line `workspace` starts it) in a fresh
     folder of the job's own under `root`, given a copy of `resume` (an earlier job's folder)
-    first; never in Ray's unpacked workdir, which every job with the same files shares."""
-    args = [f"--job {shlex.quote(job_id)}"]
+    first; never in Ray's unpacked workdir, which every job with the same files shares.
+    `nodes` (count, GPUs each): `workspace` is jobs/per_node.py, which runs it on each."""
+    args = [f"--nodes {nodes[0]} --gpus {nodes[1]}"] if nodes else []
+    args.append(f"--job {shlex.quote(job_id)}")
     if root:
         args.append(f"--root {shlex.quote(root)}")
     if resume:

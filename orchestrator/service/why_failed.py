@@ -50,17 +50,17 @@ def _plain(text: str) -> list[str]:
 
 def explain(text: str, message: Optional[str] = None) -> Optional[dict]:
     """{error, lines, hint} for a failed job's log `text` (its backend's `message` too,
-    for the hint); None when its output names no error."""
+    for the hint): `error` only where its output ends with an exception; None when there is
+    nothing to show."""
     lines = _plain(text)
     last_error = None
     for i in range(len(lines) - 1, -1, -1):
         if _ERROR.match(lines[i].strip()) and not lines[i].startswith(" "):
             last_error = i
             break
+    error = None  # only an exception line is taken as the error: the backend's word stands else
     if last_error is None:
         tail = [ln for ln in lines if ln.strip()][-3:]
-        error = tail[-1].strip() if tail else None
-        start = len(lines)
     else:
         error = lines[last_error].strip()
         start = last_error
@@ -70,12 +70,14 @@ def explain(text: str, message: Optional[str] = None) -> Optional[dict]:
         if lines[start].strip() != _TRACEBACK:
             start = last_error
         tail = lines[start:last_error + 1]
-    if not error:
+    hint = hint_for("\n".join([*tail, message or ""]))
+    if not tail and not hint:
         return None
     if len(tail) > MAX_LINES:
         tail = tail[:1] + ["  ..."] + tail[-(MAX_LINES - 2):]
-    found = {"error": error[:MAX_CHARS], "lines": [ln[:MAX_CHARS] for ln in tail]}
-    hint = hint_for("\n".join([*tail, message or ""]))
+    found: dict = {"lines": [ln[:MAX_CHARS] for ln in tail]}
+    if error:
+        found["error"] = error[:MAX_CHARS]
     if hint:
         found["hint"] = hint
     return found
@@ -92,7 +94,7 @@ def hint_for(text: str) -> Optional[str]:
 def message_with(failure: Optional[dict], message: Optional[str]) -> Optional[str]:
     """The job's message naming its error: the backend's own (Ray's "Job entrypoint command
     failed with exit code 1; ...") said as the error and its exit code."""
-    if not failure:
+    if not failure or not failure.get("error"):
         return message
     code = _EXIT.search(message or "")
     return failure["error"] + (f" (exit code {code.group(1)})" if code else "")

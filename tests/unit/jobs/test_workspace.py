@@ -70,3 +70,25 @@ def test_the_loop_gets_the_config_only_where_it_takes_one():
     def kw_only(*, epochs=3): ...
     assert _takes_config(train_func) and _takes_config(with_default) and _takes_config(print)
     assert not any(map(_takes_config, (main, script_main, kw_only)))
+
+
+def test_each_node_is_told_its_place_as_skypilot_tells_it():
+    from jobs.per_node import node_env, workspace_argv
+
+    env = node_env(1, ["10.0.0.1", "10.0.0.2"], 8)
+    assert env["SKYPILOT_NODE_RANK"] == "1" and env["SKYPILOT_NODE_IPS"] == "10.0.0.1\n10.0.0.2"
+    assert (env["SKYPILOT_NUM_NODES"], env["SKYPILOT_NUM_GPUS_PER_NODE"]) == ("2", "8")
+    assert (env["ORCH_NODE_RANK"], env["ORCH_HEAD_ADDRESS"], env["ORCH_NUM_NODES"]) == ("1", "10.0.0.1", "2")
+    head = workspace_argv(0, "orch-1", "/runs", "/runs/orch-0", ["bash", "-c", "x"])
+    other = workspace_argv(1, "orch-1", "/runs", "/runs/orch-0", ["bash", "-c", "x"])
+    assert head[2].endswith(".workspace") and head[head.index("--"):] == ["--", "bash", "-c", "x"]
+    # The head's folder is the job's kept one; the others' are temporary.
+    assert head[3:9] == ["--job", "orch-1", "--root", "/runs", "--resume", "/runs/orch-0"]
+    assert other[3:5] == ["--job", "orch-1-node1"] and "--root" not in other
+
+
+def test_a_multi_node_run_job_on_an_owned_cluster_starts_one_process_a_node():
+    from orchestrator.service.launch_spec import own_folder
+
+    line = own_folder("py -m per_node", "orch-1", "torchrun x.py", "/runs", None, nodes=(2, 4))
+    assert line == "py -m per_node --nodes 2 --gpus 4 --job orch-1 --root /runs -- bash -c 'torchrun x.py'"

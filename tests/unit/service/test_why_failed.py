@@ -38,6 +38,7 @@ def test_hints_for_a_missing_module_and_running_out_of_memory_and_none_without_a
     oom = explain("step 3\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n")
     assert "out of memory" in oom["hint"] and oom["lines"] == [oom["error"]]
     killed = explain("step 1\nstep 2\n", "Job entrypoint command failed with exit code 137")
-    assert killed["error"] == "step 2" and "SIGKILL" in killed["hint"]
+    assert killed["lines"] == ["step 1", "step 2"] and "SIGKILL" in killed["hint"]
+    assert "error" not in killed and message_with(killed, "exit code 137") == "exit code 137"
     assert explain("orch: job orch-1 runs in /tmp/x\n") is None
     assert message_with(None, "as it was") == "as it was"

@@ -50,9 +50,12 @@ def _ip() -> str:
 
 
 def _run(argv: list[str], env: dict[str, str]) -> int:
-    """On its node: the command, its output to this worker's (which Ray sends the driver)."""
+    """On its node: the command, its output to this worker's (which Ray sends the driver).
+    `python`, `torchrun` and `accelerate` in it are those of the Python the cluster's Ray
+    runs in, as `python` on a local job is orch's own."""
     sys.stdout.flush()
-    return subprocess.call(argv, env={**os.environ, **env})
+    path = f"{os.path.dirname(argv[0])}:{os.environ.get('PATH', '')}"
+    return subprocess.call(argv, env={**os.environ, **env, "PATH": path})
 
 
 def main(argv: list[str]) -> int:

@@ -14,6 +14,7 @@ from jobs.events import parse_line
 _PREFIX = re.compile(r"^\((?:[\w.]+ )?pid=\d+[^)]*\)\s?")
 _ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Killed))(?::\s?(.*))?$")
 _TRACEBACK = "Traceback (most recent call last):"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours Ray puts on a worker's prefix
 _WORKSPACE = "orch: job "  # jobs/workspace.py's line saying where the job runs
 _EXIT = re.compile(r"exit code (-?\d+)")
 MAX_LINES = 8
@@ -32,6 +33,9 @@ _HINTS: tuple[tuple[re.Pattern, str], ...] = (
      "the script uses CUDA (or NCCL) and the target it ran on has no GPU: ask for one "
      "(resources.accelerators), or let it fall back to CPU (`torch.cuda.is_available()`, "
      "backend gloo)"),
+    (re.compile(r"([\w.-]+): command not found"),
+     "`{0}` is not on the PATH where the job ran: install it in `setup:`, or call it by the "
+     "Python that has it (`python -m ...`)"),
     (re.compile(r"No module named '([\w.]+)'"),
      "module '{0}' is not installed where the job ran: install it in `setup:` (pip install "
      "...), or add it to the workdir"),
@@ -44,7 +48,7 @@ def _plain(text: str) -> list[str]:
     for line in text.splitlines():
         if parse_line(line) is not None or line.startswith(_WORKSPACE):
             continue
-        out.append(_PREFIX.sub("", line.rstrip()))
+        out.append(_PREFIX.sub("", _ANSI.sub("", line).rstrip()))
     return out
 
 

@@ -42,3 +42,6 @@ def test_hints_for_a_missing_module_and_running_out_of_memory_and_none_without_a
     assert "error" not in killed and message_with(killed, "exit code 137") == "exit code 137"
     assert explain("orch: job orch-1 runs in /tmp/x\n") is None
     assert message_with(None, "as it was") == "as it was"
+    colored = explain("\x1b[36m(_run pid=9107)\x1b[0m bash: line 5: torchrun: command not found\n")
+    assert colored["lines"] == ["bash: line 5: torchrun: command not found"]
+    assert colored["hint"].startswith("`torchrun` is not on the PATH")

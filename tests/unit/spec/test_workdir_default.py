@@ -25,3 +25,22 @@ def test_a_built_in_job_a_given_workdir_and_a_servers_copy_keep_theirs(tmp_path)
     # The text a server is sent, with the client's path: no folder of the server's is taken.
     text = "run: python train.py\n"
     assert load_spec_text(text, str(tmp_path / "job.yaml")).workdir_path() is None
+
+
+def test_the_job_file_is_never_sent_with_its_workdir(tmp_path):
+    """It may hold secret values inline (`envs: {HF_TOKEN: hf_...}`): a copy of the workdir
+    on Ray (its package, the job's kept folder) or on a server (an upload) must not."""
+    import io
+    import tarfile
+
+    from orchestrator.service.launch_spec import job_file_in
+    from orchestrator.service.upload import pack
+
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "job.yaml").write_text("envs: {HF_TOKEN: hf_secret}\nrun: python train.py\n")
+    spec = load_spec(tmp_path / "job.yaml")
+    leave = job_file_in(spec.workdir_path(), spec.source_file)
+    assert leave == ("/job.yaml",) and job_file_in(tmp_path / "elsewhere", spec.source_file) == ()
+    packed = pack(tmp_path, 1 << 20, leave)
+    with tarfile.open(fileobj=io.BytesIO(packed.file.read()), mode="r:gz") as tar:
+        assert tar.getnames() == ["train.py"]

@@ -134,7 +134,7 @@ def render(d: Placement, name: str, limit: int | None = 40) -> None:
     t = Table(show_edge=False, pad_edge=False, header_style="bold")
     for col in ("", "target", "where", "GPU", "spot", "price/h", "hours", "marginal",
                 "full cost", "excl."):
-        t.add_column(col, no_wrap=col in ("", "target", "price/h", "hours", "excl."),
+        t.add_column(col, no_wrap=col in ("", "target", "GPU", "price/h", "hours", "excl."),
                      justify="right" if col in ("price/h", "hours", "marginal",
                                                 "full cost") else "left")
     alts, choice = d.alternatives, d.choice

@@ -109,7 +109,7 @@ def test_without_an_inventory_the_cluster_itself_runs_steady_work_on_both_nodes(
     assert len(unpriced) == 1, plan["notes"]
     assert "200 W per node" in unpriced[0]
     assert "purchase_price" in unpriced[0] and "watts" in unpriced[0]
-    text = orch(cluster, bare_home, "plan", str(job)).stdout
+    text = " ".join(orch(cluster, bare_home, "plan", str(job)).stdout.split())  # wrapped at 100
     assert text.count("full cost is unknown") == 1 and "purchase_price" in text, text
 
     proc = orch(cluster, bare_home, "submit", str(job), "--json")

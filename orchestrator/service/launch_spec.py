@@ -103,9 +103,43 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
         from jobs.events import KEY_VAR
 
         secrets[KEY_VAR] = event_key
+    from providers.base import split_env
+
+    hidden = split_env(env, secrets)[1]
     return Launch(job_id=job_id, entrypoint=entrypoint, env=env, secrets=secrets,
                   workdir=str(workdir) if workdir else None, metadata=metadata,
-                  excludes=job_file_in(workdir, spec.source_file))
+                  excludes=left_out(workdir, spec.source_file, hidden.values()))
+
+
+_SCAN_FILE_MAX = 2 << 20  # bytes of one workdir file read for secret values, at most
+_SCAN_FILES_MAX = 5000
+
+
+def left_out(workdir, source: Optional[str], values) -> tuple[str, ...]:
+    """What never goes with the job's workdir: its job file, and any file that holds one of
+    the job's secret `values` (a sibling job file with them inline, when the workdir is the
+    job file's folder), as '/path' patterns from the workdir's top."""
+    import os
+    from pathlib import Path
+
+    out = list(job_file_in(workdir, source))
+    needles = [v.encode() for v in values if isinstance(v, str) and len(v) >= 8]
+    if not workdir or not needles:
+        return tuple(out)
+    top, seen = Path(workdir), 0
+    for dirpath, _, files in os.walk(top):
+        for name in files:
+            seen += 1
+            path = Path(dirpath) / name
+            try:
+                if seen > _SCAN_FILES_MAX or path.is_symlink() or path.stat().st_size > _SCAN_FILE_MAX:
+                    continue
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if any(n in data for n in needles):
+                out.append(f"/{path.relative_to(top).as_posix()}")
+    return tuple(dict.fromkeys(out))
 
 
 def job_file_in(workdir, source: Optional[str]) -> tuple[str, ...]:

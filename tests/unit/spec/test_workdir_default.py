@@ -44,3 +44,15 @@ def test_the_job_file_is_never_sent_with_its_workdir(tmp_path):
     packed = pack(tmp_path, 1 << 20, leave)
     with tarfile.open(fileobj=io.BytesIO(packed.file.read()), mode="r:gz") as tar:
         assert tar.getnames() == ["train.py"]
+
+
+def test_no_file_with_one_of_the_jobs_secret_values_goes_with_its_workdir(tmp_path):
+    from orchestrator.service.launch_spec import left_out
+
+    (tmp_path / "train.yaml").write_text("envs: {HF_TOKEN: hf_0123456789abcdef}\n")  # a sibling
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.csv").write_text("a,b\n")
+    (tmp_path / "run.yaml").write_text("run: echo\n")
+    assert left_out(tmp_path, str(tmp_path / "run.yaml"), ["hf_0123456789abcdef", "short"]) == (
+        "/run.yaml", "/train.yaml")
+    assert left_out(tmp_path, None, []) == ()

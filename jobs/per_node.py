@@ -32,10 +32,12 @@ def node_env(rank: int, ips: list[str], gpus: int) -> dict[str, str]:
 
 
 def workspace_argv(rank: int, job: str, root: Optional[str], resume: Optional[str],
-                   command: list[str]) -> list[str]:
+                   command: list[str], no_workdir: bool = False) -> list[str]:
     """Node `rank`'s command, in its own folder: the kept one on rank 0."""
     argv = [sys.executable, "-m", f"{__package__}.workspace",
             "--job", job if rank == 0 else f"{job}-node{rank}"]
+    if no_workdir:
+        argv.append("--no-workdir")
     if rank == 0 and root:
         argv += ["--root", root]
     if rank == 0 and resume:
@@ -70,6 +72,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--job", required=True)
     parser.add_argument("--root")
     parser.add_argument("--resume")
+    parser.add_argument("--no-workdir", action="store_true")
     args = parser.parse_args(argv[:cut])
     command = argv[cut + 1:]
     import ray
@@ -93,7 +96,7 @@ def main(argv: list[str]) -> int:
     ips = ray.get([on(r, _ip).remote() for r in range(args.nodes)])
     print(f"orch: {args.nodes} nodes, the head at {ips[0]}: one process on each", flush=True)
     running = {on(r, _run, max_retries=0).remote(
-        workspace_argv(r, args.job, args.root, args.resume, command),
+        workspace_argv(r, args.job, args.root, args.resume, command, args.no_workdir),
         node_env(r, ips, args.gpus)): r for r in range(args.nodes)}
     code = 0
     while running:

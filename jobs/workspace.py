@@ -63,10 +63,12 @@ def written(folder: Path) -> list[str]:
     return sorted(k for k, v in _snapshot(folder).items() if given.get(k) != v)
 
 
-def prepare(source: Path, root: Optional[Path], job_id: str,
+def prepare(source: Optional[Path], root: Optional[Path], job_id: str,
             resume: Optional[Path] = None) -> Path:
     """A fresh folder for job `job_id` holding a copy of `source` (over a copy of `resume`,
-    an earlier job's folder, when given); the list of what was copied beside it."""
+    an earlier job's folder, when given); the list of what was copied beside it. `source`
+    None: a job without a workdir, whose process starts in whatever folder Ray's driver
+    has (a Ray node's own): nothing of it is copied."""
     if root is None:
         folder = Path(tempfile.mkdtemp(prefix=f"orch-{job_id}-"))
     else:
@@ -77,7 +79,7 @@ def prepare(source: Path, root: Optional[Path], job_id: str,
         folder.mkdir(mode=0o700)
     if resume is not None and resume.is_dir():
         shutil.copytree(resume, folder, symlinks=True, dirs_exist_ok=True)
-    if source.resolve() != folder.resolve():
+    if source is not None and source.resolve() != folder.resolve():
         shutil.copytree(source, folder, symlinks=True, dirs_exist_ok=True)
     if root is not None:
         inputs_file(folder).write_text(json.dumps(_snapshot(folder)))
@@ -144,6 +146,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--root")
     parser.add_argument("--job", required=True)
     parser.add_argument("--resume")
+    parser.add_argument("--no-workdir", action="store_true", help="start in an empty folder")
     args = parser.parse_args(argv[:cut])
     command = argv[cut + 1:]
     if not command:
@@ -152,7 +155,7 @@ def main(argv: list[str]) -> int:
     root = Path(args.root).expanduser() if args.root else None
     resume = Path(args.resume).expanduser() if args.resume else None
     try:
-        folder = prepare(Path.cwd(), root, args.job, resume)
+        folder = prepare(None if args.no_workdir else Path.cwd(), root, args.job, resume)
     except OSError as e:
         print(f"orch: cannot make job {args.job}'s folder under {root or 'a temporary folder'}: "
               f"{e}", file=sys.stderr)

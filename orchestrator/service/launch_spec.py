@@ -79,11 +79,14 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
     if spec.run is not None:
         kept = kept_folder(storage)
         earlier = f"{kept}/{run_name}" if resume and kept else None
+        has_workdir = workdir is not None or spec.git_workdir is not None  # a VM clones a repo
         if spec.num_nodes > 1 and backend.runs_once:  # one process a node, as SkyPilot does
             command = own_folder(backend.module_command("per_node"), job_id, command, kept,
-                                 earlier, nodes=(spec.num_nodes, int(holds.gpus // spec.num_nodes)))
+                                 earlier, nodes=(spec.num_nodes, int(holds.gpus // spec.num_nodes)),
+                                 copy=has_workdir)
         else:
-            command = own_folder(backend.module_command("workspace"), job_id, command, kept, earlier)
+            command = own_folder(backend.module_command("workspace"), job_id, command, kept,
+                                 earlier, copy=has_workdir)
     command = backend.shell_prelude() + command
     entrypoint = f"bash -c {shlex.quote(command)}"
     est_hours = decision.estimate.hours if decision else None
@@ -163,13 +166,18 @@ def kept_folder(storage: Optional[str]) -> Optional[str]:
 
 
 def own_folder(workspace: str, job_id: str, command: str, root: Optional[str],
-               resume: Optional[str], nodes: Optional[tuple[int, int]] = None) -> str:
+               resume: Optional[str], nodes: Optional[tuple[int, int]] = None,
+               copy: bool = True) -> str:
     """`command` run by jobs/workspace.py (the shell line `workspace` starts it) in a fresh
     folder of the job's own under `root`, given a copy of `resume` (an earlier job's folder)
     first; never in Ray's unpacked workdir, which every job with the same files shares.
-    `nodes` (count, GPUs each): `workspace` is jobs/per_node.py, which runs it on each."""
+    `nodes` (count, GPUs each): `workspace` is jobs/per_node.py, which runs it on each.
+    `copy` False: the job has no workdir, and starts in an empty folder (the folder Ray's
+    driver starts in is the node's own, never to be copied)."""
     args = [f"--nodes {nodes[0]} --gpus {nodes[1]}"] if nodes else []
     args.append(f"--job {shlex.quote(job_id)}")
+    if not copy:
+        args.append("--no-workdir")
     if root:
         args.append(f"--root {shlex.quote(root)}")
     if resume:

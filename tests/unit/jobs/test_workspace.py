@@ -92,3 +92,15 @@ def test_a_multi_node_run_job_on_an_owned_cluster_starts_one_process_a_node():
 
     line = own_folder("py -m per_node", "orch-1", "torchrun x.py", "/runs", None, nodes=(2, 4))
     assert line == "py -m per_node --nodes 2 --gpus 4 --job orch-1 --root /runs -- bash -c 'torchrun x.py'"
+
+
+def test_a_job_without_a_workdir_copies_nothing_of_the_folder_it_starts_in(tmp_path):
+    """The folder Ray's driver starts in, without a workdir, is the node's own (a Ray
+    started from a repository with its virtualenv: gigabytes, copied for an `echo`)."""
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "blob").write_bytes(b"x" * 1000)
+    folder = prepare(None, tmp_path / "runs", "orch-1")
+    assert list(folder.iterdir()) == [] and written(folder) == []
+    from orchestrator.service.launch_spec import own_folder
+
+    assert "--no-workdir" in own_folder("ws", "orch-1", "echo", None, None, copy=False)

@@ -25,7 +25,8 @@ MAX_RANK = 65_536
 # The events orch's runner and workers print (jobs/): any other name is not orch's.
 KNOWN = frozenset({"start", "worker", "worker_setup", "worker_error", "precision",
                    "loader_tuned", "progress", "report", "resume", "pruned", "stopped",
-                   "device", "telemetry", "utilization", "verdict", "result"})
+                   "device", "telemetry", "utilization", "verdict", "result",
+                   "first_output", "end"})  # the last two: a run: job's (jobs/workspace.py)
 
 
 def _number(v: Any, lo: float = -math.inf, hi: float = math.inf) -> bool:
@@ -73,7 +74,9 @@ _FIELDS: dict[str, Callable[[Any], bool]] = {
     "epochs": _optional(_count), "step": _optional(_count), "steps": _optional(_count),
     "summary": lambda v: isinstance(v, dict), "series": lambda v: isinstance(v, list),
     "since_s": _pos, "util": _util, "mem_gb": _pos, "power_w": _pos,
-    "source": _optional(_text), "detail": _optional(_text), "reason": _optional(_text)}
+    "source": _optional(_text), "detail": _optional(_text), "reason": _optional(_text),
+    "exit_code": _optional(lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "kind": _optional(_text)}
 
 
 def problem(event: Any) -> Optional[str]:

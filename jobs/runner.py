@@ -49,6 +49,7 @@ def worker_entry(config: dict) -> Any:
     if options.env is not None:
         secret_env.apply(options.env.values)
         options = dataclasses.replace(options, env=None)
+    _plain_print()
     if os.getcwd() not in sys.path:  # the job's workdir, where a user's entrypoint lives
         sys.path.insert(0, os.getcwd())
     offer_public_name()  # `from jobs.context import current`, unless the job has its own `jobs`
@@ -69,9 +70,38 @@ def worker_entry(config: dict) -> Any:
         sampler.on_idle = functools.partial(_idle, post, sampler, ctx.rank, options.utilization_policy)
     sampler.start()
     try:
-        return fn(config)
+        return fn(config) if _takes_config(fn) else fn()
     finally:
         events.emit("telemetry", rank=ctx.rank, **sampler.stop())
+
+
+def _plain_print() -> None:
+    """The loop's `print` as Python's own: Ray Train (2.60) patches it in each worker to log
+    through its root logger, which wrote every line the loop printed twice to the job's log
+    (its console handler, and a copy to the worker's redirected stdout)."""
+    import builtins
+
+    patched = sys.modules.get("ray.train.v2._internal.logging.patch_print")
+    original = getattr(patched, "_original_print", None)
+    if original is not None and builtins.print is not original:
+        builtins.print = original
+
+
+def _takes_config(fn: Callable) -> bool:
+    """Whether the loop takes the config: a `train_func(config)` (a required first argument,
+    or one named config), or a script's `main()` / `main(epochs=3)`, called with nothing,
+    which reads what it needs itself; the submit check refused the others."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin or a C function: as Ray Train calls it
+        return True
+    first = params[0] if params else None
+    if first is None or first.kind in (first.KEYWORD_ONLY, first.VAR_KEYWORD):
+        return False
+    return (first.kind == first.VAR_POSITIONAL or first.default is first.empty
+            or first.name in ("config", "cfg", "train_loop_config"))
 
 
 def _board(options: WorkerOptions, rank: int) -> Optional[Callable[[Optional[float]], None]]:
@@ -265,8 +295,9 @@ def _fit(req: RunRequest, options: WorkerOptions, hosted: Optional[Hosted], star
         stopped = watch.stopped if watch is not None else None
         events.emit("result", ok=False, error=stopped or failure_text(e),
                     wall_s=round(time.monotonic() - started, 2))
-        if not stopped:
-            events.say(f"orch runner: training failed: {e}", err=True)
+        if not stopped:  # one line: Ray printed the workers' tracebacks already
+            first = (str(e).strip().splitlines() or [""])[0]
+            events.say(f"orch runner: training failed: {type(e).__name__}: {first}", err=True)
         return 1
     finally:
         if watch is not None:

@@ -29,8 +29,9 @@ def run_location(job_id: str, storage: Optional[str], run_name: Optional[str]) -
     job's id when it has none)."""
     if not storage:
         raise InputError(f"job {job_id} recorded no checkpoint storage",
-                         "only train: jobs keep checkpoints; on a cluster without "
-                         "checkpoint.storage they stay in Ray's default folder on its nodes")
+                         "a job keeps its files where checkpoint.storage (or the target's "
+                         "default) is a path; a train: job's checkpoints, without one, stay "
+                         "in Ray's default folder on the cluster's nodes")
     return f"{storage.rstrip('/')}/{run_name or job_id}"
 
 
@@ -61,15 +62,25 @@ class LocalArtifacts:
         self.root = Path(location).expanduser()
 
     def list(self, prefix: str = "") -> list[Artifact]:
+        """The files under the folder; for a `run:` job's folder only those the job wrote
+        or changed, not the copy of its workdir it was given (jobs/workspace.py)."""
+        from jobs.workspace import copied_in
+
         if not self.root.is_dir():
             return []
+        given = copied_in(self.root)
         out = []
         for dirpath, _, files in os.walk(self.root):
             for f in files:
                 path = Path(dirpath) / f
                 key = path.relative_to(self.root).as_posix()
-                if key.startswith(prefix):
-                    out.append(Artifact(key, path.stat().st_size))
+                if not key.startswith(prefix):
+                    continue
+                if path.is_symlink():  # a link the job made may name any file of this machine
+                    continue
+                st = path.lstat()
+                if given.get(key) != [st.st_size, st.st_mtime_ns]:
+                    out.append(Artifact(key, st.st_size))
         return sorted(out, key=lambda a: a.key)
 
     def fetch(self, item: Artifact, dest: Path, progress: Callable[[int], None]) -> None:

@@ -35,6 +35,9 @@ class Launch:
     # Credential-like names in `env` are treated the same (split_env).
     secrets: dict[str, str] = field(default_factory=dict)
     workdir: Optional[str] = None
+    # Paths in the workdir never sent with it ('/job.yaml': the job file, which may hold
+    # secret values inline), as gitignore patterns from its top.
+    excludes: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
     # The backend's name for this launch of the job: its id, or `<id>-r<n>` when a
     # preempted job is launched again (a backend never launches one id twice).
@@ -85,6 +88,10 @@ class Backend(abc.ABC):
     # Whether the target clones a job's `workdir: {url, ref}` itself (SkyPilot on a cloud
     # VM); otherwise orch checks the commit out on this machine and sends that folder.
     clones_git_workdir: ClassVar[bool] = False
+    # Whether a `run:` command is started once however many nodes the job has (a Ray
+    # cluster's job driver), so orch starts one process a node itself (jobs/per_node.py);
+    # SkyPilot runs it on every node of a cloud job.
+    runs_once: ClassVar[bool] = True
 
     @classmethod
     def default_storage(cls, settings: Settings) -> Optional[str]:
@@ -95,10 +102,16 @@ class Backend(abc.ABC):
     @classmethod
     def runner_command(cls) -> str:
         """The shell line that starts orch's runner there (jobs/runner.py, under its shipped
-        name: providers/runner_package.py): here the first `python3` on the machine's PATH."""
+        name: providers/runner_package.py)."""
+        return cls.module_command("runner")
+
+    @classmethod
+    def module_command(cls, name: str) -> str:
+        """The shell line that starts the runner package's module `name` there: here under
+        the first `python3` on the machine's PATH."""
         from providers.runner_package import module
 
-        return f"python3 -m {module('runner')}"
+        return f"python3 -m {module(name)}"
 
     @classmethod
     def train_command(cls, num_nodes: int) -> str:

@@ -134,7 +134,7 @@ def enabled_clouds(clouds: list[str], timeout_s: float = CHECK_TIMEOUT_S) -> tup
         if good:
             ok.append(name)
         else:
-            why[name] = reason.strip().splitlines()[0] if reason and reason.strip() else "no credentials"
+            why[name] = " ".join(reason.split()) if reason and reason.strip() else "no credentials"  # whole
     return [c for c in clouds if c in ok], why
 
 
@@ -268,7 +268,7 @@ class CloudProvider(Backend, HasLaunchInfo):
 
     name = CLOUD
     launch_grace_s = 600.0  # a launch request can take minutes to reach SkyPilot's queue
-    clones_git_workdir = True
+    clones_git_workdir, runs_once = True, False  # SkyPilot runs a run: command on each node
 
     def __init__(self, sdk=None, startup_minutes: float = 6.0, clock=time.time):
         self.sdk = sdk or SkySDK()

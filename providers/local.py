@@ -40,12 +40,12 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
         return str(settings.home / "checkpoints")
 
     @classmethod
-    def runner_command(cls) -> str:
-        """The runner under this very interpreter, which has orch and its Ray (whose
+    def module_command(cls, name: str) -> str:
+        """The runner's module under this very interpreter, which has orch and its Ray (whose
         processes import it under its shipped name: LocalRay puts it on their path)."""
         from providers.runner_package import module
 
-        return f"{shlex.quote(sys.executable)} -m {module('runner')}"
+        return f"{shlex.quote(sys.executable)} -m {module(name)}"
 
     @classmethod
     def shell_prelude(cls) -> str:

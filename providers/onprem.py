@@ -58,11 +58,11 @@ class OnPremProvider(RayJobsProvider):
         return settings.onprem_checkpoint_storage
 
     @classmethod
-    def runner_command(cls) -> str:
-        """The runner under the cluster Ray's own Python, not the node's first python3."""
+    def module_command(cls, name: str) -> str:
+        """The runner's module under the cluster Ray's own Python, not the node's first python3."""
         from providers.ray_python import runner_command
 
-        return runner_command(module("runner"))
+        return runner_command(module(name))
 
     def prepare(self) -> None:
         # A plain HTTP probe with a timeout first: the Jobs client can hang on a dead host.

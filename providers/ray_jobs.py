@@ -59,6 +59,8 @@ class RayJobsProvider(Backend, HasCapacity, ShipsSecrets):
         with self._secret_file(launch, hidden) as (working_dir, name):
             if working_dir:
                 runtime_env["working_dir"] = working_dir
+                if launch.excludes and working_dir == launch.workdir:
+                    runtime_env["excludes"] = list(launch.excludes)
             if name:
                 runtime_env["env_vars"] = {**runtime_env["env_vars"], secret_env.FILE_VAR: name}
                 # By default every node unpacks a job's working_dir when its driver starts;

@@ -35,6 +35,7 @@ UNITS = {
     "tests/integration/test_local_ports.py": "local-ray",
     "tests/integration/test_prometheus.py": "local-ray",
     "tests/integration/test_runner_host.py": "local-ray",
+    "tests/integration/test_run_jobs.py": "local-ray",
     "tests/integration/test_s3.py": "local-ray",
     "tests/integration/test_secrets_travel.py::test_local_jobs_see_their_secrets_and_nothing_keeps_them": "local-ray",
     "tests/integration/test_serve.py": "local-ray",
@@ -46,6 +47,7 @@ UNITS = {
     "tests/integration/test_utilization_policy.py": "local-ray",
     "tests/integration/test_onprem.py": "two-node-cluster",
     "tests/integration/test_sweep_cluster.py": "two-node-cluster",
+    "tests/integration/test_run_nodes.py": "two-node-cluster",
     "tests/integration/test_secrets_travel.py::test_on_prem_jobs_see_their_secrets_and_nothing_keeps_them": "two-node-cluster",
     "tests/integration/test_serve_replicas.py::test_jobs_logs_uploads_and_cron_slots_are_shared_by_replicas_and_survive_a_kill": "two-node-cluster",
     # Its last test reads what the file's fuzz tests recorded in this process.

@@ -12,6 +12,7 @@ from orchestrator.cli.render import (
     device_summary,
     duration,
     err,
+    failure_lines,
     metric_summary,
     out,
     phase_summary,
@@ -135,8 +136,10 @@ def status(
                          ("job file", rec.source_file), ("message", rec.message),
                          ("log", rec.log_path)):
         if value:
-            out.print(f"  {label:12} {value}")
+            out.print(f"  {label:12} {escape(str(value))}")
     metrics = rec.metrics or {}
+    for line in failure_lines(metrics, " " * 15):
+        out.print(line, highlight=False)
     if metrics:
         if metric_summary(metrics):  # a run stopped before its first report has none
             out.print(f"  {'metrics':12} {metric_summary(metrics)}")
@@ -173,8 +176,9 @@ def status(
 def logs(
     job_id: str = typer.Argument(..., help="a job id (or a unique prefix)"),
     follow_: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends"),
+    events_: bool = typer.Option(False, "--events", help="orch's event lines too (::orch::{...})"),
 ) -> None:
-    """Print a job's log."""
+    """Print a job's log: its own output (orch's event lines only with --events)."""
     client = _client()
     if follow_:
         from orchestrator.cli.follow import follow
@@ -182,6 +186,10 @@ def logs(
         follow(client, client.job(job_id), out)
         return
     text = client.logs(job_id)
+    if not events_:
+        from jobs.events import parse_line
+
+        text = "".join(line for line in text.splitlines(keepends=True) if parse_line(line) is None)
     if text:
         out.print(text, markup=False, highlight=False, end="" if text.endswith("\n") else "\n")
 

@@ -134,8 +134,28 @@ def _emit(kind: str, spec, settings, plan: Placement) -> None:
     out.print(yaml.safe_dump(config, sort_keys=False), markup=False, highlight=False, end="")
 
 
+WIDTH = 100  # the most columns a plan takes, whatever the terminal: reasons wrap, not cut
+
+
+def _width() -> int:
+    return max(60, min(out.width, WIDTH))
+
+
+def _say(text: str, first: str = "", rest: str = "", style: str = "") -> None:
+    """`text` wrapped to the plan's width with a hanging indent, every word kept (a
+    SkyPilot credential hint is a sentence to read whole)."""
+    import textwrap
+
+    lines = textwrap.wrap(text, _width(), initial_indent=first, subsequent_indent=rest,
+                          break_long_words=False, break_on_hyphens=False) or [first]
+    for line in lines:
+        out.print(f"[{style}]{escape(line)}[/]" if style else escape(line), highlight=False)
+
+
 def render(d: Placement, name: str, limit: int | None = 40) -> None:
-    """The plan's table and reasons (money already in its currency)."""
+    """The plan's table and reasons (money already in its currency), in 100 columns: why an
+    alternative is excluded is a numbered line under the table, said once for every row
+    it excludes."""
     from orchestrator.decision.pricing import fmt_money
 
     cur = d.estimate.currency or "USD"
@@ -143,19 +163,21 @@ def render(d: Placement, name: str, limit: int | None = 40) -> None:
     own = d.classification.reasons
     out.print(f"[bold]{escape(name)}[/]: [cyan]{d.kind}[/]")
     for r in own:
-        out.print(f"  - {escape(r)}")
-    t = Table(title="alternatives, best first: ranked by marginal cost (rent, or owned GPUs' "
-                    "power + what they displace); full cost for the record", title_justify="left")
-    for col in ("", "target", "cloud", "region", "GPU", "spot", "price/h", "est. hours",
-                "marginal", "full cost", "excluded"):
-        t.add_column(col, no_wrap=col not in ("excluded",),
-                     justify="right" if col in ("price/h", "est. hours", "marginal",
+        _say(r, "  - ", "    ")
+    _say("alternatives, best first: ranked by marginal cost (rent, or owned GPUs' power + what "
+         "they displace); full cost for the record")
+    t = Table(show_edge=False, pad_edge=False, header_style="bold")
+    for col in ("", "target", "where", "GPU", "spot", "price/h", "hours", "marginal",
+                "full cost", "excl."):
+        t.add_column(col, no_wrap=col in ("", "target", "GPU", "price/h", "hours", "excl."),
+                     justify="right" if col in ("price/h", "hours", "marginal",
                                                 "full cost") else "left")
     alts, choice = d.alternatives, d.choice
     rows = list(alts[:limit])
     if choice is not None and choice not in rows:
         rows.append(choice)
     chosen = next((i for i, a in enumerate(rows) if a == choice), None)
+    excluded: dict[str, int] = {}  # each reason once, numbered as first met
     for i, a in enumerate(rows):
         owned = not rented(a.target)
         dev = "CPU" if a.gpu is None else f"{a.gpu} x{a.count:g}" + (
@@ -166,29 +188,38 @@ def render(d: Placement, name: str, limit: int | None = 40) -> None:
         if owned and a.marginal_cost is not None:
             marginal += " power" + (" + displaced" if a.congestion_cost else "")
         full = money(a.est_cost) + ("" if a.full_cost_known else " (power only)")
-        t.add_row("[green]>[/]" if i == chosen else "", a.target, a.cloud or "-",
-                  a.region or "-", dev, "yes" if a.spot else "", money(a.price_per_hour),
+        where = " ".join(x for x in (a.cloud, a.region) if x) or "-"
+        mark = ""
+        if a.excluded:
+            mark = f"[{excluded.setdefault(a.excluded, len(excluded) + 1)}]"
+        t.add_row("[green]>[/]" if i == chosen else "", a.target, escape(where), escape(dev),
+                  "yes" if a.spot else "", money(a.price_per_hour),
                   "-" if a.est_hours is None else f"{a.est_hours:.3g}", marginal, full,
-                  escape(a.excluded or ""))
-    out.print(t)
+                  escape(mark))
+    out.print(t, width=_width(), soft_wrap=False)
+    if excluded:
+        out.print("excluded:")
+    for reason, n in excluded.items():
+        _say(reason, f"  [{n}] ", " " * (len(str(n)) + 5))
     _hours_sources(rows)
     hidden = len(alts) - len(rows)
     notes = [n for n in d.notes if n not in (d.refusal or "")]  # said once, below
     for note in notes + ([f"{hidden} more alternatives not shown (--all lists them)"]
                          if hidden > 0 else []):
-        out.print(f"[dim]{escape(note)}[/]")
+        _say(note, style="dim")
     if choice is None:
-        out.print(f"[red]no placement:[/] {escape(d.refusal or '')}")
+        out.print("[red]no placement:[/]")
+        _say(d.refusal or "", "  ", "  ")
         return
     est = d.estimate
     what = ("to rent" if rented(d.target) else "of power")
     decided = est.marginal if "marginal" in est.model_fields_set else est.cost
-    out.print(f"[bold green]choice:[/] {d.target}, est. {est.hours:.3g} h, "
-              f"{money(decided)} {what} decided (marginal cost); "
-              f"{money(est.cost)} per job in full")
+    out.print("[bold green]choice:[/]")
+    _say(f"{d.target}, est. {est.hours:.3g} h, {money(decided)} {what} decided (marginal cost); "
+         f"{money(est.cost)} per job in full", "  ", "  ")
     warnings = d.warnings  # first among the reasons, then the classification's
     for r in warnings + d.reasons[len(warnings) + len(own):]:
-        out.print(f"  - {escape(r)}")
+        _say(r, "  - ", "    ")
 
 
 def _hours_sources(rows: list[PlacedOffer]) -> None:
@@ -202,4 +233,4 @@ def _hours_sources(rows: list[PlacedOffer]) -> None:
     if seen:
         out.print("hours per device:")
     for line in seen.values():
-        out.print(f"  - {escape(line)}")
+        _say(line, "  - ", "    ")

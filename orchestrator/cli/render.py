@@ -73,6 +73,7 @@ def job_duration(created: Optional[float], started: Optional[float],
 
 PHASE_LABELS = {"submit_to_recorded": "submit→recorded", "recorded_to_launched": "→launched",
                 "launched_to_driver": "→driver", "driver_to_workers": "→workers",
+                "driver_to_first_output": "→first output",
                 "workers_to_first_step": "→first step", "training": "training",
                 "last_step_to_ended": "last step→ended"}
 
@@ -114,6 +115,18 @@ def metric_summary(metrics: dict) -> str:
         if isinstance(metrics.get(key), (int, float)):
             parts.append(f"{label} {fmt.format(metrics[key])}")
     return "  ".join(parts)
+
+
+def failure_lines(metrics: dict, indent: str = "  ") -> list[str]:
+    """A failed job's last error lines and orch's hint (service/why_failed.py), as printed
+    under its message; escaped, since they are the job's own output."""
+    from rich.markup import escape
+
+    failure = metrics.get("failure") or {}
+    lines = [f"{indent}[dim]| {escape(line)}[/]" for line in failure.get("lines") or []]
+    if failure.get("hint"):
+        lines.append(f"{indent}[yellow]hint:[/] {escape(failure['hint'])}")
+    return lines
 
 
 def table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: Optional[str] = None) -> Table:

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from orchestrator.cli.given import ENV, ENV_FILE, SECRET, given
-from orchestrator.cli.render import duration, err, metric_summary, out, print_json, status_text
+from orchestrator.cli.render import duration, err, failure_lines, metric_summary, out, print_json, status_text
 
 if TYPE_CHECKING:
     from orchestrator.records import JobRecord, SubmittedPipeline
@@ -90,7 +90,9 @@ def _ended(console, rec: JobRecord) -> None:
     summary = metric_summary(rec.metrics or {})
     console.print(f"{rec.id} {status_text(rec.status)} in {duration(run_time(rec))}"
                   + (f"  {summary}" if summary else "")
-                  + (f"\n  {rec.message}" if rec.status != "SUCCEEDED" and rec.message else ""))
+                  + (f"\n  {escape(rec.message)}" if rec.status != "SUCCEEDED" and rec.message else ""))
+    for line in failure_lines(rec.metrics or {}):
+        console.print(line, highlight=False)
     verdict = (rec.metrics or {}).get("verdict")
     if verdict:
         console.print(f"[bold]{verdict['kind']}[/]: {escape('; '.join(verdict['reasons']))}")

@@ -259,7 +259,13 @@ class Remote:
         where = self._workdir(spec)
         if where is None:
             return self._json("POST", path, body, hint=hint)
-        packed = up.pack(where, self.upload_max_bytes)
+        from orchestrator.base.redact import looks_secret
+        from orchestrator.service.launch_spec import left_out
+
+        # Not the job file (the server gets its text), nor a file with one of its secrets.
+        hidden = [v for k, v in spec.env_strings().items() if looks_secret(k)]
+        hidden += [v for v in spec.secrets.values() if v is not None]
+        packed = up.pack(where, self.upload_max_bytes, left_out(where, spec.source_file, hidden))
         try:
             for item in packed.left_out:
                 note(self.on_note, f"not sent: {item}")

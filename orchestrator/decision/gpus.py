@@ -22,6 +22,43 @@ _TFLOPS = {
 }
 SPEED: dict[str, float] = {k: v / 989 for k, v in _TFLOPS.items()}
 
+# Memory per device in GB, from the same data sheets (SkyPilot's catalogs agree: GpuInfo's
+# MemoryInfo): what `accelerators: 24GB+` is matched against.
+MEMORY_GB = {
+    "B200": 180, "B100": 180, "MI300X": 192, "H200": 141, "GH200": 96, "H100": 80,
+    "H100-MEGA": 80, "H100-PCIE": 80, "H800": 80, "MI250X": 128, "MI250": 128, "L40S": 48,
+    "RTX6000-ADA": 48, "RTXPRO6000": 96, "A100-80GB": 80, "A100": 40, "A800": 80, "L40": 48,
+    "RTX5090": 32, "RTX4090": 24, "A6000": 48, "RTX6000": 24, "A40": 48, "A30": 24, "A10": 24,
+    "L4": 24, "V100-32GB": 32, "V100": 16, "RTX4080": 16, "A5000": 24, "A4000": 16,
+    "RTX3090": 24, "RTX3080": 10, "A10G": 24, "T4": 16, "P100": 16, "K80": 12,
+}
+_MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:GB|GiB|G)\s*(?:\+|\.\.)?\s*$", re.IGNORECASE)
+
+
+def memory_request(name: str) -> Optional[float]:
+    """The GB of a memory request written as an accelerator (`24GB+`, `24GB`, dstack's
+    `24GB..`: at least that much), None for a model name."""
+    m = _MEMORY_RE.match(name)
+    return float(m.group(1)) if m else None
+
+
+def with_memory(min_gb: float) -> list[str]:
+    """The GPU models with at least `min_gb` GB each, least memory first (then fastest)."""
+    return sorted((g for g, gb in MEMORY_GB.items() if gb >= min_gb),
+                  key=lambda g: (MEMORY_GB[g], -SPEED[g], g))
+
+
+def expand(choices: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """(model, count) choices with each memory request replaced by the models it admits,
+    in the order of `with_memory`; a model admitted twice is kept once, where first met."""
+    out: dict[tuple[str, float], None] = {}
+    for name, count in choices:
+        gb = memory_request(name)
+        # A request no model meets stays as it is: no offer has it (never "no accelerator").
+        for model in ((with_memory(gb) or [name]) if gb is not None else [canonical_gpu(name)]):
+            out.setdefault((model, count))
+    return list(out)
+
 # Vendor spellings (nvidia-smi, torch) that differ from SkyPilot's names.
 _ALIASES = {
     "A100SXM480GB": "A100-80GB", "A100PCIE80GB": "A100-80GB", "A10080GB": "A100-80GB",

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from orchestrator.base.targets import ONPREM, OWNED, TIE_ORDER
-from orchestrator.decision.gpus import canonical_gpu
+from orchestrator.decision.gpus import canonical_gpu, expand
 from orchestrator.decision.models import Offer
 
 
@@ -96,7 +96,7 @@ class Needs:
             parts = r.infra.split("/")
             cloud = cloud or parts[0] or None
             region = region or (parts[1] if len(parts) > 1 and parts[1] != "*" else None)
-        return cls(choices=tuple((canonical_gpu(c.name), c.count) for c in r.accelerator_choices()),
+        return cls(choices=tuple(expand([(c.name, c.count) for c in r.accelerator_choices()])),
                    cpus=quantity_min(r.cpus), memory=quantity_min(r.memory),
                    cloud=cloud.lower() if cloud else None, region=region, use_spot=r.use_spot,
                    gpu_allowed=spec.scaling.use_gpu is not False,

@@ -48,13 +48,15 @@ def _key(gpu: Optional[str], count: Optional[float]) -> tuple[Optional[str], flo
 
 def reference_device(spec) -> tuple[Optional[str], float]:
     """The device a spec's hints refer to: estimate.gpu, else its first accelerator, else CPU."""
-    choices = spec.resources.accelerator_choices()
+    from orchestrator.decision.gpus import expand
+
+    choices = expand([(c.name, c.count) for c in spec.resources.accelerator_choices()])
     if spec.estimate is not None and spec.estimate.gpu:
         name = spec.estimate.gpu
-        count = next((c.count for c in choices if canonical_gpu(c.name) == canonical_gpu(name)), 1)
+        count = next((c for g, c in choices if g == canonical_gpu(name)), 1)
         return canonical_gpu(name), count
     if choices:
-        return canonical_gpu(choices[0].name), choices[0].count
+        return choices[0]
     return None, 0
 
 

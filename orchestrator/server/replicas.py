@@ -54,11 +54,16 @@ class Heartbeat:
                     log.warning("cannot record this replica as alive: %s", getattr(e, "message", e))
                 failing = True
             self._stop.wait(LOOK_S)
+        self._leave()  # here: a SQLite connection serves only the thread that opened it
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
+        if self._thread is None:
+            self._leave()  # beats were called from this thread, if any
+        else:
+            self._thread.join(10)  # it leaves as it ends; one that hangs is a daemon
+
+    def _leave(self) -> None:
         try:
             if self._store is not None:
                 self._store.replica_gone(self.replica)

@@ -135,8 +135,15 @@ def finish(core: Core, rec: JobRow, status: str, message: Optional[str]) -> JobR
     metrics["phases"] = phases(rec, text)
     if status == "SUCCEEDED" and result and result.get("ok") is False:
         status = "FAILED"
-    if status == "FAILED" and result and result.get("error"):
-        message = result["error"]
+    if status == "FAILED":
+        from orchestrator.service.why_failed import explain, message_with
+
+        failure = explain(text, message)
+        if failure:
+            metrics["failure"] = failure  # its output's last error lines, and a hint
+        said = str(result["error"]) if result and result.get("error") else None
+        # A traceback as the runner's error is said once, under the message, not in it.
+        message = said if said and "\n" not in said.strip() else message_with(failure, said or message)
     stopped = metrics.get("stopped")
     if status == "SUCCEEDED" and stopped:  # the runner stopped itself at its budget
         status = "CANCELLED"

@@ -82,6 +82,18 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
         command = spec.run
     if spec.setup:
         command = f"set -e\n{spec.setup}\nset +e\n{command}"
+    kept = None
+    if spec.run is not None:
+        kept = kept_folder(storage)
+        earlier = f"{kept}/{run_name}" if resume and kept else None
+        has_workdir = workdir is not None or spec.git_workdir is not None  # a VM clones a repo
+        if spec.num_nodes > 1 and backend.runs_once:  # one process a node, as SkyPilot does
+            command = own_folder(backend.module_command("per_node"), job_id, command, kept,
+                                 earlier, nodes=(spec.num_nodes, int(holds.gpus // spec.num_nodes)),
+                                 copy=has_workdir)
+        else:
+            command = own_folder(backend.module_command("workspace"), job_id, command, kept,
+                                 earlier, copy=has_workdir)
     command = backend.shell_prelude() + command
     entrypoint = f"bash -c {shlex.quote(command)}"
     est_hours = decision.estimate.hours if decision else None
@@ -94,13 +106,90 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
         metadata["storage_path"] = storage
     if spec.train:
         metadata["run_name"] = run_name
+    elif kept:  # a run: job's folder is kept there (jobs/workspace.py): its artifacts
+        metadata["storage_path"], metadata["run_name"] = kept, job_id
     secrets = spec.secret_strings() if secrets is None else dict(secrets)
     if spec.train is not None and event_key:
         from jobs.events import KEY_VAR
 
         secrets[KEY_VAR] = event_key
+    from providers.base import split_env
+
+    hidden = split_env(env, secrets)[1]
     return Launch(job_id=job_id, entrypoint=entrypoint, env=env, secrets=secrets,
-                  workdir=str(workdir) if workdir else None, metadata=metadata)
+                  workdir=str(workdir) if workdir else None, metadata=metadata,
+                  excludes=left_out(workdir, spec.source_file, hidden.values()))
+
+
+_SCAN_FILE_MAX = 2 << 20  # bytes of one workdir file read for secret values, at most
+_SCAN_FILES_MAX = 5000
+
+
+def left_out(workdir, source: Optional[str], values) -> tuple[str, ...]:
+    """What never goes with the job's workdir: its job file, and any file that holds one of
+    the job's secret `values` (a sibling job file with them inline, when the workdir is the
+    job file's folder), as '/path' patterns from the workdir's top."""
+    import os
+    from pathlib import Path
+
+    out = list(job_file_in(workdir, source))
+    needles = [v.encode() for v in values if isinstance(v, str) and len(v) >= 8]
+    if not workdir or not needles:
+        return tuple(out)
+    top, seen = Path(workdir), 0
+    for dirpath, _, files in os.walk(top):
+        for name in files:
+            seen += 1
+            path = Path(dirpath) / name
+            try:
+                if seen > _SCAN_FILES_MAX or path.is_symlink() or path.stat().st_size > _SCAN_FILE_MAX:
+                    continue
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if any(n in data for n in needles):
+                out.append(f"/{path.relative_to(top).as_posix()}")
+    return tuple(dict.fromkeys(out))
+
+
+def job_file_in(workdir, source: Optional[str]) -> tuple[str, ...]:
+    """The job file as a path to leave out of its workdir ('/job.yaml'), when it lies in
+    it: its text may hold secret values inline, which no copy of the workdir may keep."""
+    from pathlib import Path
+
+    if not workdir or not source or source == "<job>":
+        return ()
+    try:
+        rel = Path(source).resolve().relative_to(Path(workdir).resolve())
+    except (ValueError, OSError):
+        return ()
+    return (f"/{rel.as_posix()}",)
+
+
+def kept_folder(storage: Optional[str]) -> Optional[str]:
+    """Where a `run:` job's folder is kept: its checkpoint storage when that is a path on
+    the node (local, or a mount the cluster shares); None for object storage."""
+    return storage.rstrip("/") or "/" if storage and "://" not in storage else None
+
+
+def own_folder(workspace: str, job_id: str, command: str, root: Optional[str],
+               resume: Optional[str], nodes: Optional[tuple[int, int]] = None,
+               copy: bool = True) -> str:
+    """`command` run by jobs/workspace.py (the shell line `workspace` starts it) in a fresh
+    folder of the job's own under `root`, given a copy of `resume` (an earlier job's folder)
+    first; never in Ray's unpacked workdir, which every job with the same files shares.
+    `nodes` (count, GPUs each): `workspace` is jobs/per_node.py, which runs it on each.
+    `copy` False: the job has no workdir, and starts in an empty folder (the folder Ray's
+    driver starts in is the node's own, never to be copied)."""
+    args = [f"--nodes {nodes[0]} --gpus {nodes[1]}"] if nodes else []
+    args.append(f"--job {shlex.quote(job_id)}")
+    if not copy:
+        args.append("--no-workdir")
+    if root:
+        args.append(f"--root {shlex.quote(root)}")
+    if resume:
+        args.append(f"--resume {shlex.quote(resume)}")
+    return f"{workspace} {' '.join(args)} -- bash -c {shlex.quote(command)}"
 
 
 def resume_point(core: Core, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:

@@ -10,7 +10,8 @@ from orchestrator.store import TERMINAL
 
 
 def resume_point(spec: JobSpec, earlier_jobs: Sequence[JobRow]) -> Optional[dict]:
-    """The run `checkpoint.resume_from` continues: {job_id, run_name, storage_path}, or None
+    """The run `checkpoint.resume_from` continues (a `train:` job's checkpoints, a `run:`
+    job's folder): {job_id, run_name, storage_path}, or None
     when the spec resumes nothing. `earlier_jobs` are the candidates, newest first. Raises
     SpecError at checkpoint.resume_from when the reference names no job, an unfinished one,
     or one whose storage differs."""
@@ -18,9 +19,6 @@ def resume_point(spec: JobSpec, earlier_jobs: Sequence[JobRow]) -> Optional[dict
     if not ref:
         return None
     key = "checkpoint.resume_from"
-    if spec.train is None:
-        raise spec.error(key, "only a train: job keeps checkpoints to resume from",
-                         "remove checkpoint.resume_from, or run the job through train:")
     name = spec.name or "job"
     found = list(earlier_jobs)
     if ref == "latest":
@@ -39,8 +37,9 @@ def resume_point(spec: JobSpec, earlier_jobs: Sequence[JobRow]) -> Optional[dict
     info = earlier.info
     storage = info.storage_path
     if not storage:
-        raise spec.error(key, f"job {earlier.id} kept no checkpoints (a run: job, or "
-                              "never launched)", "name a train: job that ran")
+        raise spec.error(key, f"job {earlier.id} kept no checkpoints or files (never "
+                              "launched, or its storage is not a path)",
+                         "name a job that ran and kept its folder (`orch artifacts ID`)")
     if earlier.status not in TERMINAL:
         raise spec.error(key, f"job {earlier.id} is still {earlier.status}: two runs "
                               "would write the same checkpoints",

@@ -111,6 +111,10 @@ def add_scaling(metrics: dict, earlier: Sequence[dict]) -> None:
 PHASES = ("submit_to_recorded", "recorded_to_launched", "launched_to_driver",
           "driver_to_workers", "workers_to_first_step", "training", "last_step_to_ended")
 
+# A `run:` job's: its command started (`start`), first printed (`first_output`), exited (`end`).
+RUN_PHASES = ("submit_to_recorded", "recorded_to_launched", "launched_to_driver",
+              "driver_to_first_output", "training", "last_step_to_ended")
+
 
 def phases(text: str, *, submitted: Optional[float], recorded: float,
            launched: Optional[float], ended: float) -> dict[str, float]:
@@ -128,10 +132,15 @@ def phases(text: str, *, submitted: Optional[float], recorded: float,
         first.setdefault(ev["event"], t)
         if ev["event"] == "report":
             last_report = t
+    names: tuple[str, ...] = PHASES
     moments = [submitted, recorded, launched, first.get("start"), first.get("worker_setup"),
                first.get("progress"), last_report, ended]
+    if "first_output" in first and "worker_setup" not in first:  # a run: job (jobs/workspace.py)
+        names = RUN_PHASES
+        moments = [submitted, recorded, launched, first.get("start"), first["first_output"],
+                   first.get("end"), ended]
     out = {}
-    for name, a, b in zip(PHASES, moments, moments[1:]):
+    for name, a, b in zip(names, moments, moments[1:]):
         if a is not None and b is not None:
             out[name] = round(max(0.0, b - a), 2)
     return out

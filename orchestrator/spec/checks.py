@@ -123,7 +123,8 @@ def read_entrypoint(entrypoint: str, workdir: Optional[Path]) -> Reading:
                            + (f":{line}" if line else "") + f": {getattr(e, 'msg', e)}")
         names = module_names(tree)
         if names.get(attr):
-            return Reading(Read.FOUND)
+            problem = call_problem(tree, attr, rel)
+            return Reading(Read.MISSING, f"{entrypoint}: {problem}") if problem else Reading(Read.FOUND)
         missing = f"module {mod!r} defines no {attr!r} at its top level ({rel})"
         why = binds_at_run_time(tree, attr, names)
         if why:
@@ -134,6 +135,47 @@ def read_entrypoint(entrypoint: str, workdir: Optional[Path]) -> Reading:
         return Reading(Read.MISSING, missing + (f"; did you mean {' or '.join(map(repr, near))}?"
                                                 if near else ""))
     return Reading(Read.ELSEWHERE)
+
+
+def call_problem(tree: ast.Module, attr: str, rel: str) -> Optional[str]:
+    """Why the runner could not call the module's top-level `attr` as each worker does
+    (with the config dict, or with nothing), or not import the module in a worker (it reads
+    the command line as it is imported, which in a worker is Ray's); None when it can."""
+    for node in _import_time(tree.body):
+        for sub in ast.walk(node):
+            reads = isinstance(sub, ast.Attribute) and (
+                sub.attr in ("parse_args", "parse_known_args") and isinstance(sub.ctx, ast.Load)
+                or sub.attr == "argv" and isinstance(sub.value, ast.Name) and sub.value.id == "sys")
+            if reads:
+                return (f"{rel}:{getattr(sub, 'lineno', '?')} reads the command line when the module is imported, "
+                        "and a worker's command line is Ray's: read it under "
+                        "`if __name__ == \"__main__\":` instead, or take the values from config")
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
+            a = node.args
+            positional = a.posonlyargs + a.args
+            required = len(positional) - len(a.defaults)
+            kw_required = [k.arg for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is None]
+            if required > 1 or kw_required:
+                names = [x.arg for x in positional[:required]] + kw_required
+                return (f"{rel}:{node.lineno} defines {attr}({', '.join(names)}), and the runner "
+                        f"calls it with one argument (the config dict) or none: give the others "
+                        "defaults, or read them from config")
+    return None
+
+
+def _import_time(body: list[ast.stmt]) -> Iterable[ast.AST]:
+    """The statements of a module body that run when it is imported: not the bodies of its
+    functions and classes, nor its `if __name__ == "__main__":` block."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield from node.decorator_list
+            continue
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) \
+                and "__name__" in ast.unparse(node.test):
+            yield from _import_time(node.orelse)
+            continue
+        yield node
 
 
 _SCOPES = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)

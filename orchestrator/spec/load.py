@@ -25,7 +25,19 @@ _UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list", "GitWorkdi
 
 
 def load_spec(path: str | Path, given: Optional[Overrides] = None) -> JobSpec:
-    return load_spec_text(*read_job_file(path), given)
+    text, file = read_job_file(path)
+    return beside_its_file(load_spec_text(text, file, given), file)
+
+
+def beside_its_file(spec: JobSpec, file: str) -> JobSpec:
+    """A job read from a file on this machine whose own code runs (`run:`, or
+    `train.entrypoint`) and that names no workdir: its workdir is the file's folder, as if
+    it said `workdir: .` (else `python train.py` ran in whatever folder the target's Ray
+    started in). A job file a server was sent is read as it is (no folder of the server's)."""
+    own_code = spec.run is not None or (spec.train is not None and spec.train.entrypoint)
+    if own_code and "workdir" not in spec.model_fields_set and Path(file).is_file():
+        spec.workdir = str(Path(file).resolve().parent)
+    return spec
 
 
 def read_job_file(path: str | Path) -> tuple[str, str]:
@@ -175,9 +187,6 @@ def _check_together(spec: JobSpec, src: SourceMap) -> None:
     def refuse(path: tuple, problem: str, hint: Optional[str] = None) -> SpecError:
         return SpecError(src.file, src.line_of(path), ".".join(map(str, path)), problem, hint)
 
-    if spec.checkpoint.resume_from and spec.train is None:
-        raise refuse(("checkpoint", "resume_from"), "only a train: job keeps checkpoints to "
-                     "resume from", "remove checkpoint.resume_from, or run the job through train:")
     # What SkyPilot's Task.set_file_mounts refuses only at launch, after orch recorded the job.
     for dest, source in spec.file_mounts.items():
         if "://" in dest:

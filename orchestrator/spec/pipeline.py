@@ -16,7 +16,7 @@ from orchestrator.base.inputs import clip
 from orchestrator.spec.document import MAX_BYTES, MAX_DEPTH, read_document, too_big
 from orchestrator.spec.job import JobSpec
 from orchestrator.spec.job_group import JobGroup, load_group
-from orchestrator.spec.load import default_name, load_spec_text, read_job_file
+from orchestrator.spec.load import beside_its_file, default_name, load_spec_text, read_job_file
 from orchestrator.spec.overrides import Overrides
 
 HEADER_KEYS = {"name", "execution"}
@@ -59,7 +59,12 @@ def load_job(path: str | Path, given: Optional[Overrides] = None) -> Union[JobSp
     """The file, read once: a pipeline (or a job group) when it holds several YAML
     documents, else its one task. SpecError (file, line, key) for anything wrong, in a stage at its own line."""
     text, file = read_job_file(path)
-    return load_pipeline_text(text, file, given) or load_spec_text(text, file, given)
+    pipeline = load_pipeline_text(text, file, given)
+    if pipeline is not None:
+        for stage in (pipeline.tasks if isinstance(pipeline, JobGroup) else pipeline.stages):
+            beside_its_file(stage, file)
+        return pipeline
+    return beside_its_file(load_spec_text(text, file, given), file)
 
 
 def load_pipeline_text(text: str, file: str = "<job>",

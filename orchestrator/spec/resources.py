@@ -20,6 +20,9 @@ from orchestrator.base.inputs import clip
 from orchestrator.spec.base import Strict
 
 _ACCEL_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_.+-]*)\s*(?::\s*([0-9]*\.?[0-9]+))?\s*$")
+# A GPU by its memory per device, at least (dstack's `24GB..` too), optionally :COUNT.
+_GPU_MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:GB|GiB|G)\s*(?:\+|\.\.)?\s*"
+                            r"(?::\s*([0-9]*\.?[0-9]+))?\s*$", re.IGNORECASE)
 _QUANTITY_RE = re.compile(r"^\d+(\.\d+)?\+?$")
 # SkyPilot's sizes (sky/skylet/constants.py MEMORY_SIZE_UNITS), in GiB; a bare number is GiB.
 _UNITS_GIB = {"k": 2.0 ** -20, "m": 2.0 ** -10, "g": 1.0, "t": 2.0 ** 10, "p": 2.0 ** 20}
@@ -49,9 +52,16 @@ class AcceleratorChoice(BaseModel):
 
 
 def parse_accelerator(text: str) -> AcceleratorChoice:
+    mem = _GPU_MEMORY_RE.match(str(text))
+    if mem:  # a GPU by its memory: `24GB+`, any model with at least 24 GB each
+        count = float(mem.group(2)) if mem.group(2) is not None else 1.0
+        if not count > 0 or not float(mem.group(1)) > 0:
+            raise ValueError(f"{clip(text)}: the memory and the count must be positive numbers")
+        return AcceleratorChoice(name=f"{float(mem.group(1)):g}GB+", count=count)
     m = _ACCEL_RE.match(str(text))
     if not m:
-        raise ValueError(f"{clip(text)} is not an accelerator: write NAME or NAME:COUNT, e.g. H100:8")
+        raise ValueError(f"{clip(text)} is not an accelerator: write NAME or NAME:COUNT, e.g. "
+                         "H100:8, or a GPU by its memory, e.g. 24GB+ or 24GB+:2")
     count = float(m.group(2)) if m.group(2) is not None else 1.0
     if not count > 0 or not math.isfinite(count):
         raise ValueError(f"{clip(text)}: the accelerator count must be a positive number")

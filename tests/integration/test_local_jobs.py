@@ -107,7 +107,7 @@ def test_quickstart_trains_with_two_workers_in_the_precision_it_measured_on_warm
     assert "devices      CPU busy " in shown and ", 2 workers" in shown, shown
     listed = {j["id"]: j for j in run_json(ray_home, "status")}
     assert listed[rec["id"]]["target"] == "local" and listed[rec["id"]]["status"] == "SUCCEEDED"
-    logs = run_orch(ray_home, "logs", rec["id"])
+    logs = run_orch(ray_home, "logs", rec["id"], "--events")
     assert logs.returncode == 0 and "Wrapping provided model in DistributedDataParallel" in logs.stdout
     # It ran on the runner host's warm processes: its synchronization actor's too, without
     # torch (host.preload_light); each worker's process started before the job was.

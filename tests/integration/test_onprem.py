@@ -110,7 +110,7 @@ def test_without_an_inventory_the_cluster_itself_runs_steady_work_on_both_nodes(
     assert len(unpriced) == 1, plan["notes"]
     assert "200 W per node" in unpriced[0]
     assert "purchase_price" in unpriced[0] and "watts" in unpriced[0]
-    text = orch(cluster, bare_home, "plan", str(job)).stdout
+    text = " ".join(orch(cluster, bare_home, "plan", str(job)).stdout.split())  # wrapped at 100
     assert text.count("full cost is unknown") == 1 and "purchase_price" in text, text
 
     proc = orch(cluster, bare_home, "submit", str(job), "--json")
@@ -118,7 +118,7 @@ def test_without_an_inventory_the_cluster_itself_runs_steady_work_on_both_nodes(
     rec = json.loads(proc.stdout)
     assert rec["status"] == "SUCCEEDED" and rec["target"] == "onprem", rec["message"]
     assert rec["kind"] == "steady" and rec["metrics"]["epoch"] == 2 and rec["metrics"]["workers"] == 2
-    log = orch(cluster, bare_home, "logs", rec["id"]).stdout
+    log = orch(cluster, bare_home, "logs", rec["id"], "--events").stdout
     nodes = {e["node_id"] for e in events.parse(log) if e["event"] == "worker"}
     assert len(nodes) == 2, f"workers were not on different nodes: {nodes}"
     assert "Wrapping provided model in DistributedDataParallel" in log
@@ -186,7 +186,7 @@ def test_lost_node_with_max_failures_resumes(cluster, home, tmp_path):
         rec = wait_end(cluster, home, job_id)
         assert rec["status"] == "SUCCEEDED", rec
         assert rec["metrics"]["epoch"] == 8
-        log = orch(cluster, home, "logs", job_id).stdout
+        log = orch(cluster, home, "logs", job_id, "--events").stdout
         resumed = [e for e in events.parse(log) if e["event"] == "resume"]
         assert resumed and resumed[0]["epoch"] >= 2, "training did not resume from a checkpoint"
     finally:
@@ -222,6 +222,6 @@ def test_a_run_idle_on_both_nodes_is_stopped_by_its_utilization_policy(cluster, 
     assert rec["status"] == "FAILED", rec
     assert rec["message"].startswith("stopped by utilization_policy: all 2 devices stayed below 20% "
                                      "busy for 0.25 min"), rec["message"]
-    evs = list(events.parse(orch(cluster, home, "logs", job_id).stdout))
+    evs = list(events.parse(orch(cluster, home, "logs", job_id, "--events").stdout))
     assert len({e["node_id"] for e in evs if e["event"] == "worker"}) == 2
     wait_until("its workers gone", lambda: not train_processes(cluster.temp_dir), timeout=30)

@@ -91,7 +91,7 @@ def test_two_jobs_at_once_each_log_only_their_own_run(ray_home, tmp_path):
     spans = [(r["created_at"], r["finished_at"]) for r in recs]
     assert spans[1][0] < spans[0][1]  # the second was recorded before the first ended
     for job_id, other in (ids, ids[::-1]):
-        log = run_orch(ray_home, "logs", job_id).stdout
+        log = run_orch(ray_home, "logs", job_id, "--events").stdout
         starts = [e for e in events.parse(log) if e["event"] == "start"]
         assert [s["run_name"] for s in starts] == [job_id]
         assert other not in log

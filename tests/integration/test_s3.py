@@ -83,7 +83,7 @@ def test_checkpoints_on_s3_survive_an_interruption_and_a_new_job_resumes(
     assert rec["run"]["storage_path"] == f"s3://{moto_s3.bucket}/ckpt"
     assert rec["metrics"]["checkpoint"].startswith(f"s3://{moto_s3.bucket}/ckpt/{first}/")
 
-    log = run_orch(ray_home, "logs", rec["id"], **env).stdout
+    log = run_orch(ray_home, "logs", rec["id"], "--events", **env).stdout
     evs = list(events.parse(log))
     resumed = [e for e in evs if e["event"] == "resume"]
     assert resumed and resumed[0]["epoch"] >= 2, [e["event"] for e in evs]
@@ -108,6 +108,6 @@ def test_checkpoints_on_s3_survive_an_interruption_and_a_new_job_resumes(
     secret = CREDENTIALS["AWS_SECRET_ACCESS_KEY"]
     for job_id in (first, rec["id"]):
         shown = run_orch(ray_home, "status", job_id, "--json", **env).stdout
-        logs = run_orch(ray_home, "logs", job_id, **env).stdout
+        logs = run_orch(ray_home, "logs", job_id, "--events", **env).stdout
         assert job_id in shown and logs
         assert secret not in shown and secret not in logs

@@ -69,7 +69,7 @@ def test_a_killed_worker_is_restarted_and_training_resumes(ray_home, tmp_path):
     rec, _ = wait_for(ray_home, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=300)
     assert rec["status"] == "SUCCEEDED", rec
     assert rec["metrics"]["epoch"] == 7
-    log = run_orch(ray_home, "logs", job_id).stdout
+    log = run_orch(ray_home, "logs", job_id, "--events").stdout
     resumed = [e for e in events.parse(log) if e["event"] == "resume"]
     assert resumed and resumed[0]["epoch"] >= 2
 

@@ -200,15 +200,22 @@ def test_the_page_lists_filters_follows_cancels_and_shows_fleet_and_money(browse
         _click(browser, "#login button")
         _wait("the list again", lambda: len(_rows(browser)) == 13, timeout=15)
 
-        # A finished train job's page: curves, step-time split, phases, devices, offers.
-        _click(browser, f"#jobs tr[data-id='{finished}'] a")
+        # A finished train job's page: curves, step-time split, phases, devices, offers;
+        # opened from a link that carries the token: it lands on the page it names.
+        browser.execute_script("sessionStorage.removeItem('orchToken'); location.hash = arguments[0]",
+                               f"#/jobs/{finished}?token={tokens['alice']}")
         _wait("its four curves", lambda: _count(browser, "#charts figure") == 4, timeout=15)
+        assert browser.current_url.endswith(f"/#/jobs/{finished}"), browser.current_url
         assert _count(browser, "figure[data-metric=loss] circle") == 8
         assert _count(browser, "#placement table.offers tbody tr") == 3
         assert "costs 1.09 more" in _text(browser, "#placement") and "needs 2 GPUs" in _text(browser, "#placement")
         assert "input-bound" in _text(browser, "#split") and "waits for data 31%" in _text(browser, "#split")
         assert "training 1m 20s" in _text(browser, "#phases") and "RTX 4090" in _text(browser, "#telemetry")
-        _wait("its log", lambda: '"index": 8' in (_text(browser, "#log") or ""), timeout=10)
+        # Its log is the job's own output; orch's event lines when the box is ticked.
+        _wait("its log", lambda: "Epoch 8" in (_text(browser, "#log") or ""), timeout=10)
+        assert "::orch::" not in _text(browser, "#log")
+        _click(browser, "#log-events")
+        _wait("its events", lambda: '"index": 8' in (_text(browser, "#log") or ""), timeout=10)
         assert browser.find_element("id", "cancel").is_displayed() is False  # it has ended
         _shot(browser, shots, "job-finished")
         browser.back()
@@ -237,6 +244,8 @@ def test_the_page_lists_filters_follows_cancels_and_shows_fleet_and_money(browse
         _wait("its log to grow", lambda: len(_text(browser, "#log")) > log0, timeout=30)
         _wait("its chart to gain a point", lambda: _count(browser, "figure[data-metric=loss] circle") > dots0, 30)
         assert "tick 1\n" in _text(browser, "#log") and _text(browser, "#log-note") == "(following)"
+        assert "::orch::" not in _text(browser, "#log")  # its reports are the chart, not log lines
+        assert "loss" in _text(browser, "#charts")
         _shot(browser, shots, "job")
 
         # The fleet: the job on this workstation.

@@ -35,7 +35,7 @@ def test_an_idle_run_is_stopped_or_warned_about_after_its_window(ray_home, tmp_p
     assert rec["status"] == "FAILED", (seen, rec["message"])
     assert rec["message"].startswith("stopped by utilization_policy: the device stayed below 20% "
                                      "busy for 0.5 min (highest "), rec["message"]
-    log = run_orch(ray_home, "logs", stop_id).stdout
+    log = run_orch(ray_home, "logs", stop_id, "--events").stdout
     evs = list(events.parse(log))
     started = next(e["t"] for e in evs if e["event"] == "worker")
     stopped = next(e for e in evs if e["event"] == "utilization")

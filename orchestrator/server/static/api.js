@@ -9,7 +9,11 @@ export function takeToken() {
   const m = location.hash.match(/token=([^&]+)/);
   if (m) {
     sessionStorage.setItem("orchToken", decodeURIComponent(m[1]));
-    history.replaceState(null, "", location.pathname + "#/jobs");  // out of the address bar
+    // Out of the address bar, onto the page the link names (#/jobs/ID?token=..., or
+    // #token=...&/jobs/ID); the jobs list when it names none.
+    let rest = location.hash.slice(1).replace(/(^|[?&])token=[^&]*&?/, "$1").replace(/[?&]$/, "");
+    if (rest.startsWith("&")) rest = rest.slice(1);
+    history.replaceState(null, "", location.pathname + (rest.startsWith("/") ? "#" + rest : "#/jobs"));
   }
   return sessionStorage.getItem("orchToken");
 }

@@ -79,18 +79,25 @@ export function jobView(main, id) {
   const hist = el("div", {id: "history"});
   const log = el("pre", {id: "log", class: "log", tabindex: "0"});
   const logNote = el("span", {id: "log-note", class: "dim"});
+  const eventsBox = el("input", {id: "log-events", type: "checkbox"});
   main.append(el("section", {class: "card"}, el("p", {}, el("a", {href: "#/jobs", text: "‹ all jobs"})), head,
                  el("div", {class: "actions"}, cancel, cancelMsg)),
               el("div", {class: "grid2"}, section("Cost", cost), section("Step time", split)),
               section("Placement", place),
               section("Per epoch", charts),
               el("div", {class: "grid2"}, section("Phases", phase), section("Devices", tele)),
-              section("History", hist), section("Log ", logNote, log));
+              section("History", hist),
+              section("Log ", logNote, el("label", {class: "dim"}, " ", eventsBox, " orch's events"), log));
 
   let status = null, shownPoints = -1, follow = null, logDone = false;
 
+  // The job's own output; orch's event lines (`::orch::{...}`) only when asked for.
+  let logText = "";
+  eventsBox.addEventListener("change", () => setLog(logText));
   function setLog(text) {
+    logText = text;
     const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    if (!eventsBox.checked) text = text.split("\n").filter((l) => !l.includes("::orch::{")).join("\n");
     log.textContent = text.length > LOG_KEEP ? text.slice(-LOG_KEEP) : text;
     if (atEnd) log.scrollTop = log.scrollHeight;  // follow the tail unless the reader scrolled up
   }
@@ -136,6 +143,9 @@ export function jobView(main, id) {
                    ["created", when(d.created_at)], ["ran", duration(secondsBetween(d.started_at, d.finished_at))]]
         .map(([k, v]) => el("span", {class: "kv"}, el("span", {class: "dim", text: k + " "}), v))),
       d.message ? el("p", {class: "message", text: d.message}) : null,
+      // A failed job's last error lines and orch's hint (service/why_failed.py): its own text.
+      m.failure && m.failure.lines ? el("pre", {class: "failure", text: m.failure.lines.join("\n")}) : null,
+      m.failure && m.failure.hint ? el("p", {class: "note hint", text: "hint: " + m.failure.hint}) : null,
       d.warning ? el("p", {class: "note", text: d.warning}) : null);
     cancel.hidden = TERMINAL.includes(d.status);
     const c = p.cost;

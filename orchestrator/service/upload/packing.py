@@ -150,11 +150,13 @@ def _too_large(workdir: Path, what: str, limit: int, entries: list[Entry]) -> To
                     "upload_max_mb (ORCH_UPLOAD_MAX_MB) on this machine and the server")
 
 
-def pack(workdir: Path, max_bytes: int) -> Packed:
+def pack(workdir: Path, max_bytes: int, leave: tuple[str, ...] = ()) -> Packed:
     """The workdir as a reproducible tar.gz; TooLarge when its files, or the archive, are
-    over `max_bytes`. Nothing is sent from here."""
+    over `max_bytes`. `leave`: paths from its top ('/job.yaml') never packed. Nothing is
+    sent from here."""
     workdir = Path(workdir)
     entries, left_out = scan(workdir)
+    entries = [e for e in entries if f"/{e.rel}" not in leave]
     files = [e for e in entries if e.kind == "file"]
     content = sum(e.size for e in files)
     if content > max_bytes:

@@ -185,6 +185,8 @@ def set_workdir(text: str, path: str) -> str:
                 start, end = value.start_mark.index, value.end_mark.index
                 tail = "\n" if text[start:end].endswith("\n") else ""  # a block scalar's end
                 return text[:start] + json.dumps(path) + tail + text[end:]
+        if not node.flow_style:  # none: added as the last key, every other line where it was
+            return text + ("" if text.endswith("\n") else "\n") + f"workdir: {json.dumps(path)}\n"
     raise ValueError("the job file has no workdir")
 
 
@@ -192,7 +194,10 @@ def with_upload(text: str, spec, home: Path, digest: str, user: str, admin: bool
     """The job file's text run from the upload `digest` on this server, sent by `user`
     (or any, for an admin)."""
     path = folder(home, digest, user, admin)
-    if not isinstance(spec.workdir, str):
+    # A job file whose own code runs and that names no workdir runs from its folder, which
+    # the client sends as the upload (spec.load.beside_its_file).
+    own_code = spec.run is not None or (spec.train is not None and spec.train.entrypoint)
+    if not isinstance(spec.workdir, str) and not (spec.workdir is None and own_code):
         raise spec.error("workdir", "an upload came with this job, but it has no workdir folder: "
                          "nothing would use it", "give workdir: in the job file, or send no upload")
     return set_workdir(text, str(path))

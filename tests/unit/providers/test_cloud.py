@@ -444,5 +444,5 @@ def test_a_credential_check_that_hangs_is_not_waited_for(monkeypatch):
     assert ok == ["good"]
     assert why == {"hangs": "its credential check did not answer within 0.5 s (`sky check hangs` "
                             "shows what it waits for)",
-                   "raises": "ConnectionError: no route to the API", "bad": "no key",
+                   "raises": "ConnectionError: no route to the API", "bad": "no key more lines",
                    "moon": "not a SkyPilot cloud"}

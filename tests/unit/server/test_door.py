@@ -62,7 +62,7 @@ NEW = [  # values whose meaning orch or a backend would otherwise find out only 
     Case("storage-no-bucket", "train:\n  job: image-classification\ncheckpoint:\n"
          "  storage: 's3:///c'\n", "checkpoint.storage", "not an S3 bucket name"),
     Case("resume-run", "run: echo\ncheckpoint:\n  resume_from: latest\n",
-         "checkpoint.resume_from", "only a train: job"),
+         "checkpoint.resume_from", "no earlier job named"),
     Case("resume-typo", "train:\n  job: image-classification\ncheckpoint:\n  resume_from: lastest\n",
          "checkpoint.resume_from", "did you mean 'latest'"),
     Case("resume-none", "train:\n  job: image-classification\ncheckpoint:\n  resume_from: latest\n",

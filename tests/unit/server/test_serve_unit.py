@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 
 import pytest
 
@@ -355,3 +356,30 @@ def test_a_paused_schedule_skips_its_slots_and_resumes_from_the_next_one(api):
     resumed = api("POST", f"/v1/schedules/{s['id']}/resume", "root").json()
     assert resumed["paused"] is False and resumed["next_at"] == iso(T0 + 10**6 + 20)
     assert len(_cron(api.sched, T0 + 10**6 + 25)) == 1  # the next slot, not the missed ones
+
+
+def test_a_heartbeat_stopped_from_another_thread_leaves_its_row_without_an_error(api, settings):
+    """Issue 48: stopping `orch serve` printed `sqlite3.ProgrammingError ... Application
+    shutdown failed`: the heartbeat's SQLite connection was used from the stopping thread."""
+    import threading
+
+    from orchestrator.server.replicas import Heartbeat
+
+    beat = Heartbeat(settings, "me/1/1.0", lambda: "standby", "http://10.0.0.7:8765")
+    beat.start()
+    deadline = time.monotonic() + 10
+    while not api.store.replicas() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [r["id"] for r in api.store.replicas()] == ["me/1/1.0"]
+    errors: list = []
+    stopper = threading.Thread(target=lambda: _catching(beat.stop, errors))
+    stopper.start()
+    stopper.join(20)
+    assert errors == [] and api.store.replicas() == []
+
+
+def _catching(fn, errors: list) -> None:
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        errors.append(e)

@@ -190,8 +190,11 @@ def test_the_workdir_in_the_job_text_is_replaced_and_nothing_else():
     assert load_spec_text(block).workdir == "/u" and block.endswith("run: x\n")
     odd = set_workdir("workdir: 'it''s here'\nrun: x\n", '/u/"q"\\ é')
     assert load_spec_text(odd).workdir == '/u/"q"\\ é'
+    # None given (it runs from its job file's folder, the upload): added as the last key.
+    assert set_workdir("run: |\n  python t.py", "/u") == 'run: |\n  python t.py\nworkdir: "/u"\n'
+    assert load_spec_text(set_workdir("run: |\n  python t.py\n", "/u")).run == "python t.py\n"
     with pytest.raises(ValueError):
-        set_workdir("run: x\n", "/u")
+        set_workdir("{run: x}", "/u")
 
 
 def test_which_workdir_a_client_sends(tmp_path):
@@ -263,8 +266,11 @@ def test_an_upload_is_taken_once_and_a_job_runs_from_it(api, workdir):
     # Refusals: one {error, hint} each.
     r = api("POST", "/v1/jobs", json={**job, "upload": "0" * 64})
     assert r.status_code == 400 and r.json()["error"] == "upload 0000000000000000... is not on this server"
-    r = api("POST", "/v1/jobs", json={**job, "spec": "run: echo\n"})
+    r = api("POST", "/v1/jobs", json={**job, "spec": "train: {job: image-classification}\n"})
     assert r.status_code == 400 and "an upload came with this job, but it has no workdir" in r.json()["error"]
+    # A run: job without workdir runs from its job file's folder: the client sent it (issue 48).
+    r = api("POST", "/v1/jobs", json={**job, "spec": "run: echo\n"})
+    assert r.status_code == 201 and r.json()["run"]["upload"] == digest, r.text
     r = api("POST", "/v1/uploads", content=bytes(2 * MiB), headers={"Content-Type": "application/octet-stream"})
     assert r.status_code == 413 and r.json() == {
         "error": "the upload is 2.0 MiB; this server takes at most 1.0 MiB",

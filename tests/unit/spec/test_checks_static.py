@@ -54,3 +54,27 @@ def test_alone_orch_reads_the_users_own_module_too(work):
     the run's to report."""
     check_runnable(job(work, "pkg.m:train"))
     assert not (work.parent / "MARKER").exists()
+
+
+@pytest.mark.parametrize("source, words", [
+    ("def main(a, b, c):\n    pass\n", "pkg/s.py:1 defines main(a, b, c), and the runner calls it"),
+    ("def main(config, *, lr):\n    pass\n", "defines main(config, lr)"),
+    ("import argparse\np = argparse.ArgumentParser()\nargs = p.parse_args()\n"
+     "def main():\n    pass\n", "pkg/s.py:3 reads the command line when the module is imported"),
+    ("import sys\nN = int(sys.argv[1])\ndef main():\n    pass\n", "pkg/s.py:2 reads the command line"),
+])
+def test_an_entrypoint_the_runner_cannot_call_is_refused_at_its_line(work, source, words):
+    """Issue 48: `main(a, b, c)`, or a module that parses sys.argv on import, passed the
+    check and failed in every worker."""
+    (work / "pkg" / "s.py").write_text(source)
+    with pytest.raises(SpecError, match="train.entrypoint") as e:
+        check_runnable(job(work, "pkg.s:main"))
+    assert words in str(e.value) and ":3: train.entrypoint" in str(e.value), str(e.value)
+
+
+def test_a_main_without_arguments_and_a_guarded_command_line_pass(work):
+    (work / "pkg" / "s.py").write_text(
+        "import argparse, sys\n@staticmethod\ndef helper(x, y):\n    return sys.argv\n"
+        "def main(config=None, epochs=3):\n    pass\n"
+        "if __name__ == '__main__':\n    argparse.ArgumentParser().parse_args()\n    main()\n")
+    check_runnable(job(work, "pkg.s:main"))

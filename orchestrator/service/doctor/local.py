@@ -261,6 +261,13 @@ def serve_local_check(settings: Settings, serving: Optional[bool]) -> Check:
     admin trusts with the server's home (`serve_local_trusted`). `serving`: whether the
     store holds API tokens (serves_team)."""
     name = "local target"
+    if settings.serve_isolation == "per-user":
+        root = settings.serve_isolation_root
+        return Check(name, os.geteuid() == 0,
+                     "per-user isolation: each client user's jobs run in a Ray instance of "
+                     f"their own, as an OS user of their own (homes under {root})",
+                     None if os.geteuid() == 0 else "run orch serve as root: it makes the "
+                     "users (orch-u-NAME) and starts their Ray as them")
     if not settings.serve_local_trusted:
         if settings.effective_mode == "local":
             return Check(name, True, "refused to clients: this home is in local-only mode, so "

@@ -71,3 +71,18 @@ def test_doctor_says_whether_clients_jobs_may_run_on_this_machine(settings, serv
     assert check.name == "local target" and check.ok is True
     assert check.detail.startswith(words), check.detail
     assert (check.fix is not None) == ("trusted" in words or "local-only" in words)
+
+
+def test_the_per_user_mode_takes_clients_jobs_on_this_machine_and_doctor_says_so():
+    """serve_isolation = "per-user": each client user's jobs run as an OS user of their own
+    (providers/isolated.py), so the local target is offered and launched without trust."""
+    spec = load_spec_text("run: env\nplacement: {allow: [local]}\n")
+    isolated = serving(mode="local", serve_isolation="per-user")
+    client_policy.check(spec, BODY, "bob", isolated)
+    client_policy.check_launch(spec, "bob", isolated, "local")
+    hybrid = dict(mode="hybrid", onprem=[{"gpu": "A100", "count": 2, "purchase_price": 1000}])
+    assert {o.target for o in gather_offers(spec, serving(serve_isolation="per-user", **hybrid))} \
+        == {"onprem", "local"}
+    check = serve_local_check(Settings(home=HOME, mode="local", serve_isolation="per-user"), True)
+    assert check.detail.startswith("per-user isolation: each client user's jobs run in a Ray "
+                                   "instance of their own"), check.detail

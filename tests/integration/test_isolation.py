@@ -155,7 +155,24 @@ def test_another_users_job_reaches_nothing_of_a_running_job_nor_orchs_home(tmp_p
         assert result["reached"] == ["own environ"], result
         assert result["tried"] >= 2 * len(pids) + 12, result
         assert provider.state(rec.backend_id).status == "RUNNING"
+        # Her next job runs on her warm instance, not a new one.
+        again = load_spec_text("name: again\nrun: id -un\n")
+        again_rec = orch.launch(orch.record(again, owner=alice).rec, again)
+        warm = provider._for_job(again_rec.backend_id).ray._state()
+        assert (warm["started_at"], warm["address"]) == (her_state["started_at"],
+                                                         her_state["address"])
+        wait_until("her second job ended", lambda: provider.state(
+            again_rec.backend_id).status == "SUCCEEDED", timeout=60)
+        assert provider.logs(again_rec.backend_id).strip().endswith(her.ray.user.name)
         provider.cancel(rec.backend_id)
+        wait_until("her job stopped", lambda: provider.state(rec.backend_id).status
+                   == "CANCELLED", timeout=60)
+        # Idle past serve_isolation_idle_s: the queue's next look at the target stops both.
+        settings.serve_isolation_idle_s = 0
+        provider.capacity()
+        assert her.ray.status() is None and his.ray.status() is None
+        assert not [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and
+                    p.info["uids"].real in (her.ray.user.uid, his.ray.user.uid)]
     finally:
         orch.close()
         for name in users:

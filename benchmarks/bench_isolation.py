@@ -80,7 +80,10 @@ def measure(mode: str, runs: int) -> dict:
         for i in range(runs):
             log(f"{mode}: warm run {i + 1}/{runs}")
             warm.append(_one(orch, owner))
-        return {"cold": cold, "warm": statistics.median(warm), "warm_all": warm}
+        ray = orch.provider("local").ray if mode == "shared" else \
+            orch.provider("local")._running()[0].ray  # type: ignore[attr-defined]
+        rss = sum(p.memory_info().rss for p in ray._processes(ray._state())) / 2**30
+        return {"cold": cold, "warm": statistics.median(warm), "warm_all": warm, "rss": rss}
     finally:
         provider = orch.provider("local")
         orch.close()
@@ -98,13 +101,16 @@ def measure(mode: str, runs: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--per-user-first", action="store_true", help="measure that mode first")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("the per-user mode makes OS users: run this as root")
-    results = {mode: measure(mode, args.runs) for mode in ("shared", "per-user")}
-    print(f"{'mode':<10} {'cold first job (s)':>20} {'warm near-empty job (s)':>25}   runs")
+    order = ("per-user", "shared") if args.per_user_first else ("shared", "per-user")
+    results = {mode: measure(mode, args.runs) for mode in order}
+    print(f"{'mode':<10} {'cold first job (s)':>20} {'warm near-empty job (s)':>25} "
+          f"{'instance RSS (GiB)':>19}   runs")
     for mode, r in results.items():
-        print(f"{mode:<10} {r['cold']:>20.2f} {r['warm']:>25.2f}   "
+        print(f"{mode:<10} {r['cold']:>20.2f} {r['warm']:>25.2f} {r['rss']:>19.2f}   "
               + " ".join(f"{x:.2f}" for x in r["warm_all"]))
     shared, isolated = results["shared"], results["per-user"]
     print(f"per-user costs {isolated['cold'] - shared['cold']:+.2f} s cold, "

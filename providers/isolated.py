@@ -6,7 +6,7 @@ owner's packages, read their logs or /proc, or stop their jobs, and cannot open 
 
 An instance starts with its owner's first job, on the GPUs no other instance holds (as many
 as the job asks for), is reused while it runs, and is stopped once it has run nothing for
-`serve_isolation_idle_s` (checked whenever the queue reads the target's capacity). A job
+`serve_isolation_idle_s` (`orch serve`'s scheduler asks every period: stop_idle). A job
 without an owner (orch used on this machine, not through its API) runs on the shared
 instance as before. Which instance ran a job is kept in ORCH_HOME/local/isolated.json.
 """
@@ -165,9 +165,21 @@ class IsolatedLocalProvider(LocalProvider):
     def running(self) -> bool:
         return True
 
+    def stop_idle(self) -> list[str]:
+        """Stop each user's instance that has run nothing for serve_isolation_idle_s (orch
+        serve's scheduler asks every period); the OS users whose instance was stopped."""
+        stopped = []
+        with self._index_lock():  # never between a submit's start of an instance and its job
+            for p in self._running():
+                if p.capacity().jobs:
+                    _touch(p.ray.dir / "busy")
+                elif _idle_for(p.ray.dir / "busy") > self.settings.serve_isolation_idle_s:
+                    p.ray.down()
+                    stopped.append(p.ray.user.name)
+        return stopped
+
     def capacity(self) -> ClusterSnapshot:
-        """This machine: what it holds, what every instance running on it uses; instances
-        idle for serve_isolation_idle_s are stopped here."""
+        """This machine: what it holds, what every instance running on it uses."""
         from providers.ray_cluster import ClusterSnapshot
 
         machine = LocalProvider(self.ray).capacity()
@@ -177,9 +189,6 @@ class IsolatedLocalProvider(LocalProvider):
             snap = p.capacity()
             if snap.jobs:
                 _touch(p.ray.dir / "busy")
-            elif _idle_for(p.ray.dir / "busy") > self.settings.serve_isolation_idle_s:
-                p.ray.down()
-                continue
             for r in ("CPU", "GPU"):
                 used[r] = used.get(r, 0.0) + snap.used.get(r, 0.0)
             jobs += snap.jobs

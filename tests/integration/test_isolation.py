@@ -167,9 +167,9 @@ def test_another_users_job_reaches_nothing_of_a_running_job_nor_orchs_home(tmp_p
         provider.cancel(rec.backend_id)
         wait_until("her job stopped", lambda: provider.state(rec.backend_id).status
                    == "CANCELLED", timeout=60)
-        # Idle past serve_isolation_idle_s: the queue's next look at the target stops both.
+        # Idle past serve_isolation_idle_s: orch serve's next tick stops both.
         settings.serve_isolation_idle_s = 0
-        provider.capacity()
+        assert sorted(orch.stop_idle()) == sorted(users)
         assert her.ray.status() is None and his.ray.status() is None
         assert not [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and
                     p.info["uids"].real in (her.ray.user.uid, his.ray.user.uid)]

@@ -14,9 +14,12 @@ instance as before. Which instance ran a job is kept in ORCH_HOME/local/isolated
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
@@ -37,11 +40,20 @@ class UserProvider(LocalProvider):
     ray: UserRay
 
     def with_secrets(self, entrypoint: str) -> str:
-        import shlex
-
         from providers.runner_package import module
 
         return f"{shlex.quote(self.ray.python)} -m {module('secret_env')} -- {entrypoint}"
+
+    def submit(self, launch: Launch) -> str:
+        """The launch with orch's interpreter (the runner's, and `python` on the job's PATH:
+        LocalProvider.runner_command, shell_prelude) swapped for this instance's."""
+        if self.ray.python != sys.executable:
+            ours, theirs = Path(sys.executable), Path(self.ray.python)
+            entrypoint = launch.entrypoint.replace(
+                shlex.quote(str(ours)), shlex.quote(str(theirs))).replace(
+                shlex.quote(str(ours.parent)), shlex.quote(str(theirs.parent)))
+            launch = dataclasses.replace(launch, entrypoint=entrypoint)
+        return super().submit(launch)
 
 
 class IsolatedLocalProvider(LocalProvider):

@@ -54,3 +54,25 @@ def test_a_new_instance_gets_the_gpus_no_running_instance_holds(tmp_path, monkey
     assert provider._free_gpus(2) == [1, 3]
     assert provider._free_gpus(3) == [1, 3]  # fewer when taken: the job waits in its Ray
 
+
+
+def test_a_users_jobs_run_under_the_interpreter_their_user_can_run(tmp_path, monkeypatch):
+    """serve_isolation_python: the runner, the values' unpacker and `python` on the job's
+    PATH are that interpreter, not orch's (which a job user may not be able to run)."""
+    import sys
+
+    from providers.base import Launch
+    from providers.local import LocalProvider
+    from providers.ray_jobs import RayJobsProvider
+
+    user = OsUser("orch-u-bob", 4242, 4343, tmp_path / "orch-u-bob")
+    provider = object.__new__(isolated.UserProvider)
+    provider.ray = UserRay(tmp_path / "control", user, python="/opt/orch/bin/python")
+    sent = []
+    monkeypatch.setattr(RayJobsProvider, "submit", lambda self, launch: sent.append(launch))
+    entrypoint = f"bash -c {LocalProvider.shell_prelude()}{LocalProvider.runner_command()}"
+    provider.submit(Launch(job_id="orch-1", entrypoint=entrypoint))
+    assert sys.executable not in sent[0].entrypoint, sent[0].entrypoint
+    assert "export PATH=/opt/orch/bin:" in sent[0].entrypoint
+    assert "/opt/orch/bin/python -m _orch_runner.runner" in sent[0].entrypoint
+    assert provider.with_secrets("x").startswith("/opt/orch/bin/python -m ")

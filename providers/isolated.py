@@ -177,13 +177,17 @@ class IsolatedLocalProvider(LocalProvider):
     def running(self) -> bool:
         return True
 
-    def stop_idle(self) -> list[str]:
+    def stop_idle(self, everyone: bool = False) -> list[str]:
         """Stop each user's instance that has run nothing for serve_isolation_idle_s (orch
-        serve's scheduler asks every period); the OS users whose instance was stopped."""
+        serve's scheduler asks every period), or every one (`everyone`); the OS users whose
+        instance was stopped."""
         stopped = []
         with self._index_lock():  # never between a submit's start of an instance and its job
             for p in self._running():
-                if p.capacity().jobs:
+                if everyone:
+                    p.ray.down()
+                    stopped.append(p.ray.user.name)
+                elif p.capacity().jobs:
                     _touch(p.ray.dir / "busy")
                 elif _idle_for(p.ray.dir / "busy") > self.settings.serve_isolation_idle_s:
                     p.ray.down()

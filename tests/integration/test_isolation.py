@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.skipif(
     reason="the per-user mode makes OS users and starts Ray as them: it needs root and "
            "useradd (CI runs as root)")]
 
-# Run by Bob's job: each attempt that obtains something is listed under "reached".
+# Run by Bob's job (under the users' interpreter, with Ray): each attempt that obtains
+# something is listed under "reached".
 ATTACK = r"""
 import glob, json, os, sys, urllib.request
 target = json.load(open("target.json"))
@@ -52,7 +53,7 @@ for pid in target["pids"]:
     attempt(f"cmdline-env {pid}", lambda: needle.encode() in read(f"/proc/{pid}/cmdline"))
 attempt("her Ray's folder", lambda: os.listdir(target["temp_dir"]) or True)
 attempt("her logs", lambda: any(needle.encode() in read(p) for p in glob.glob(
-    target["temp_dir"] + "/session_latest/logs/*")) or None)
+    target["temp_dir"] + "/session_latest/logs/job-driver-*.log")) or None)
 attempt("her token", lambda: read(target["token"]))
 attempt("her home", lambda: os.listdir(target["home"]) or True)
 for path in target["orch"]:
@@ -66,6 +67,17 @@ def api(path, method="GET"):
 attempt("her jobs", lambda: api("/api/jobs/"))
 attempt("her package list", lambda: api("/api/packages/gcs/x.zip"))
 attempt("stop her job", lambda: api(f"/api/jobs/{target['job']}/stop", "POST"))
+def her_gcs():  # every package key in her GCS, with his own token (the shared mode's attack)
+    import threading
+    from ray._raylet import GcsClient
+    got = []
+    def run():
+        got.append(GcsClient(address=target["gcs"]).internal_kv_keys(b"gcs://", None))
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(30)
+    return got and got[0]
+attempt("her packages in GCS", her_gcs)
 attempt("own environ", lambda: b"PATH=" in read("/proc/self/environ"))  # the method works
 print("ATTACK " + json.dumps({"reached": reached, "tried": tried}))
 """
@@ -105,7 +117,7 @@ def test_another_users_job_reaches_nothing_of_a_running_job_nor_orchs_home(tmp_p
     orch = Orch(settings)
     users = []
     try:
-        spec = load_spec_text(f"name: victim\nsecrets:\n  HER_KEY: {needle}\nrun: sleep 300\n")
+        spec = load_spec_text(f"name: victim\nsecrets:\n  HER_KEY: {needle}\nrun: echo key=$HER_KEY; sleep 300\n")
         rec = orch.launch(orch.record(spec, owner=alice).rec, spec)
         provider = orch.provider("local")
         assert isinstance(provider, IsolatedLocalProvider)
@@ -134,6 +146,7 @@ def test_another_users_job_reaches_nothing_of_a_running_job_nor_orchs_home(tmp_p
         target = {"needle": needle, "pids": pids, "temp_dir": her_state["temp_dir"],
                   "token": str(her.ray.user_token), "home": str(her.ray.user.home),
                   "dashboard": her_state["dashboard_url"], "job": rec.backend_id,
+                  "gcs": her_state["address"],
                   "orch": [str(home), str(home / "orch.db"), str(home / "secret_key"),
                            str(home / "local" / "auth_token"), str(her.ray.token_file)]}
         work = tmp_path / "attack"
@@ -141,7 +154,7 @@ def test_another_users_job_reaches_nothing_of_a_running_job_nor_orchs_home(tmp_p
         (work / "attack.py").write_text(ATTACK)
         (work / "target.json").write_text(json.dumps(target))
         bob_spec = load_spec_text(
-            f"name: attacker\nworkdir: {work}\nrun: /usr/bin/python3 attack.py\n")
+            f"name: attacker\nworkdir: {work}\nrun: python attack.py\n")
         bob_rec = orch.launch(orch.record(bob_spec, owner=bob).rec, bob_spec)
         his = provider._for_job(bob_rec.backend_id)
         assert his is not None and his.ray.user.uid != her.ray.user.uid
@@ -163,7 +176,7 @@ def test_another_users_job_reaches_nothing_of_a_running_job_nor_orchs_home(tmp_p
                                                          her_state["address"])
         wait_until("her second job ended", lambda: provider.state(
             again_rec.backend_id).status == "SUCCEEDED", timeout=60)
-        assert provider.logs(again_rec.backend_id).strip().endswith(her.ray.user.name)
+        assert her.ray.user.name in provider.logs(again_rec.backend_id).splitlines()
         provider.cancel(rec.backend_id)
         wait_until("her job stopped", lambda: provider.state(rec.backend_id).status
                    == "CANCELLED", timeout=60)

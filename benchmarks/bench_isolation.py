@@ -85,15 +85,13 @@ def measure(mode: str, runs: int) -> dict:
         rss = sum(p.memory_info().rss for p in ray._processes(ray._state())) / 2**30
         return {"cold": cold, "warm": statistics.median(warm), "warm_all": warm, "rss": rss}
     finally:
-        provider = orch.provider("local")
+        from providers.user_ray import os_user_name
+
+        orch.local_ray().down()
+        orch.stop_idle(everyone=True)
         orch.close()
-        if mode == "shared":
-            provider.ray.down()  # type: ignore[attr-defined]
-        else:
-            for p in provider._running():  # type: ignore[attr-defined]
-                name = p.ray.user.name
-                p.ray.down()
-                subprocess.run(["userdel", name], capture_output=True)
+        if mode != "shared":
+            subprocess.run(["userdel", os_user_name(owner, {})], capture_output=True)
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
 

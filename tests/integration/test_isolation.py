@@ -105,6 +105,7 @@ def test_another_users_job_reaches_nothing_of_a_running_job_nor_orchs_home(tmp_p
     from orchestrator.settings import Settings
     from orchestrator.spec.load import load_spec_text
     from providers.isolated import IsolatedLocalProvider
+    from providers.user_ray import os_user_name
 
     home, root = short_tmp("ohi"), short_tmp("oiu")
     os.chmod(root, 0o755)
@@ -115,7 +116,7 @@ def test_another_users_job_reaches_nothing_of_a_running_job_nor_orchs_home(tmp_p
                         local={"runner_host": False, "cpus": 1})
     needle = "alice-" + os.urandom(8).hex()
     orch = Orch(settings)
-    users = []
+    users = [os_user_name(alice, {}), os_user_name(bob, {})]  # made by orch on their first job
     try:
         spec = load_spec_text(f"name: victim\nsecrets:\n  HER_KEY: {needle}\nrun: echo key=$HER_KEY; sleep 300\n")
         rec = orch.launch(orch.record(spec, owner=alice).rec, spec)
@@ -123,7 +124,6 @@ def test_another_users_job_reaches_nothing_of_a_running_job_nor_orchs_home(tmp_p
         assert isinstance(provider, IsolatedLocalProvider)
         her = provider._for_job(rec.backend_id)
         assert her is not None
-        users.append(her.ray.user.name)
         wait_until("her job running", lambda: provider.state(rec.backend_id).status == "RUNNING",
                    timeout=120)
         her_state = her.ray._state()
@@ -158,7 +158,6 @@ def test_another_users_job_reaches_nothing_of_a_running_job_nor_orchs_home(tmp_p
         bob_rec = orch.launch(orch.record(bob_spec, owner=bob).rec, bob_spec)
         his = provider._for_job(bob_rec.backend_id)
         assert his is not None and his.ray.user.uid != her.ray.user.uid
-        users.append(his.ray.user.name)
         wait_until("his job ended", lambda: provider.state(bob_rec.backend_id).status in (
             "SUCCEEDED", "FAILED"), timeout=180)
         out = provider.logs(bob_rec.backend_id)
@@ -187,10 +186,9 @@ def test_another_users_job_reaches_nothing_of_a_running_job_nor_orchs_home(tmp_p
         assert not [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and
                     p.info["uids"].real in (her.ray.user.uid, his.ray.user.uid)]
     finally:
+        orch.stop_idle(everyone=True)
         orch.close()
         for name in users:
-            with contextlib.suppress(Exception):
-                provider._delegate(name).ray.down()
             subprocess.run(["userdel", name], capture_output=True, timeout=60)
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)

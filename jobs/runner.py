@@ -22,7 +22,7 @@ import uuid
 from typing import Any, Callable, Optional
 
 from . import controller as train_controller
-from . import events, secret_env, telemetry, utilization
+from . import elastic, events, secret_env, telemetry, utilization
 from .controller import to_log
 from .events import KEY_VAR
 from .request import ENV_VAR, BadRequest, Budget, RunRequest, WorkerOptions
@@ -158,30 +158,6 @@ def _threads_as_ray_sets_them() -> None:
     torch.set_num_threads(max(1, cpus))
 
 
-# How often an elastic run looks for more free resources to grow on (Ray Train's default:
-# 60 s); each growth restarts the workers from the latest checkpoint.
-ELASTIC_LOOK_S = 10.0
-
-
-def _scaling(config: Any, req: RunRequest, use_gpu: bool) -> Any:
-    """Ray Train's ScalingConfig for the run: fixed, or elastic from num_workers to
-    max_workers; None (the reason printed) where this Ray has no elastic training."""
-    if not req.max_workers or req.max_workers <= req.num_workers:
-        return config(num_workers=req.num_workers, use_gpu=use_gpu,
-                      placement_strategy=req.placement.upper())
-    try:
-        return config(num_workers=(req.num_workers, req.max_workers), use_gpu=use_gpu,
-                      placement_strategy=req.placement.upper(),
-                      elastic_resize_monitor_interval_s=ELASTIC_LOOK_S)
-    except (TypeError, ValueError) as e:
-        import ray
-
-        events.emit("result", ok=False, error=f"scaling.num_workers {{min: {req.num_workers}, max: "
-                    f"{req.max_workers}}}: the Ray here ({ray.__version__}) has no elastic "
-                    f"training ({e}); give one number of workers, or run on Ray 2.50 or later")
-        return None
-
-
 def _use_gpu(requested: Any, num_workers: int) -> bool:
     import ray
 
@@ -270,7 +246,7 @@ def _fit(req: RunRequest, options: WorkerOptions, hosted: Optional[Hosted], star
                 storage_path=req.storage_path, run_name=req.name)
     storage = storage_args(req.storage_path, req.s3_endpoint_url)
     where = functools.partial(display_path, args=storage)
-    scaling = _scaling(ScalingConfig, req, use_gpu)
+    scaling = elastic.scaling_config(ScalingConfig, req, use_gpu)
     if scaling is None:
         return 2
     trainer = trainer_class(TorchTrainer, hosted, None if watch is None else held.append)(

@@ -51,6 +51,7 @@ class Launch:
     disk_size: Optional[int] = None
     vm: dict[str, Any] = field(default_factory=dict)  # the job file's SkyPilot VM keys (image_id, ports, ...)
     task_keys: dict[str, Any] = field(default_factory=dict)  # its SkyPilot task keys (config, volumes, ...)
+    owner: Optional[str] = None  # who submitted it (a token's name): whose instance runs it
 
     def split_env(self) -> tuple[dict, dict]:
         """(public, secret): `secrets` and every credential-like `env` name on the secret

@@ -36,7 +36,11 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
 
     @classmethod
     def default_storage(cls, settings: Settings) -> Optional[str]:
-        """ORCH_HOME/checkpoints: this machine's disk is where the job runs."""
+        """ORCH_HOME/checkpoints: this machine's disk is where the job runs; none in the
+        per-user isolation mode, whose jobs cannot open ORCH_HOME (Ray Train's default then:
+        ray_results in the job user's home)."""
+        if settings.serve_isolation == "per-user":
+            return None
         return str(settings.home / "checkpoints")
 
     @classmethod

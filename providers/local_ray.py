@@ -148,11 +148,12 @@ class LocalRay:
                 f.write(secrets.token_hex(24))
         temp_dir = self.temp_dir()
         temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._prepare(temp_dir)
         ports = {name: _free_port() for name in ("gcs", "dashboard", "client", "agent_http",
                                                    "agent_grpc", "runtime_env", "metrics")}
         cpus = self.cpus or os.cpu_count() or 1
         cmd = [
-            ray_executable(), "start", "--head",
+            *self._ray_command(), "start", "--head",
             "--node-ip-address=127.0.0.1", f"--port={ports['gcs']}",
             "--include-dashboard=true", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={ports['dashboard']}",
@@ -163,18 +164,18 @@ class LocalRay:
             f"--metrics-export-port={ports['metrics']}",
             f"--temp-dir={temp_dir}", f"--num-cpus={cpus}",
             f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
-            "--disable-usage-stats",
+            "--disable-usage-stats", *self._gpu_args(),
         ]
         env = self._env()
         log = self.dir / "ray-start.log"
         with open(log, "w") as out:
             proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                  stdin=subprocess.DEVNULL, timeout=180)
+                                  stdin=subprocess.DEVNULL, timeout=180, **self._spawn_as())
         state: dict[str, Any] = {
             "address": f"127.0.0.1:{ports['gcs']}",
             "dashboard_url": f"http://127.0.0.1:{ports['dashboard']}",
             "ports": ports, "temp_dir": str(temp_dir), "cpus": cpus,
-            "started_at": time.time(), "python": sys.executable,
+            "started_at": time.time(), "python": self._python(),
             "runner": env["PYTHONPATH"].split(os.pathsep)[0],
         }
         if proc.returncode != 0:
@@ -199,7 +200,8 @@ class LocalRay:
         Ray: an allowlist (job_base_env), never orch's own environment, which under `orch
         serve` holds the store's URL, the metrics token, cloud keys and the variables
         `serve_env_secrets` lists for some users only."""
-        env = {**job_base_env(os.environ, self.pass_env), **ray_env(self.token_file)}
+        env = {**job_base_env(os.environ, self.pass_env), **ray_env(self.token_file),
+               **self._own_env()}
         # orch's runner under its shipped name, first on the path of every process of this
         # Ray (a job's driver, its workers, the runner host's warm processes): ahead of
         # nothing of the job's own, since a job's working_dir comes first on its path.
@@ -219,6 +221,35 @@ class LocalRay:
         """The folder that holds orch's runner under its shipped name for this instance."""
         return link_in(self.dir / "runner")
 
+    # -- what an instance run as another OS user changes (providers/isolated.py) ----------
+
+    def _python(self) -> str:
+        """The interpreter this instance's processes run: orch's own here."""
+        return sys.executable
+
+    def _ray_command(self) -> list:
+        """What starts `ray start` under that interpreter."""
+        return [ray_executable()]
+
+    def _prepare(self, temp_dir: Path) -> None:
+        """Make what this instance's processes need before they start: nothing here."""
+
+    def _spawn_as(self) -> dict:
+        """subprocess arguments that start this instance's processes: as orch's user here."""
+        return {}
+
+    def _own_env(self) -> dict:
+        """What this instance's environment sets beside the allowlist: nothing here."""
+        return {}
+
+    def _gpu_args(self) -> list:
+        """`ray start`'s GPU arguments: none here (Ray counts the machine's)."""
+        return []
+
+    def _mine(self, proc) -> bool:
+        """Whether a process that names this instance is one of its own: all are here."""
+        return True
+
     def _write(self, state: dict) -> None:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
@@ -232,15 +263,19 @@ class LocalRay:
             # Its --address ends with this Ray's GCS port: `down` stops it with the rest. It
             # starts in the runner's folder: never where `orch local up` ran (another checkout
             # of orch there, or a job's modules, would be first on its path and its workers').
-            proc = subprocess.Popen([sys.executable, "-m", module("host"), "--socket", sock,
+            proc = subprocess.Popen([self._python(), "-m", module("host"), "--socket", sock,
                                      "--workers", str(min(state["cpus"], _WARM_WORKERS)),
                                      "--address", state["address"]],
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=env, cwd=env["PYTHONPATH"].split(os.pathsep)[0],
-                                    start_new_session=True)
+                                    start_new_session=True, **self._spawn_as())
         # Written here as well as by the host, so that an `up` right after this one finds it.
         Path(pid_file(sock)).write_text(str(proc.pid))
+        self._give(Path(pid_file(sock)))
         return sock
+
+    def _give(self, path: Path) -> None:
+        """Hand a file orch made to this instance's user: nothing to do here."""
 
     def host_socket(self) -> Optional[str]:
         """The runner host's socket, where this instance has one (started with it)."""
@@ -260,7 +295,8 @@ class LocalRay:
     def _processes(self, state: dict) -> list:
         import psutil
 
-        roots = processes_matching(state["temp_dir"], f":{state['ports']['gcs']}")
+        roots = [p for p in processes_matching(state["temp_dir"], f":{state['ports']['gcs']}")
+                 if self._mine(p)]
         found = {p.pid: p for p in roots}
         for p in roots:
             try:

@@ -41,6 +41,10 @@ def backend_for(target: str, settings: Settings,
     ORCH_RAY_ADDRESS)."""
     kind = backend_class(target)
     if kind is LocalProvider:
+        if settings.serve_isolation == "per-user":
+            from providers.isolated import IsolatedLocalProvider
+
+            return IsolatedLocalProvider(settings, on_ray_start)
         return LocalProvider(local_ray(settings), on_ray_start)
     if kind is OnPremProvider and settings.ray_address:
         return OnPremProvider(settings.ray_address, settings.ray_token_file)

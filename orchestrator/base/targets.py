@@ -34,8 +34,10 @@ def rented(target: Optional[str]) -> bool:
     return target is not None and target not in OWNED
 
 
-# How the jobs of one Ray cluster (the local Ray, the on-prem cluster) share it: the only mode
-# orch has. Named wherever the cluster is shown (`orch doctor`, `orch cluster status`).
+# How the jobs of one Ray cluster (the local Ray, the on-prem cluster) share it: the on-prem
+# cluster's only mode; the server's own machine also has the per-user mode (serve_isolation,
+# providers/isolated.py). Named wherever the cluster is shown (`orch doctor`, `orch cluster
+# status`).
 SHARED_CLUSTER_MODE: Final = "shared"
 SHARED_CLUSTER: Final = ("shared cluster, a trusted-team mode: its jobs run as one OS user with "
                          "one Ray token, and Ray \"doesn't attempt to enforce isolation\" between "

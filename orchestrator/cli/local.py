@@ -30,9 +30,15 @@ def up(json_out: bool = typer.Option(False, "--json")) -> None:
 
 @local_app.command("down")
 def down() -> None:
-    """Stop the local Ray instance (only its own processes)."""
+    """Stop the local Ray instance (only its own processes), and in the per-user isolation
+    mode every user's instance."""
     n = _ray().down()
     out.print(f"local Ray stopped ({n} processes)" if n else "local Ray was not running")
+    from orchestrator.service.orch import Orch
+    from orchestrator.settings import load_settings
+
+    for name in Orch(load_settings()).stop_idle(everyone=True):
+        out.print(f"{name}'s Ray instance stopped")
 
 
 @local_app.command("status")

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import time
-import typing
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional, TypeVar
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from orchestrator import records
 from orchestrator.base.errors import BackendError, InputError, NotFound, OrchError
 from orchestrator.client import retry
+from orchestrator.client.answers import read
 from orchestrator.client.opener import no_redirects, redirected
 from orchestrator.client.protocol import Note, Planned, Submitted, note
 from orchestrator.records.cost import CostReport
@@ -24,30 +22,6 @@ if TYPE_CHECKING:
     from orchestrator.spec import Overrides
 
 MiB = 1 << 20
-M = TypeVar("M", bound=BaseModel)
-
-
-def read(cls: type[M], answer: Any) -> M:
-    """A server's answer as this client's record. A newer `orch serve` may add fields: they
-    are left out (at every level) rather than refused, so an older client still reads it."""
-    return cls.model_validate(known(cls, answer))
-
-
-def known(ann: Any, data: Any) -> Any:
-    """`data` without the keys that the annotation's models forbid and do not know."""
-    if isinstance(data, list):
-        args = typing.get_args(ann)
-        return [known(args[0] if args else Any, x) for x in data]
-    if not isinstance(data, dict):
-        return data
-    models = [a for a in (ann, *typing.get_args(ann)) if isinstance(a, type) and issubclass(a, BaseModel)]
-    if not models:
-        return data
-    cls = models[0]
-    fields = cls.model_fields
-    strict = cls.model_config.get("extra") == "forbid"
-    return {k: known(fields[k].annotation, v) if k in fields else v for k, v in data.items()
-            if k in fields or not strict}
 
 
 class Remote:

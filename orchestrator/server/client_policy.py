@@ -278,14 +278,16 @@ def check_launch(spec, owner: Optional[str], settings, target: Optional[str] = N
 # -- the server's own machine ---------------------------------------------------------------
 
 _LOCAL_HINT = ("send it to a cluster or a cloud (placement: {allow: [onprem, cloud]}), or ask "
-               "the server's admin to set serve_local_trusted = true, which lets every "
+               "the server's admin to set serve_isolation = \"per-user\" (each user's jobs as an "
+               "OS user of their own) or serve_local_trusted = true, which lets every "
                "client's job read the server's home and store (docs/security.md)")
 
 
 def local_refused(settings) -> bool:
     """Whether this server keeps clients' jobs off its own machine (the `local` target):
-    a job there would run as the server's user, who reads its store, key and every upload."""
-    return not settings.serve_local_trusted
+    a job there would run as the server's user, who reads its store, key and every upload,
+    unless the per-user isolation mode runs it as an OS user of its owner's own."""
+    return not settings.serve_local_trusted and settings.serve_isolation != "per-user"
 
 
 def check_local_target(spec, settings, target: Optional[str] = None) -> None:

@@ -157,6 +157,7 @@ class Scheduler:
             self.reconcile(orch)
             self.launch_queue(orch)
             self.collect_uploads(orch)
+            orch.stop_idle()  # the per-user mode's idle instances
 
     # -- 1. cron --------------------------------------------------------------------------
 

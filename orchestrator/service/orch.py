@@ -71,6 +71,18 @@ class Orch:
     def capacity(self, target: str) -> Optional[ClusterSnapshot]:
         return self.core.capacity(target)
 
+    def stop_idle(self, everyone: bool = False) -> list[str]:
+        """In the per-user isolation mode, stop the users' Ray instances idle for
+        serve_isolation_idle_s (providers/isolated.py; `orch serve` asks every period), or
+        all of them (`everyone`: `orch local down`): the OS users whose instance stopped.
+        Never raises: an instance that will not stop now is tried again next time."""
+        if self.settings.serve_isolation != "per-user":
+            return []
+        try:
+            return self.provider("local").stop_idle(everyone)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001
+            return []
+
     # -- planning and submitting -------------------------------------------------------
 
     def plan(self, spec: JobSpec, owner: Optional[str] = None) -> placing.Planned:

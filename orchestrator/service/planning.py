@@ -57,7 +57,8 @@ def _server_keeps_jobs_off(settings) -> bool:
     it (serve_local_trusted; server/client_policy.check_local_target says why)."""
     from orchestrator.service.git_workdir import serves_clients
 
-    return serves_clients(settings) and not settings.serve_local_trusted
+    return (serves_clients(settings) and not settings.serve_local_trusted
+            and settings.serve_isolation != "per-user")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -120,6 +120,7 @@ def launch(core: Core, rec: JobRow, spec: JobSpec, secrets: Optional[dict] = Non
         made = core.backend_class(target).adapt_launch(
             launch_for(core, rec.id, spec, target, decision, secrets,
                        event_key=rec.info.event_key), spec, decision)
+        made = dataclasses.replace(made, owner=rec.owner)
         if rec.info.preemptions:  # run again by the preemption contract: a new name for it
             made = dataclasses.replace(made, submission_id=run_name(rec.id, rec.info.preemptions + 1),
                                        env={**made.env, RESTARTS_VAR: str(rec.info.preemptions)})

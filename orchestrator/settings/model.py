@@ -180,6 +180,25 @@ class Settings(BaseSettings):
         False, description="`orch serve` runs clients' jobs on its own machine (the `local` "
         "target), as its own user, which can read its home and store: only for a team that "
         "trusts each other with all of it; false: a job bound for `local` is refused")
+    serve_isolation: Literal["shared", "per-user"] = Field(
+        "shared", description="how `orch serve` runs clients' jobs on its own machine (the "
+        "`local` target): shared, one Ray instance as the server's user (the trusted-team "
+        "mode, needs serve_local_trusted); per-user, each client user's jobs in a Ray "
+        "instance of their own, as an OS user of their own (needs root)")
+    serve_isolation_root: Path = Field(
+        Path("/var/lib/orch-u"), description="per-user mode: the folder holding each OS "
+        "user's home (its Ray's temp dir, its jobs' HOME); short, since Ray's sockets live "
+        "below it")
+    serve_job_users: dict[str, str] = Field(
+        default_factory=dict, description="per-user mode: the OS user a client user's jobs "
+        "run as, by token name; unnamed users run as orch-u-<name>, which orch makes")
+    serve_isolation_python: Optional[Path] = Field(
+        None, description="per-user mode: the Python its users' Ray and jobs' runner run "
+        "under, with orch and Ray importable; every job user must be able to run it (none: "
+        "orch's own, so install orch outside a folder only root can enter)")
+    serve_isolation_idle_s: float = Field(
+        600.0, ge=0, le=86_400, description="per-user mode: a user's Ray instance that ran "
+        "nothing for this long is stopped (its next job starts it again)")
     serve_queued_per_user: int = Field(100, ge=0, le=1_000_000, description="jobs one user "
                                        "may have queued on `orch serve` at once; more are "
                                        "refused (HTTP 429) until some launch; 0: no limit")

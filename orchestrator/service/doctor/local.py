@@ -261,6 +261,22 @@ def serve_local_check(settings: Settings, serving: Optional[bool]) -> Check:
     admin trusts with the server's home (`serve_local_trusted`). `serving`: whether the
     store holds API tokens (serves_team)."""
     name = "local target"
+    if settings.serve_isolation == "per-user":
+        import sys
+
+        root = settings.serve_isolation_root
+        said = ("per-user isolation: each client user's jobs run in a Ray instance of their "
+                f"own, as an OS user of their own (homes under {root})")
+        python = Path(settings.serve_isolation_python or sys.executable).resolve()
+        closed = next((p for p in (python, *python.parents)
+                       if p.exists() and not os.stat(p).st_mode & 0o001), None)
+        if closed is not None:
+            return Check(name, False, f"{said}; but they cannot run {python}: {closed} is "
+                         "closed to other users", "install orch where every user can read "
+                         "it (a venv in /opt/orch), or set serve_isolation_python")
+        return Check(name, os.geteuid() == 0, said,
+                     None if os.geteuid() == 0 else "run orch serve as root: it makes the "
+                     "users (orch-u-NAME) and starts their Ray as them")
     if not settings.serve_local_trusted:
         if settings.effective_mode == "local":
             return Check(name, True, "refused to clients: this home is in local-only mode, so "

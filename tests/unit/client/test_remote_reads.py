@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator import records
-from orchestrator.client.remote import read
+from orchestrator.client.answers import read
 
 
 def detail(**more) -> dict:

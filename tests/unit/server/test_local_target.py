@@ -4,6 +4,7 @@ intake, left out of placement, refused again at launch; `orch doctor` says which
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -71,3 +72,40 @@ def test_doctor_says_whether_clients_jobs_may_run_on_this_machine(settings, serv
     assert check.name == "local target" and check.ok is True
     assert check.detail.startswith(words), check.detail
     assert (check.fix is not None) == ("trusted" in words or "local-only" in words)
+
+
+def test_the_per_user_mode_takes_clients_jobs_on_this_machine_and_doctor_says_so():
+    """serve_isolation = "per-user": each client user's jobs run as an OS user of their own
+    (providers/isolated.py), so the local target is offered and launched without trust."""
+    spec = load_spec_text("run: env\nplacement: {allow: [local]}\n")
+    isolated = serving(mode="local", serve_isolation="per-user")
+    client_policy.check(spec, BODY, "bob", isolated)
+    client_policy.check_launch(spec, "bob", isolated, "local")
+    hybrid = dict(mode="hybrid", onprem=[{"gpu": "A100", "count": 2, "purchase_price": 1000}])
+    assert {o.target for o in gather_offers(spec, serving(serve_isolation="per-user", **hybrid))} \
+        == {"onprem", "local"}
+    check = serve_local_check(Settings(home=HOME, mode="local", serve_isolation="per-user"), True)
+    assert check.detail.startswith("per-user isolation: each client user's jobs run in a Ray "
+                                   "instance of their own"), check.detail
+
+
+def test_doctor_says_when_the_job_users_cannot_run_orchs_interpreter():
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="orch-py-", dir="/tmp"))  # pytest's tmp_path is 0700
+    os.chmod(top, 0o755)
+    closed = top / "closed"
+    (closed / "bin").mkdir(parents=True, mode=0o755)
+    (closed / "bin" / "python").write_text("")
+    os.chmod(closed / "bin" / "python", 0o755)
+    os.chmod(closed, 0o700)
+    check = serve_local_check(Settings(home=HOME, mode="local", serve_isolation="per-user",
+                                       serve_isolation_python=closed / "bin" / "python"), True)
+    assert not check.ok and f"{closed} is closed to other users" in check.detail, check.detail
+    assert "serve_isolation_python" in (check.fix or "")
+    os.chmod(closed, 0o755)
+    opened = serve_local_check(Settings(home=HOME, mode="local", serve_isolation="per-user",
+                                        serve_isolation_python=closed / "bin" / "python"), True)
+    assert "closed to other users" not in opened.detail, opened.detail
+    shutil.rmtree(top)

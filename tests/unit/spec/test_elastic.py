@@ -38,9 +38,9 @@ def test_a_bad_range_is_refused_at_its_line(value, problem):
 def test_the_runner_asks_ray_train_for_an_elastic_run_sized_from_what_is_free():
     from ray.train import ScalingConfig
 
+    from jobs.elastic import ELASTIC_LOOK_S, sized_from_free
+    from jobs.elastic import scaling_config as _scaling
     from jobs.request import RunRequest
-    from jobs.runner import ELASTIC_LOOK_S, _scaling
-    from jobs.trainer import sized_from_free
 
     elastic = _scaling(ScalingConfig, RunRequest(job_id="j", target="t", num_workers=2,
                                                  max_workers=8), False)

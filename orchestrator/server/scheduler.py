@@ -35,6 +35,7 @@ from orchestrator.server.client_policy import check_launch
 from orchestrator.server.replicas import Heartbeat, launcher_alive, launcher_id
 from orchestrator.service.orch import Orch
 from orchestrator.service.respec import spec_from_record
+from orchestrator.service.upload.sharing import owners_upload
 from orchestrator.spec import JobSpec
 from orchestrator.store import TERMINAL, iso
 from orchestrator.store.lease import LOOK_S, Lease, Sole, lease_for
@@ -326,9 +327,9 @@ class Scheduler:
             with self._lock:
                 spec = self.pending.get(job_id)
             spec = spec or self._from_record(rec)
-            # the names still listed for its owner, its target still allowed, its server
-            # paths as they are now
-            check_launch(spec, rec.owner, self.settings, rec.target, upload=bool(rec.info.upload))
+            # its owner's names and target still allowed, its server paths as they are now
+            check_launch(spec, rec.owner, self.settings, rec.target, upload=bool(rec.info.upload)
+                         or owners_upload(self.settings, spec.workdir, rec.owner))
             rec = orch.launch(rec, spec)
         except Exception as e:  # BackendError: launch() marked it FAILED already
             message = e.message if isinstance(e, OrchError) else f"{type(e).__name__}: {e}"

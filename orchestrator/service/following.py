@@ -142,8 +142,12 @@ def finish(core: Core, rec: JobRow, status: str, message: Optional[str]) -> JobR
         if failure:
             metrics["failure"] = failure  # its output's last error lines, and a hint
         said = str(result["error"]) if result and result.get("error") else None
-        # A traceback as the runner's error is said once, under the message, not in it.
-        message = said if said and "\n" not in said.strip() else message_with(failure, said or message)
+        # A traceback as the runner's error is said once, under the message, not in it; the
+        # runner's own words name the cause before the output's last exception does (a lost
+        # node's worker died: the surviving worker's output ends in gloo's read error).
+        own = explain(said, message) if said and "\n" in said.strip() else None
+        message = (said if said and "\n" not in said.strip()
+                   else message_with(own if own and own.get("error") else failure, said or message))
     stopped = metrics.get("stopped")
     if status == "SUCCEEDED" and stopped:  # the runner stopped itself at its budget
         status = "CANCELLED"

@@ -81,7 +81,10 @@ def test_plan_shows_the_ratio_two_measured_runs_give(ray_home, tmp_path):
     # plan reads the runs of the CPU file. Both files exist before the first run: the
     # workdir's content is part of it.
     body = f"name: learned\nrun: {sys.executable} -c 'import time; time.sleep(0.5)'\n"
-    cpu, gpus = tmp_path / "cpu.yaml", tmp_path / "gpus.yaml"
+    # The files' folder is their workdir (docs/job-file.md): nothing else is written in it.
+    work = tmp_path / "work"
+    work.mkdir()
+    cpu, gpus = work / "cpu.yaml", work / "gpus.yaml"
     cpu.write_text(body)
     gpus.write_text(body + "resources: {accelerators: {A100: 1, H100: 1}}\n")
     ids = []

@@ -130,3 +130,14 @@ def relocate(settings, workdir: object, digest: Optional[str], owner: Optional[s
         return workdir
     ensure(settings, digest, user)
     return str(mine) if has(settings.home, digest, user or "", admin=user is None) else workdir
+
+
+def owners_upload(settings, workdir: object, owner: Optional[str]) -> bool:
+    """Whether `workdir` is this replica's folder of an upload `owner` sent: a schedule's
+    run names it in its stored job file, checked as an upload when it was registered (a
+    path of the server's own otherwise, which a client's job may not name)."""
+    if not isinstance(workdir, str) or not owner:
+        return False
+    path = Path(os.path.normpath(workdir))
+    return (path.parent == uploads_root(settings.home) and bool(re.fullmatch(DIGEST_PATTERN, path.name))
+            and has(settings.home, path.name, owner, admin=False))

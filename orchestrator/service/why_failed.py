@@ -33,6 +33,11 @@ _HINTS: tuple[tuple[re.Pattern, str], ...] = (
      "the script uses CUDA (or NCCL) and the target it ran on has no GPU: ask for one "
      "(resources.accelerators), or let it fall back to CPU (`torch.cuda.is_available()`, "
      "backend gloo)"),
+    (re.compile(r"gloo/transport/tcp/.*(?:Read error|Connection closed by peer|Connection "
+                r"reset)|Connection closed by peer|ActorDiedError|node .* (?:died|was lost)"),
+     "a worker it exchanged gradients with died (its process or its node was lost): the "
+     "others' collectives broke after it; checkpoint.max_failures lets the run restart "
+     "from its last checkpoint"),
     (re.compile(r"([\w.-]+): command not found"),
      "`{0}` is not on the PATH where the job ran: install it in `setup:`, or call it by the "
      "Python that has it (`python -m ...`)"),

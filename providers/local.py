@@ -30,7 +30,7 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
     def __init__(self, ray: LocalRay, on_start: Optional[Callable[[], None]] = None):
         self.ray = ray
         self.on_start = on_start
-        state = ray.status() if ray.state_file.exists() else None
+        state = ray.status(details=False) if ray.state_file.exists() else None
         super().__init__(LOCAL, state["dashboard_url"] if state else "", ray.headers(),
                          hint="`orch local status` shows the local Ray; `orch local up` starts it")
 

@@ -95,10 +95,13 @@ class LocalRay:
         except (urllib.error.URLError, OSError, ValueError):
             return False
 
-    def status(self) -> Optional[dict]:
-        """The running instance's state (address, ports, temp dir), or None when it is down."""
+    def status(self, details: bool = True) -> Optional[dict]:
+        """The running instance's state (address, ports, temp dir), or None when it is down;
+        with `details`, its process count (a walk of every process) and its runner host's."""
         state = self._state()
         if state and self._responds(state["dashboard_url"]):
+            if not details:
+                return state
             state["processes"] = len(self._processes(state))
             state["runner_host"] = host_state(state.get("host_socket"))
             return state

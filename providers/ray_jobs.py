@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets as _random
 import shlex
 import shutil
 import sys
 import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
@@ -20,6 +24,9 @@ if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
 
     from providers.ray_cluster import ClusterSnapshot
+
+# How long a read of a job's state or log waits for Ray's dashboard.
+_READ_TIMEOUT_S = 30.0
 
 # Ray's job states to orch's. STOPPED is what Ray calls a job stopped on request.
 _STATES = {"PENDING": "PENDING", "RUNNING": "RUNNING", "SUCCEEDED": "SUCCEEDED",
@@ -126,34 +133,55 @@ class RayJobsProvider(Backend, HasCapacity, ShipsSecrets):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
-        client = self._connect()
+    def _read(self, path: str, what: str) -> Optional[dict]:
+        """GET `path` of the Jobs API as plain HTTP (the reads `orch status` and `orch logs`
+        make: Ray's client imports Ray first, about 1 s of each command on 2 cores); None
+        when Ray answers 404 (it has no such job)."""
+        req = urllib.request.Request(self.address.rstrip("/") + path, headers=self.headers)
         try:
-            job = client.get_job_info(backend_id)
-        except Exception as e:
-            if "does not exist" in str(e) or "404" in str(e):
-                return BackendState("FAILED", f"Ray at {self.address} has no job {backend_id}")
-            raise BackendError(f"cannot read job {backend_id} from Ray at {self.address}: {_short(e)}",
+            with urllib.request.urlopen(req, timeout=_READ_TIMEOUT_S) as r:
+                doc = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise BackendError(f"cannot read {what} from Ray at {self.address}: HTTP {e.code}",
                                self.hint) from None
-        status = _STATES.get(str(job.status), "FAILED")
-        message = _without_log_tail(job.message)
-        if status == "FAILED" and job.driver_exit_code is not None and "exit code" not in (message or ""):
-            message = f"{message} (exit code {job.driver_exit_code})"
-        if status == "FAILED" and message != job.message:
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise BackendError(f"cannot read {what} from Ray at {self.address}: "
+                               f"{getattr(e, 'reason', e)}", self.hint) from None
+        if not isinstance(doc, dict):
+            raise BackendError(f"cannot read {what} from Ray at {self.address}: not a job's JSON",
+                               self.hint)
+        return doc
+
+    def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
+        job = self._read(f"/api/jobs/{urllib.parse.quote(backend_id, safe='')}", f"job {backend_id}")
+        if job is None:
+            return BackendState("FAILED", f"Ray at {self.address} has no job {backend_id}")
+        raw = job.get("message")
+        raw = raw if isinstance(raw, str) else None
+        exit_code = job.get("driver_exit_code")
+        exit_code = exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None
+        status = _STATES.get(str(job.get("status")), "FAILED")
+        message = _without_log_tail(raw)
+        if status == "FAILED" and exit_code is not None and "exit code" not in (message or ""):
+            message = f"{message} (exit code {exit_code})"
+        if status == "FAILED" and message != raw:
             message = f"{message}; its output: `orch logs {job_of(backend_id)}`"
         # Ray's own clock for when the job held the cluster: what the ledger prices.
-        times = {k: t / 1000.0 for k, t in (("backend_start", job.start_time),
-                                             ("backend_end", job.end_time)) if t}
-        return BackendState(status, message, times or None, exit_code=job.driver_exit_code)
+        times = {k: t / 1000.0 for k, t in (("backend_start", job.get("start_time")),
+                                             ("backend_end", job.get("end_time")))
+                 if isinstance(t, (int, float)) and not isinstance(t, bool) and t}
+        return BackendState(status, message, times or None, exit_code=exit_code)
 
     def logs(self, backend_id: str) -> str:
-        try:
-            return self._connect().get_job_logs(backend_id)
-        except BackendError:
-            raise
-        except Exception as e:
-            raise BackendError(f"cannot read logs of {backend_id} from Ray at {self.address}: {_short(e)}",
-                               self.hint) from None
+        doc = self._read(f"/api/jobs/{urllib.parse.quote(backend_id, safe='')}/logs",
+                         f"logs of {backend_id}")
+        if doc is None:
+            raise BackendError(f"cannot read logs of {backend_id} from Ray at {self.address}: "
+                               "it has no such job", self.hint)
+        text = doc.get("logs")
+        return text if isinstance(text, str) else ""
 
     def capacity(self) -> ClusterSnapshot:
         """What the cluster holds and runs now, over its dashboard."""
@@ -166,7 +194,6 @@ class RayJobsProvider(Backend, HasCapacity, ShipsSecrets):
         cluster's GCS by an empty one (the Jobs API's package upload replaces a key): the
         driver puts it back without the file when it starts (jobs/package_scrub.py), but a
         job stopped or failed before its driver ran left it whole."""
-        import urllib.request
 
         with contextlib.suppress(Exception):
             env = self._connect().get_job_info(backend_id).runtime_env or {}

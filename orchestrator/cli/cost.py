@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from orchestrator.cli.render import err, out, print_json, table
+from orchestrator.cli.render import err, out, print_json, slow, table
 
 
 def cost(
@@ -30,7 +30,8 @@ def cost(
 
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot {plot}: orch draws PNG files", "give a file name ending in .png")
-    report = connect().cost(by, since)
+    with slow("adding up what jobs cost"):
+        report = connect().cost(by, since)
     cur, rate = report.currency, report.rate
     money = lambda usd: fmt_money(usd, cur, rate)  # noqa: E731
     entries, groups, month = report.jobs, report.groups, report.month

@@ -17,6 +17,7 @@ from orchestrator.cli.render import (
     out,
     phase_summary,
     print_json,
+    slow,
     status_text,
     table,
 )
@@ -101,7 +102,8 @@ def status(
 
     client = _client()
     if job_id is None:
-        recs = client.jobs(limit)
+        with slow("checking jobs with their backends"):
+            recs = client.jobs(limit)
         if json_out:
             print_json([r.to_json() for r in recs])
             return
@@ -115,7 +117,8 @@ def status(
               duration(run_time(r)), metric_summary(r.metrics or {}))
              for r, name, state in _rows(recs)]))
         return
-    rec = client.job(job_id)
+    with slow(f"checking {job_id} with its backend"):
+        rec = client.job(job_id)
     warning = rec.warning
     if json_out:
         print_json(rec.to_json())
@@ -185,7 +188,8 @@ def logs(
 
         follow(client, client.job(job_id), out)
         return
-    text = client.logs(job_id)
+    with slow(f"reading {job_id}'s log"):
+        text = client.logs(job_id)
     if not events_:
         from jobs.events import parse_line
 

@@ -25,13 +25,14 @@ def plan(file: Path = typer.Argument(..., help="job file (YAML)"),
          env: list[str] = ENV, env_file: Optional[Path] = ENV_FILE,
          secret: list[str] = SECRET) -> None:
     """Show every place the job could run, ranked by cost per job, and the choice."""
-    from orchestrator.cli.render import note
+    from orchestrator.cli.render import note, slow
     from orchestrator.client import connect
     from orchestrator.records.placement import GroupPlan, PipelinePlan, SweepPlan
 
     values = given(env, env_file, secret)
     client = connect(on_note=note)
-    d = client.plan(file, values)
+    with slow("planning: reading offers and prices"):
+        d = client.plan(file, values)
     if isinstance(d, GroupPlan):  # a job group: each task's plan
         _plan_group(d, json_out, show_all)
         return

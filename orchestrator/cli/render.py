@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import threading
 import time
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -28,6 +30,41 @@ STATUS_STYLE = {"PENDING": "yellow", "RUNNING": "cyan", "SUCCEEDED": "green",
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+# A command that has not answered within this long shows what it is doing (on a terminal).
+SLOW_S = 0.5
+
+
+@contextlib.contextmanager
+def slow(what: str, after_s: float = SLOW_S) -> Iterator[None]:
+    """Show `what` with a spinner on stderr while the block runs, from `after_s` on: a
+    command that answers at once prints nothing more; one that waits on a backend or an
+    import says what it waits for. Only on a terminal (piped output stays clean)."""
+    if not err.is_terminal:
+        yield
+        return
+    status = err.status(what)
+    lock = threading.Lock()
+    state = {"over": False, "shown": False}
+
+    def show() -> None:
+        with lock:
+            if not state["over"]:
+                status.start()
+                state["shown"] = True
+
+    timer = threading.Timer(after_s, show)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        with lock:
+            state["over"] = True
+            if state["shown"]:
+                status.stop()
 
 
 def note(text: str) -> None:

@@ -194,9 +194,9 @@ class RayJobsProvider(Backend, HasCapacity, ShipsSecrets):
         cluster's GCS by an empty one (the Jobs API's package upload replaces a key): the
         driver puts it back without the file when it starts (jobs/package_scrub.py), but a
         job stopped or failed before its driver ran left it whole."""
-
         with contextlib.suppress(Exception):
-            env = self._connect().get_job_info(backend_id).runtime_env or {}
+            job = self._read(f"/api/jobs/{urllib.parse.quote(backend_id, safe='')}", f"job {backend_id}")
+            env = (job or {}).get("runtime_env") or {}
             uri = env.get("working_dir")
             if not (isinstance(uri, str) and uri.startswith("gcs://")
                     and secret_env.FILE_VAR in (env.get("env_vars") or {})):

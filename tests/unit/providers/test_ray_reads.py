@@ -24,6 +24,8 @@ JOBS = {
                  "start_time": 1_700_000_000_000, "end_time": None, "driver_exit_code": 3},
     "orch-odd": {"status": ["RUNNING"], "message": {"x": 1}, "start_time": "soon",
                  "driver_exit_code": True},
+    "orch-secret": {"status": "STOPPED", "runtime_env": {
+        "working_dir": "gcs://_ray_pkg_abc.zip", "env_vars": {"ORCH_ENV_FILE": ".orch-env-1"}}},
 }
 
 
@@ -37,6 +39,11 @@ class _Ray(BaseHTTPRequestHandler):
         if job is None:
             return self._answer(404, {"error": "does not exist"})
         return self._answer(200, {"logs": "line 1\nline 2\n"} if parts[-1] == "logs" else job)
+
+    def do_PUT(self):  # noqa: N802
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        seen.append(("PUT " + self.path, body))
+        self._answer(200, {})
 
     def _answer(self, code, doc):
         body = json.dumps(doc).encode()
@@ -98,3 +105,14 @@ def test_reading_a_state_and_a_log_imports_no_ray(ray_api):
             "print('ray' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.stdout.strip() == "False", proc.stdout + proc.stderr
+
+
+def test_a_stopped_jobs_package_with_its_secret_file_is_overwritten_without_ray(ray_api):
+    from jobs import secret_env
+
+    assert secret_env.FILE_VAR == "ORCH_ENV_FILE"
+    ray_api.forget_secrets("orch-secret")
+    assert seen[-1][0] == "PUT /api/packages/gcs/_ray_pkg_abc.zip" and seen[-1][1].startswith(b"PK")
+    seen.clear()
+    ray_api.forget_secrets("orch-ok")  # no secret file in its package: left alone
+    assert [s for s in seen if s[0].startswith("PUT")] == []

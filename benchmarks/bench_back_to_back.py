@@ -6,7 +6,7 @@
 
 (a) A user's own loop (`train.entrypoint`, 1 worker, 1 epoch of `--steps` steps of a small
     MLP): run directly with python (torch's import included), then through `orch submit` on a
-    warm local Ray (its runner host ready): `--runs` submits back to back (each as soon as the
+    warm local Ray (its runner host ready, 30 s more): `--runs` submits back to back (each as soon as the
     one before returned), then `--runs` more, each `--pause` seconds after the one before.
     Wall clock of each from the shell; medians; each median over the direct one's. The time
     each job waited for its processes (its record's `->workers` phase) beside it.
@@ -155,7 +155,7 @@ def orch_side(args, label: str, tree: Optional[Path], work: Path) -> dict:
 
 
 def _side(args, label: str, home: OrchHome, work: Path, out: dict) -> None:
-    home.wait_for_runner_host()
+    home.wait_for_runner_host(settle_s=30.0)  # its spare run starts 20 s after it is ready
     for kind in ("b2b", "pause"):
         for i in range(args.runs):
             if kind == "pause":
@@ -210,7 +210,7 @@ def run_jobs(args, work: Path) -> dict:
     out: dict = {}
     env = {**os.environ, "STEPS": "200"}
     with OrchHome(prefix="obr") as home:
-        home.wait_for_runner_host()
+        home.wait_for_runner_host(settle_s=30.0)  # its spare run starts 20 s after it is ready
         for label, command in commands.items():
             direct, orch = [], []
             for i in range(args.runs):

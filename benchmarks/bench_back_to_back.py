@@ -5,9 +5,10 @@
         [--baseline DIR] [--skip-run-jobs]
 
 (a) A user's own loop (`train.entrypoint`, 1 worker, 1 epoch of `--steps` steps of a small
-    MLP): run directly with python (torch's import included), then through `orch submit` on a
-    warm local Ray (its runner host ready, 30 s more): `--runs` submits back to back (each as soon as the
-    one before returned), then `--runs` more, each `--pause` seconds after the one before.
+    MLP): run directly with python (torch's import included), then through `orch submit` on
+    a warm local Ray (its runner host ready, and 30 s more): `--runs` submits back to back
+    (each as soon as the one before returned), then `--runs` more, each `--pause` seconds
+    after the one before.
     Wall clock of each from the shell; medians; each median over the direct one's. The time
     each job waited for its processes (its record's `->workers` phase) beside it.
 (b) `orch status`, `orch status ID`, `orch logs ID`, `orch cost` and `orch plan` with the

@@ -110,7 +110,8 @@ class RayJobsProvider(Backend, HasCapacity, ShipsSecrets):
         workdir, or inside a temporary working_dir of their own when it has none; the file
         (or that directory) is removed when the submit is done."""
         if not hidden:
-            yield launch.workdir, None
+            with _own_package(launch):
+                yield launch.workdir, None
             return
         name = f".orch-env-{_random.token_hex(8)}"
         if launch.workdir:
@@ -236,3 +237,27 @@ def _without_log_tail(message: Optional[str]) -> Optional[str]:
     if cut < 0:
         cut = message.find("last available logs")
     return message[:cut].rstrip(" ,:\n") if cut >= 0 else message
+
+
+@contextlib.contextmanager
+def _own_package(launch: Launch) -> Iterator[None]:
+    """A `run:` job's workdir made a package of its own while it is submitted (a file with
+    its id in it, removed after): Ray unpacks one folder per package content and hands it to
+    every job of that content, where a `train:` job's workers write (its snapshot.pt was
+    copied into the next `run:` job's fresh folder, which resumed from it). Where the
+    workdir is not writable the job shares its unpacked folder, as before."""
+    from jobs.request import ENV_VAR
+
+    if not launch.workdir or ENV_VAR in launch.env:
+        yield
+        return
+    path = Path(launch.workdir) / f".orch-job-{launch.job_id}"
+    try:
+        path.write_text(launch.job_id + "\n")
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)

@@ -116,3 +116,21 @@ def test_a_stopped_jobs_package_with_its_secret_file_is_overwritten_without_ray(
     seen.clear()
     ray_api.forget_secrets("orch-ok")  # no secret file in its package: left alone
     assert [s for s in seen if s[0].startswith("PUT")] == []
+
+
+def test_a_run_jobs_workdir_is_a_package_of_its_own_while_it_is_submitted(tmp_path):
+    """Ray unpacks one folder per package content and hands it to every job of that content:
+    a run: job's workdir gets a file with its id while it is submitted (so Ray unpacks it
+    afresh, never into a folder an earlier job wrote in), removed after; a train: job's is
+    left as it is (its warm processes match its runtime env)."""
+    from jobs.request import ENV_VAR
+    from providers.base import Launch
+    from providers.ray_jobs import _own_package
+
+    run = Launch(job_id="orch-r1", entrypoint="echo", workdir=str(tmp_path))
+    with _own_package(run):
+        assert (tmp_path / ".orch-job-orch-r1").read_text() == "orch-r1\n"
+    assert not list(tmp_path.iterdir())
+    train = Launch(job_id="orch-t1", entrypoint="x", workdir=str(tmp_path), env={ENV_VAR: "{}"})
+    with _own_package(train):
+        assert not list(tmp_path.iterdir())

@@ -83,7 +83,9 @@ def prepare(source: Optional[Path], root: Optional[Path], job_id: str,
     if resume is not None and resume.is_dir():
         shutil.copytree(resume, folder, symlinks=True, dirs_exist_ok=True)
     if source is not None and source.resolve() != folder.resolve():
-        shutil.copytree(source, folder, symlinks=True, dirs_exist_ok=True)
+        # `.orch-job-<id>`: what made its package its own (providers/ray_jobs.py), not its file
+        shutil.copytree(source, folder, symlinks=True, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns(".orch-job-*"))
     if root is not None:
         inputs_file(folder).write_text(json.dumps(_snapshot(folder)))
     return folder

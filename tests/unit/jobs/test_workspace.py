@@ -15,8 +15,10 @@ def test_each_job_gets_a_fresh_copy_and_only_what_it_writes_is_its_own(tmp_path)
     (src / "pkg").mkdir(parents=True)
     (src / "train.py").write_text("print(1)\n")
     (src / "pkg" / "data.txt").write_text("data\n")
+    (src / ".orch-job-job-1").write_text("job-1\n")  # what made its Ray package its own
     root = tmp_path / "runs"
     first = prepare(src, root, "job-1")
+    assert not (first / ".orch-job-job-1").exists()
     assert first == root / "job-1" and (first / "pkg" / "data.txt").read_text() == "data\n"
     (first / "snapshot.pt").write_text("epoch 5")
     (first / "pkg" / "data.txt").write_text("changed by the job\n")

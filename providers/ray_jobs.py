@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets as _random
 import shlex
 import shutil
@@ -252,11 +253,13 @@ def _own_package(launch: Launch) -> Iterator[None]:
         yield
         return
     path = Path(launch.workdir) / f".orch-job-{launch.job_id}"
-    try:
-        path.write_text(launch.job_id + "\n")
+    try:  # a new file, never through a link: the folder may be a client's (a root's, an upload)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
     except OSError:
         yield
         return
+    with os.fdopen(fd, "w") as f:
+        f.write(launch.job_id + "\n")
     try:
         yield
     finally:

@@ -134,3 +134,19 @@ def test_a_run_jobs_workdir_is_a_package_of_its_own_while_it_is_submitted(tmp_pa
     train = Launch(job_id="orch-t1", entrypoint="x", workdir=str(tmp_path), env={ENV_VAR: "{}"})
     with _own_package(train):
         assert not list(tmp_path.iterdir())
+
+
+def test_the_package_file_never_writes_through_a_link_a_client_left(tmp_path):
+    """A folder a client chose (a root's, an upload) holding a link by that name: nothing is
+    written through it, and the job is submitted as it is."""
+    from providers.base import Launch
+    from providers.ray_jobs import _own_package
+
+    target = tmp_path / "server-file"
+    target.write_text("the server's\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / ".orch-job-orch-r2").symlink_to(target)
+    with _own_package(Launch(job_id="orch-r2", entrypoint="echo", workdir=str(work))):
+        pass
+    assert target.read_text() == "the server's\n" and (work / ".orch-job-orch-r2").is_symlink()

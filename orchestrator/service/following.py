@@ -65,6 +65,10 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
         raise
     if state.message:  # a backend's message may quote the job's output (Ray's does)
         state = dataclasses.replace(state, message=redact_text(core, rec, state.message))
+    if state.info and rec.info.backend_start and state.info.get("backend_start"):
+        # A job run again (the preemption contract) held the hardware from its first run on.
+        state = dataclasses.replace(state, info={**state.info, "backend_start": min(
+            rec.info.backend_start, state.info["backend_start"])})
     if state.info and any(getattr(rec.info, k, None) != v for k, v in state.info.items()):
         rec = core.store.update(rec.id, info=with_info(rec, **state.info))
     step = reconcile.launched(gone=None, backend_status=state.status, backend_message=state.message,

@@ -37,8 +37,10 @@ class Runs:
 
     def state(self, backend_id, info=None) -> BackendState:
         status, code, _ = self.by_id[backend_id]
+        n = list(self.by_id).index(backend_id)  # each run 100 s, 5 s after the one before
+        times = {"backend_start": 1000.0 + 105 * n, "backend_end": 1100.0 + 105 * n}
         return BackendState(status, None if status == "SUCCEEDED" else f"exit code {code}",
-                            exit_code=code)
+                            times, exit_code=code)
 
     def logs(self, backend_id) -> str:
         return self.by_id[backend_id][2]
@@ -71,6 +73,8 @@ def test_a_run_that_exits_75_runs_again_as_the_same_job(tmp_path):
     assert second.secrets["HF_TOKEN"] == "hf-given-inline"  # held by this orch since its submit
     rec = orch.refresh(orch.get(rec.id))
     assert rec.status == "SUCCEEDED"
+    # Priced from its first run's start to its last's end: every run held the hardware.
+    assert (rec.info.backend_start, rec.info.backend_end) == (1000.0, 1205.0)
     log = orch.logs(rec)
     assert log.index("run 1 at epoch 0") < log.index("run 1 ended with exit 75") < log.index(
         "run 2 at epoch 2")

@@ -129,8 +129,7 @@ def _undo(core: Core, cancel: Cancel, launched: list[JobRow], waiting: list[JobR
 
 def siblings(core: Core, rec: JobRow) -> dict[str, JobRow]:
     """The group's tasks, by name, as the store has them."""
-    ids = getattr(rec.info, "group_jobs", None) or {}
-    return {t: core.store.get(i) for t, i in ids.items()}
+    return {t: core.store.get(i) for t, i in (rec.info.group_jobs or {}).items()}
 
 
 def stop_due(rec: JobRow, tasks: dict[str, JobRow], now: float) -> Optional[str]:

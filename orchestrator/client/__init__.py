@@ -3,8 +3,8 @@
 Both implement one small interface (`protocol.Client`) and return the `--json` shapes
 (`records.JobRecord`s, the plan and cost reports), so every command renders the same
 output either way. `connect()` picks `Remote` when ORCH_SERVER is set. No SDK is imported
-here. `Local` calls the service (`service.orch.Orch`, `service.views`, the schedule rules
-of `service.schedule_rules`), as `orch serve` does.
+here. `Local` calls the service through its one door (`service.orch.Orch`), as `orch serve`
+does.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from orchestrator.base.errors import NotFound
 from orchestrator.client.protocol import Client, Note, Planned, Submitted, note
 from orchestrator.client.remote import MiB, Remote
 from orchestrator.records import Schedule
-from orchestrator.service.cost_report import cost_report, parse_since
 from orchestrator.store import TERMINAL, store_exists
 
 # A follower looks at a job 4 times a second for this long after it starts following it,
@@ -29,9 +28,10 @@ if TYPE_CHECKING:
     from orchestrator.records import CancelledJob, JobDetail, JobRecord, JobRow
     from orchestrator.records.cost import CostReport
     from orchestrator.records.placement import Plan
+    from orchestrator.service.orch import Orch
     from orchestrator.spec import Overrides
 
-__all__ = ["Client", "Local", "MiB", "Note", "Remote", "connect", "cost_report", "parse_since"]
+__all__ = ["Client", "Local", "MiB", "Note", "Remote", "connect"]
 
 
 def connect(settings=None, on_ray_start: Optional[Callable[[], None]] = None,
@@ -119,23 +119,17 @@ class Local:
         return self.orch.plan(spec, owner).shown()
 
     def jobs(self, limit: int = 50) -> list[JobRecord]:
-        from orchestrator.service import views
-
-        return views.job_records(self.orch.core, limit)
+        return self.orch.job_records(limit)
 
     def job(self, job_id: str) -> JobDetail:
-        from orchestrator.service import views
-
-        return views.job_detail(self.orch.core, job_id)
+        return self.orch.job_detail(job_id)
 
     def logs(self, job_id: str) -> str:
         return self.orch.logs(self.orch.refresh(self.orch.get(job_id)))
 
     def poll(self, job_id: str) -> tuple[JobRow, str]:
         """The job's record, checked with its backend, and its whole log so far."""
-        from orchestrator.service import views
-
-        return views.poll(self.orch.core, job_id)
+        return self.orch.poll(job_id)
 
     def stream(self, job_id: str, poll_s: float = 1.0, quick_s: float = QUICK_S) -> Iterator[str]:
         rec, printed = self.orch.get(job_id), 0
@@ -154,9 +148,7 @@ class Local:
             time.sleep(min(poll_s, 0.25) if soon else poll_s)
 
     def cancel(self, job_id: str) -> CancelledJob:
-        from orchestrator.service import views
-
-        return views.cancel_job(self.orch.core, job_id)
+        return self.orch.cancel_job(job_id)
 
     def cancel_sweep(self, sweep_id: str) -> list[CancelledJob]:
         from orchestrator.records import CancelledJob
@@ -164,38 +156,27 @@ class Local:
         return [CancelledJob.from_row(r, already_ended=False) for r in self.orch.cancel_sweep(sweep_id)]
 
     def cost(self, by: str = "target", since: Optional[str] = None) -> CostReport:
-        return cost_report(self.settings, by, since, self.orch)
+        return self.orch.cost_report(by, since)
 
     # Schedules on this machine's store: the ones an `orch serve` using it runs. The store's
     # user may change any of them, as with `orch token` (service/schedule_rules.py).
 
     def schedules(self) -> list[Schedule]:
-        from orchestrator.service import schedule_rules
-
         if not store_exists(self.settings):  # never create the store just to say it is empty
             return []
-        return [Schedule.model_validate(s) for s in schedule_rules.listed(self.orch.store)]
+        return [Schedule.model_validate(s) for s in self.orch.schedules()]
 
-    def _store_with_schedules(self, sched_id: str):
+    def _with_schedules(self, sched_id: str) -> Orch:
         if not store_exists(self.settings):
             raise NotFound(f"no schedule {sched_id!r}: there is no job store at "
                            f"{self.settings.home} yet", "`orch schedule list` shows the schedules")
-        return self.orch.store
+        return self.orch
 
     def schedule(self, sched_id: str) -> Schedule:
-        from orchestrator.service import schedule_rules
-
-        return Schedule.model_validate(schedule_rules.shown(self._store_with_schedules(sched_id),
-                                                            sched_id))
+        return Schedule.model_validate(self._with_schedules(sched_id).schedule(sched_id))
 
     def pause_schedule(self, sched_id: str, paused: bool = True) -> Schedule:
-        from orchestrator.service import schedule_rules
-
-        return Schedule.model_validate(schedule_rules.set_paused(
-            self._store_with_schedules(sched_id), sched_id, paused))
+        return Schedule.model_validate(self._with_schedules(sched_id).pause_schedule(sched_id, paused))
 
     def remove_schedule(self, sched_id: str) -> Schedule:
-        from orchestrator.service import schedule_rules
-
-        return Schedule.model_validate(schedule_rules.remove(self._store_with_schedules(sched_id),
-                                                             sched_id))
+        return Schedule.model_validate(self._with_schedules(sched_id).remove_schedule(sched_id))

@@ -135,7 +135,7 @@ class CostTotal(BaseModel):
     saved: float
 
 
-class MonthSpend(BaseModel):
+class BudgetMonth(BaseModel):
     spent: float  # in the report's currency
     budget: float
     basis: str = "full"  # an older `orch serve` counted the full cost
@@ -150,7 +150,7 @@ class CostReport(BaseModel):
     since: Optional[str] = None
     groups: list[CostGroup]
     total: CostTotal
-    month: Optional[MonthSpend] = None
+    month: Optional[BudgetMonth] = None
     jobs: list[PricedJob]
 
     @classmethod

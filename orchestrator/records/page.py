@@ -126,7 +126,7 @@ class SpentJob(_Shown):
     ended_at: Optional[str] = None
 
 
-class MonthSpend(_Shown):
+class SpendingPage(_Shown):
     """`GET /v1/spend`: each job counts on the day it ended (a running one today)."""
     month: str
     today: str

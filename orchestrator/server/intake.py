@@ -15,7 +15,6 @@ from orchestrator.records import Registered, SubmittedJob, with_info
 from orchestrator.records.caller import Caller
 from orchestrator.server.git_gate import Busy
 from orchestrator.server.scheduler import queue_info
-from orchestrator.service import schedule_rules
 from orchestrator.service.orch import Orch
 from orchestrator.service.respec import given_values
 from orchestrator.service.upload import DIGEST_PATTERN
@@ -91,7 +90,7 @@ def register(orch: Orch, spec, text: str, file: Optional[str], owner: Optional[s
     """Register a client's cron job: the secrets the server's environment gives it checked
     for its owner, then the service's rules (service/schedule_rules.register)."""
     check_server_secrets(spec, orch.settings, owner)
-    return schedule_rules.register(orch.core, spec, text, file, owner, priority, now, key)
+    return orch.register_schedule(spec, text, file, owner, priority, now, key)
 
 
 def check_queue_share(orch: Orch, user: str) -> None:
@@ -100,7 +99,7 @@ def check_queue_share(orch: Orch, user: str) -> None:
     cap = orch.settings.serve_queued_per_user
     if not cap:
         return
-    queued = sum(1 for r in orch.store.queued() if r.owner == user)
+    queued = sum(1 for r in orch.queued() if r.owner == user)
     if queued >= cap:
         raise Busy(f"{user} has {queued} jobs queued on this server, its most at once "
                    f"(serve_queued_per_user {cap})", "submit again once some have launched, "
@@ -130,8 +129,8 @@ def queue_job(scheduler, body: JobIn, who: Caller, text: str, spec):
         if not existing:
             scheduler.hold(rec.id, spec)
             if given_values(rec):  # only this replica has them: it launches the job
-                rec = orch.store.update(rec.id, info=with_info(rec, held_by=scheduler.me))
-            rec = orch.store.set_status(
+                rec = orch.update(rec.id, info=with_info(rec, held_by=scheduler.me))
+            rec = orch.set_status(
                 rec.id, "PENDING", f"queued by orch serve (priority {body.priority}, "
                 f"submitted by {who.name})")
     scheduler.wake()

@@ -17,7 +17,7 @@ log = logging.getLogger("orch.serve")
 
 def reconcile(orch: Orch, only: Optional[set] = None) -> None:
     """Refresh each PENDING or RUNNING job (those in `only`, where given)."""
-    for rec in orch.store.list(limit=1_000_000, statuses=("PENDING", "RUNNING")):
+    for rec in orch.unfinished():
         if only is None or rec.id in only:
             refresh_one(orch, rec)
 
@@ -31,11 +31,11 @@ def refresh_one(orch: Orch, rec: JobRow) -> None:
         log.exception("%s: checking it failed; the other jobs go on", rec.id)
 
 
-def values_elsewhere(me: str, held: dict, store, rec: JobRow) -> bool:
+def values_elsewhere(me: str, held: dict, orch: Orch, rec: JobRow) -> bool:
     """Whether another live replica holds this job's given secret values (it was sent there,
     and launched it): that replica follows and finishes it (`Scheduler.reconcile_held`), so
     its log is kept redacted by the values, never by their digests alone while the values
     exist. Once that replica is gone, so are the values, and any replica finishes it."""
     holder = rec.info.held_by
     return bool(holder and holder != me and rec.id not in held
-                and launcher_alive(holder, store))
+                and launcher_alive(holder, orch))

@@ -80,11 +80,12 @@ class Heartbeat:
             self._store = None
 
 
-def alive(store, launcher: str) -> Optional[bool]:
-    """Whether a launcher on another host is a live replica by its row; None when the
-    store never saw it (an `orch submit` there, or a replica from before rows)."""
+def alive(replicas, launcher: str) -> Optional[bool]:
+    """Whether a launcher on another host is a live replica by its row (`replicas`: what
+    answers `replica_alive`, the service or its store); None when the store never saw it
+    (an `orch submit` there, or a replica from before rows)."""
     try:
-        return store.replica_alive(launcher)
+        return replicas.replica_alive(launcher)
     except OrchError:
         return None
 
@@ -97,7 +98,7 @@ def launcher_id() -> str:
     return f"{me['host']}/{me['pid']}/{me['started']}"
 
 
-def launcher_alive(text: str, store=None) -> bool:
+def launcher_alive(text: str, replicas=None) -> bool:
     """Whether the launcher that claimed a job still runs: on this host its process is
     asked; on another, its replica's row in the store (server/replicas.py), when it has one."""
     import socket
@@ -106,8 +107,8 @@ def launcher_alive(text: str, store=None) -> bool:
 
     host, _, rest = text.partition("/")
     pid, _, started = rest.partition("/")
-    if store is not None and host != socket.gethostname():
-        seen = alive(store, text)
+    if replicas is not None and host != socket.gethostname():
+        seen = alive(replicas, text)
         if seen is not None:
             return seen
     try:

@@ -73,7 +73,7 @@ class Scheduler:
         """The service for this thread (its own store connection), closed after use."""
         orch = Orch(self.settings, held=self.held, on_ray_start=lambda: log.info(
             "starting the local Ray instance (it outlives the server; `orch local down` stops it)"))
-        orch.core.values_elsewhere = lambda rec: self.values_elsewhere(orch.store, rec)
+        orch.values_elsewhere(lambda rec: self.values_elsewhere(orch, rec))
         try:
             yield orch
         finally:
@@ -108,8 +108,8 @@ class Scheduler:
         if not self.leading:
             self.lease.poke()
 
-    def values_elsewhere(self, store, rec: JobRow) -> bool:
-        return reconciling.values_elsewhere(self.me, self.held, store, rec)
+    def values_elsewhere(self, orch: Orch, rec: JobRow) -> bool:
+        return reconciling.values_elsewhere(self.me, self.held, orch, rec)
 
     def hold(self, job_id: str, spec) -> None:
         """Keep a queued job's spec (with its secret values) until it is launched."""
@@ -164,8 +164,8 @@ class Scheduler:
 
     def run_cron(self, orch: Orch, now: float) -> list[str]:
         """Record a job for each schedule's due slot; the ids recorded."""
-        store, recorded = orch.store, []
-        for s in store.schedules():
+        recorded = []
+        for s in orch.schedule_rows():
             if s["paused"]:
                 continue
             d = cron.due(s["cron"], s["next_at"], now)
@@ -181,7 +181,7 @@ class Scheduler:
                 events.append((d.slot, job_id, message))
                 if job_id:
                     recorded.append(job_id)
-            store.schedule_done(s["id"], last_slot=d.slot, next_at=d.next_at, events=events)
+            orch.schedule_done(s["id"], last_slot=d.slot, next_at=d.next_at, events=events)
             for _, _, message in events:
                 log.info("schedule %s (%s): %s", s["id"], s["name"], message)
         if recorded:
@@ -200,7 +200,7 @@ class Scheduler:
             return None, f"slot {iso(slot)} not run: {e.message}"
         if existing:
             return rec.id, f"slot {iso(slot)}: {rec.id} was recorded for it before; not run again"
-        orch.store.set_status(rec.id, "PENDING", f"queued by schedule {s['id']} "
+        orch.set_status(rec.id, "PENDING", f"queued by schedule {s['id']} "
                                     f"({s['name']}) for its slot {iso(slot)}")
         return rec.id, f"slot {iso(slot)}: queued {rec.id}"
 
@@ -222,12 +222,11 @@ class Scheduler:
         the others what they wait for; fail those that could never fit. The ids launched."""
         from orchestrator.decision.queue import plan_queue
 
-        store = orch.store
         launched: list[str] = []
         mine, elsewhere = [], []
-        for rec in store.queued():
+        for rec in orch.queued():
             other = rec.info.launcher
-            if other and other != self.me and launcher_alive(other, store):
+            if other and other != self.me and launcher_alive(other, orch):
                 elsewhere.append(rec)  # another server is launching it: it holds its room
             else:
                 mine.append(rec)
@@ -241,31 +240,31 @@ class Scheduler:
             rec = by_id[v.id]
             if v.action == "wait":
                 if rec.message != v.message:  # once per change: the history stays readable
-                    store.set_status(rec.id, "PENDING", v.message)
+                    orch.set_status(rec.id, "PENDING", v.message)
                     log.info("%s: %s", rec.id, v.message)
                 continue
-            if v.action == "launch" and self._hand_over(store, rec):
+            if v.action == "launch" and self._hand_over(orch, rec):
                 continue
-            if not store.claim(rec.id, self.me, expect=rec.info.launcher):
+            if not orch.claim(rec.id, self.me, expect=rec.info.launcher):
                 continue  # cancelled, or taken by another server, meanwhile
             if v.action == "never":
                 self.forget(rec.id)
-                store.set_status(rec.id, "FAILED", v.message)
+                orch.set_status(rec.id, "FAILED", v.message)
                 log.warning("%s: %s", rec.id, v.message)
-            elif self._launch(orch, store.get(rec.id)):
+            elif self._launch(orch, orch.get(rec.id)):
                 launched.append(rec.id)
         return launched
 
-    def _hand_over(self, store, rec: JobRow) -> bool:
+    def _hand_over(self, orch: Orch, rec: JobRow) -> bool:
         """A job whose given secret values another live replica holds (it was sent there):
         claimed for that replica, which launches it at its next look (`launch_held`).
         False where this replica launches it: its own, or its holder is gone (the launch
         then fails, saying the values are lost)."""
         holder = rec.info.held_by
         if not holder or holder == self.me or rec.id in self.pending or \
-                not launcher_alive(holder, store):
+                not launcher_alive(holder, orch):
             return False
-        if store.claim(rec.id, holder, expect=rec.info.launcher):
+        if orch.claim(rec.id, holder, expect=rec.info.launcher):
             log.info("%s: its launch is handed to the replica that holds its secret values (%s)",
                      rec.id, holder)
         return True
@@ -277,7 +276,7 @@ class Scheduler:
                 return []
             held = set(self.pending)
         launched = []
-        for rec in orch.store.queued():
+        for rec in orch.queued():
             if rec.id in held and rec.info.launcher == self.me and self._launch(orch, rec):
                 launched.append(rec.id)
         return launched
@@ -291,8 +290,7 @@ class Scheduler:
         store does not know holds what Ray reports used, nothing more."""
         from orchestrator.decision.queue import Demand, Room
 
-        active = [r for r in orch.store.list(limit=1_000_000, statuses=("PENDING", "RUNNING"))
-                  if r.backend_id] + elsewhere
+        active = [r for r in orch.unfinished() if r.backend_id] + elsewhere
         rooms: dict = {}
         for target in sorted(t for t in targets if t):
             try:
@@ -322,7 +320,7 @@ class Scheduler:
         return live.most(Demand(cpus, gpus))
 
     def _launch(self, orch: Orch, rec: JobRow) -> bool:
-        store, job_id = orch.store, rec.id
+        job_id = rec.id
         try:
             with self._lock:
                 spec = self.pending.get(job_id)
@@ -333,14 +331,14 @@ class Scheduler:
             rec = orch.launch(rec, spec)
         except Exception as e:  # BackendError: launch() marked it FAILED already
             message = e.message if isinstance(e, OrchError) else f"{type(e).__name__}: {e}"
-            if store.get(job_id).status not in TERMINAL:
-                store.set_status(job_id, "FAILED", f"launch failed: {message}")
+            if orch.get(job_id).status not in TERMINAL:
+                orch.set_status(job_id, "FAILED", f"launch failed: {message}")
             (log.warning if isinstance(e, OrchError) else log.exception)(
                 "%s: launch failed: %s", job_id, message)
             return False
         finally:
             self.forget(job_id)
-        if store.get(job_id).cancel_requested:  # cancelled while it was being launched
+        if orch.get(job_id).cancel_requested:  # cancelled while it was being launched
             assert rec.backend_id is not None  # launch() stored it
             try:
                 orch.provider(rec.placed_on).cancel(rec.backend_id)
@@ -367,7 +365,6 @@ class Scheduler:
         """Remove unneeded uploads, once per UPLOAD_GC_EVERY_S (the first tick included);
         the names removed. Real time, not the scheduler's clock: folder times are real."""
         from orchestrator.service.upload.sharing import shared
-        from orchestrator.service.upload_gc import collect, collect_shared
 
         mono = time.monotonic()
         if not force and self._uploads_checked is not None and \
@@ -377,11 +374,11 @@ class Scheduler:
         keep_hours, now = self.settings.upload_keep_hours, time.time()
         removed = []
         try:
-            removed = collect(self.settings.home, orch.store, keep_hours, now)
+            removed = orch.collect_uploads(keep_hours, now)
         except OSError as e:  # the uploads folder unreadable: the rest of the server works
             log.warning("cannot check the uploads for removal: %s", e)
         if self.leading and shared(self.settings):  # the archives replicas share: once
-            collect_shared(orch.store, keep_hours, now)
+            orch.collect_uploads(keep_hours, now, shared=True)
         return removed
 
 

@@ -27,21 +27,21 @@ def budget_limit(core: Core, spec_budget: dict, job_id: Optional[str] = None) ->
                        f"budget.max_cost {fmt_money(spec_budget['max_cost'] / rate, cur, rate)}"))
     if settings.monthly_budget:
         monthly = settings.monthly_budget / rate
-        others = month_spend(core, exclude=job_id)
+        others = _others_spent(core, job_id)
         limits.append((max(0.0, monthly - others),
                        f"monthly_budget {fmt_money(monthly, cur, rate)} "
                        f"({fmt_money(others, cur, rate)} {spent} by other jobs)"))
     return min(limits) if limits else None
 
 
-def month_spend(core: Core, exclude: Optional[str] = None) -> float:
+def _others_spent(core: Core, exclude: Optional[str]) -> float:
     """What every job but `exclude` spent this calendar month, on the budget's basis."""
-    from orchestrator.service.planning import month_spent
+    from orchestrator.service.spending import spent_this_month
 
     store = core.store_if_exists()
     if store is None:
         return 0.0
-    return month_spent(store, core.clock(), core.settings.budget_basis, exclude)
+    return spent_this_month(store, core.clock(), core.settings.budget_basis, exclude)
 
 
 def run_budget(core: Core, spec: JobSpec, choice: Optional[PlacedOffer], job_id: str) -> Optional[dict]:

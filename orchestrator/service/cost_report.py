@@ -9,7 +9,10 @@ from datetime import datetime
 from typing import Optional
 
 from orchestrator.base.errors import InputError, OrchError
-from orchestrator.records.cost import CostReport, CostTotal, MonthSpend, PricedJob
+from orchestrator.records.cost import BudgetMonth, CostReport, CostTotal, PricedJob
+from orchestrator.service import following
+from orchestrator.service.core import Core
+from orchestrator.service.spending import spent_this_month
 from orchestrator.store import store_exists
 
 
@@ -24,7 +27,7 @@ def parse_since(text: Optional[str]) -> Optional[float]:
     return float(calendar.timegm(d.utctimetuple()))
 
 
-def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=None) -> CostReport:
+def cost_report(core: Core, by: str = "target", since: Optional[str] = None) -> CostReport:
     """What jobs really cost, grouped `by`, against their best alternatives: the
     `orch cost --json` shape. Money in settings.currency, with the USD figures beside; full
     cost and cash side by side, the month's spend on the monthly budget's basis."""
@@ -34,17 +37,14 @@ def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=
     if by not in ledger.GROUPS:
         raise InputError(f"--by {by!r}: not a grouping", f"use one of: {', '.join(ledger.GROUPS)}")
     start = parse_since(since)
+    settings = core.settings
     rate = settings.currency_rate
     entries: list[PricedJob] = []
     now = time.time()
     if store_exists(settings):  # never create the store just to say it is empty
-        if orch is None:
-            from orchestrator.service.orch import Orch
-
-            orch = Orch(settings)
-        for rec in orch.store.list(limit=1_000_000, since=start):
+        for rec in core.store.list(limit=1_000_000, since=start):
             try:
-                rec = orch.refresh(rec)  # a job that ended meanwhile is priced as ended
+                rec = following.refresh(core, rec)  # a job that ended meanwhile is priced as ended
             except OrchError:
                 pass  # priced as last known
             e = ledger.current(rec, now)
@@ -64,13 +64,11 @@ def cost_report(settings, by: str = "target", since: Optional[str] = None, orch=
         # The month as the budget counts it: every job of this month, whatever `since` kept
         # for the lines above (with --since D, the jobs since D alone were once counted).
         basis = settings.budget_basis
-        if start is None or orch is None:
+        if start is None or core.opened_store() is None:
             spent = ledger.month_spend(entries, now, basis)
         else:
-            from orchestrator.service.planning import month_spent
-
-            spent = month_spent(orch.store, now, basis)
-        month = MonthSpend(spent=spent * rate,
+            spent = spent_this_month(core.store, now, basis)
+        month = BudgetMonth(spent=spent * rate,
                            budget=settings.monthly_budget, basis=basis,
                            month=time.strftime("%Y-%m", time.gmtime(now)))
     for g in groups:  # in the report's currency too

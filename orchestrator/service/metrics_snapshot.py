@@ -3,7 +3,7 @@ target and kind; the queue; the month's spend and the budget; each running job's
 throughput and cost so far; the owned GPUs in use and how busy they measure.
 
 `read` asks the store three things, however many jobs it holds: the counts, grouped in SQL;
-the rows the month's spend is read from (planning.month_rows: this month's jobs and every
+the rows the month's spend is read from (spending.month_rows: this month's jobs and every
 unfinished one); and the queue. `build` derives the rest from them in one pass, with no I/O.
 Nothing asks a backend: the figures are the store's, as fresh as the scheduler's last pass
 (`serve_period_s`) and the running jobs' last device points (`telemetry_point_seconds`).
@@ -86,10 +86,10 @@ class Snapshot:
 
 def read(core: Core) -> Snapshot:
     """The snapshot now, from the core's store."""
-    from orchestrator.service import planning
+    from orchestrator.service.spending import month_rows
 
     store, now = core.store, core.clock()
-    return build(store.counts(), planning.month_rows(store, now), store.queued(), now,
+    return build(store.counts(), month_rows(store, now), store.queued(), now,
                  core.settings, local_gpus())
 
 
@@ -103,7 +103,7 @@ def local_gpus() -> int:
 
 def build(counts: Sequence[JobCount], month: Sequence[JobRow], queued: Sequence[JobRow],
           now: float, settings: Settings, local_gpus: Optional[int] = None) -> Snapshot:
-    """The snapshot from what `read` asked the store (pure). `month`: planning.month_rows,
+    """The snapshot from what `read` asked the store (pure). `month`: spending.month_rows,
     which holds every unfinished job; `queued`: store.queued()."""
     entries = {r.id: ledger.entry(r, now) for r in month}
     running = tuple(_running(r, entries[r.id]) for r in month if r.status == "RUNNING")

@@ -3,32 +3,44 @@ the client and `orch serve` call it; it does not print.
 
 It holds a `Core` (settings, store, clock, providers) and hands it to the service's
 modules, each plain functions: placing (the one plan entry), submitting (check, record,
-launch), launch_spec (what a provider runs), budgets, following (refresh, logs, cancel)
-and pipelines (stages launched in order). Each method here is one call into them."""
+launch), launch_spec (what a provider runs), budgets, following (refresh, logs, cancel),
+pipelines (stages launched in order), views, dashboard and spending (what commands and
+routes show), schedule_rules and cost_report. Each method here is one call into them.
+
+It is the one door into the service: cli/, client/ and server/ call these methods and
+import no other service module but typed records' (tests/test_layers.py holds them to it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from orchestrator.service import (
-    budgets,
+    cost_report,
+    dashboard,
     following,
     job_groups,
     launch_spec,
+    metrics_snapshot,
     pipelines,
     placing,
+    schedule_rules,
+    spending,
     submitting,
     sweeps,
+    views,
 )
 from orchestrator.service.core import Core
 
 if TYPE_CHECKING:
-    from orchestrator.base.redact import Redactor
-    from orchestrator.records import JobRow
-    from orchestrator.records.placement import PlacedOffer, Placement
+    from orchestrator.records import CancelledJob, JobDetail, JobRecord, JobRow
+    from orchestrator.records.caller import Caller
+    from orchestrator.records.cost import CostReport
+    from orchestrator.records.page import Fleet, JobProgress, SpendingPage
+    from orchestrator.records.placement import Placement
+    from orchestrator.service.metrics_snapshot import Snapshot
     from orchestrator.settings import Settings
     from orchestrator.spec import JobSpec
-    from orchestrator.store import Store
+    from orchestrator.store import JobQuery
     from providers.base import Backend, Launch
     from providers.local_ray import LocalRay
     from providers.ray_cluster import ClusterSnapshot
@@ -48,10 +60,6 @@ class Orch:
     @settings.setter
     def settings(self, settings: Settings) -> None:
         self.core.settings = settings
-
-    @property
-    def store(self) -> Store:
-        return self.core.store
 
     def close(self) -> None:
         """Close the store, if this Orch opened it."""
@@ -88,15 +96,6 @@ class Orch:
     def plan(self, spec: JobSpec, owner: Optional[str] = None) -> placing.Planned:
         return placing.plan(self.core, spec, owner)
 
-    def prepared(self, spec: JobSpec) -> tuple[str, bool]:
-        return placing.prepared(self.core, spec)
-
-    def place(self, spec: JobSpec, fp: str, dirty: bool, owner: Optional[str] = None) -> Placement:
-        return submitting.place(self.core, spec, fp, dirty, owner)
-
-    def check(self, spec: JobSpec, owner: Optional[str] = None) -> submitting.Checked:
-        return submitting.check(self.core, spec, owner)
-
     def record(self, spec: JobSpec, idempotency_key: Optional[str] = None, *,
                owner: Optional[str] = None, priority: int = 0, info: Optional[dict] = None,
                checked: Optional[submitting.Checked] = None) -> submitting.Recorded:
@@ -121,7 +120,7 @@ class Orch:
     def cancel_sweep(self, sweep_id: str) -> list[JobRow]:
         return sweeps.cancel_sweep(self.core, sweep_id)
 
-    # -- what a provider runs, and its budget ------------------------------------------
+    # -- what a provider runs ----------------------------------------------------------
 
     def launch_for(self, job_id: str, spec: JobSpec, target: str, decision: Optional[Placement] = None,
                    secrets: Optional[dict] = None, event_key: str = "") -> Launch:
@@ -131,35 +130,122 @@ class Orch:
     def for_cloud(self, launch: Launch, spec: JobSpec, decision: Placement) -> Launch:
         return launch_spec.for_cloud(launch, spec, decision)
 
-    def resume_point(self, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:
-        return launch_spec.resume_point(self.core, spec, before)
-
-    def budget_limit(self, spec_budget: dict, job_id: Optional[str] = None) -> Optional[tuple]:
-        return budgets.budget_limit(self.core, spec_budget, job_id)
-
-    def run_budget(self, spec: JobSpec, choice: Optional[PlacedOffer], job_id: str) -> Optional[dict]:
-        return budgets.run_budget(self.core, spec, choice, job_id)
-
     # -- following ---------------------------------------------------------------------
 
     def refresh(self, rec: JobRow) -> JobRow:
         return following.refresh(self.core, rec)
 
-    def refresh_with_log(self, rec: JobRow) -> tuple[JobRow, Optional[str]]:
-        return following.refresh_with_log(self.core, rec)
-
     def logs(self, rec: JobRow) -> str:
         return following.logs(self.core, rec)
-
-    def redactor(self, rec: JobRow) -> Redactor:
-        return following.redactor(self.core, rec)
 
     @staticmethod
     def ending(text: str) -> bool:
         return following.ending(text)
 
-    def cancel(self, job_id: str, wait_s: float = 30.0) -> JobRow:
-        return following.cancel(self.core, job_id, wait_s)
+    # -- what commands and routes show (service/views.py, dashboard.py, spending.py) -------
 
-    def list(self, limit: int = 50) -> list[JobRow]:
-        return following.list_jobs(self.core, limit)
+    def job_records(self, limit: int = 50) -> list[JobRecord]:
+        return views.job_records(self.core, limit)
+
+    def job_page(self, query: JobQuery, fresh_s: float = 0.0) -> tuple[list[JobRecord], Optional[str]]:
+        return views.job_page(self.core, query, fresh_s=fresh_s)
+
+    def job_detail(self, job_id: str) -> JobDetail:
+        return views.job_detail(self.core, job_id)
+
+    def poll(self, job_id: str) -> tuple[JobRow, str]:
+        return views.poll(self.core, job_id)
+
+    def cancel_job(self, job_id: str) -> CancelledJob:
+        return views.cancel_job(self.core, job_id)
+
+    def summary(self) -> dict:
+        return views.summary(self.core)
+
+    def job_progress(self, job_id: str) -> JobProgress:
+        return dashboard.job_progress(self.core, job_id)
+
+    def fleet(self) -> Fleet:
+        return dashboard.fleet(self.core)
+
+    def spending_page(self, now: Optional[float] = None) -> SpendingPage:
+        return spending.spending_page(self.core, now)
+
+    def metrics_snapshot(self) -> Snapshot:
+        return metrics_snapshot.read(self.core)
+
+    def cost_report(self, by: str = "target", since: Optional[str] = None) -> CostReport:
+        return cost_report.cost_report(self.core, by, since)
+
+    def state_counts(self, since: float) -> dict[str, dict[str, int]]:
+        return self.core.store.state_counts(since)
+
+    def replicas(self) -> list[dict]:
+        return self.core.store.replicas()
+
+    # -- schedules (service/schedule_rules.py) ----------------------------------------------
+
+    def register_schedule(self, spec: JobSpec, text: str, file: Optional[str], owner: Optional[str],
+                          priority: int = 0, now: Optional[float] = None,
+                          key: Optional[str] = None) -> dict:
+        return schedule_rules.register(self.core, spec, text, file, owner, priority, now, key)
+
+    def schedules(self) -> list[dict]:
+        return schedule_rules.listed(self.core.store)
+
+    def schedule(self, sched_id: str) -> dict:
+        return schedule_rules.shown(self.core.store, sched_id)
+
+    def upcoming_schedules(self, count: int = 3) -> dict[str, list[Optional[str]]]:
+        return schedule_rules.upcoming(self.core.store, count)
+
+    def pause_schedule(self, sched_id: str, paused: bool, who: Optional[Caller] = None,
+                       now: Optional[float] = None) -> dict:
+        return schedule_rules.set_paused(self.core.store, sched_id, paused, who, now)
+
+    def remove_schedule(self, sched_id: str, who: Optional[Caller] = None) -> dict:
+        return schedule_rules.remove(self.core.store, sched_id, who)
+
+    # -- the records `orch serve`'s loop keeps (server/scheduler.py, intake.py) ------------
+
+    def values_elsewhere(self, held_elsewhere: Callable[[JobRow], bool]) -> None:
+        """Tell the service which jobs another live process (a replica) holds the secret
+        values of: that one follows and finishes them (following.held_elsewhere)."""
+        self.core.values_elsewhere = held_elsewhere
+
+    def unfinished(self) -> list[JobRow]:
+        """Every PENDING or RUNNING job."""
+        return self.core.store.list(limit=1_000_000, statuses=("PENDING", "RUNNING"))
+
+    def queued(self) -> list[JobRow]:
+        return self.core.store.queued()
+
+    def update(self, job_id: str, **fields: Any) -> JobRow:
+        return self.core.store.update(job_id, **fields)
+
+    def set_status(self, job_id: str, status: str, message: Optional[str] = None,
+                   **fields: Any) -> JobRow:
+        return self.core.store.set_status(job_id, status, message, **fields)
+
+    def claim(self, job_id: str, launcher: str, expect: Optional[str] = None) -> bool:
+        return self.core.store.claim(job_id, launcher, expect=expect)
+
+    def replica_alive(self, launcher: str) -> Optional[bool]:
+        return self.core.store.replica_alive(launcher)
+
+    def schedule_rows(self) -> list[dict]:
+        """Every schedule as the store keeps it (its job file's text too): for the cron step."""
+        return self.core.store.schedules()
+
+    def schedule_done(self, sched_id: str, **fields: Any) -> None:
+        self.core.store.schedule_done(sched_id, **fields)
+
+    def collect_uploads(self, keep_hours: float, now: float, shared: bool = False) -> list[str]:
+        """Remove the uploads no job needs (upload_gc): this server's folders, or with
+        `shared` the archives replicas share."""
+        from orchestrator.service.upload_gc import collect, collect_shared
+
+        if shared:
+            collect_shared(self.core.store, keep_hours, now)
+            return []
+        return collect(self.settings.home, self.core.store, keep_hours, now)

@@ -18,7 +18,6 @@ from orchestrator.decision.classify import classify
 from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
 from orchestrator.decision.placement import decide
 from orchestrator.decision.pricing import HoursEstimator, onprem_offer
-from orchestrator.records import JobRow
 from orchestrator.records.placement import Placement
 
 
@@ -335,37 +334,12 @@ def _holds(store, settings, now: float, name: Optional[str] = None,
     return schedule_reservations(schedules, now, ahead, settings.max_wait_minutes / 60.0)
 
 
-def month_spend(settings, now: float, store=None) -> float:
-    """USD spent this calendar month over every job (running ones so far), counted as the
-    monthly budget counts it (settings.budget_basis: cash by default); 0 without a monthly
-    budget, which is the only thing that needs it, or before the store exists."""
-    if not settings.monthly_budget:
-        return 0.0
-    with _session(settings, store) as db:
-        return _month_spend(db, settings, now)
-
-
 def _month_spend(store, settings, now: float) -> float:
     if not settings.monthly_budget or store is None:
         return 0.0
-    return month_spent(store, now, settings.budget_basis)
+    from orchestrator.service.spending import spent_this_month
 
-
-def month_spent(store, now: float, basis: str, exclude: Optional[str] = None) -> float:
-    """USD every job in `store` but `exclude` spent in `now`'s calendar month (running ones
-    so far), counted on `basis` (settings.budget_basis)."""
-    from orchestrator.decision import job_ledger as ledger
-
-    recs = month_rows(store, now)
-    return ledger.month_spend((ledger.entry(r, now) for r in recs if r.id != exclude), now, basis)
-
-
-def month_rows(store, now: float) -> list[JobRow]:
-    """The jobs that may count in `now`'s calendar month, in one query: those created or
-    ended in it, and every unfinished one (job_ledger.month_spend picks from their entries)."""
-    from orchestrator.decision import job_ledger as ledger
-
-    return store.list(limit=1_000_000, since=ledger.month_start(now))
+    return spent_this_month(store, now, settings.budget_basis)
 
 
 # The team's runs that teach a job's speed on other GPU models (decision.estimates): the

@@ -1,7 +1,9 @@
-"""The month's spend as the status page's money view shows it: per day, cash split into owned
+"""The month's spend: what the store's jobs spent this month as the monthly budget counts it
+(`spent_this_month`: the one rule, decision/job_ledger.month_spend, over the store's rows),
+and the status page's money view of it (`spending_page`): per day, cash split into owned
 power and cloud rental, against `monthly_budget`; by target and by owner; the biggest jobs.
-Each job counts on the day it ended (a running one today), as the monthly budget counts it
-(decision/job_ledger.month_spend), so the days add up to the month's spend."""
+Each job counts on the day it ended (a running one today), as the monthly budget counts it,
+so the days add up to the month's spend."""
 
 from __future__ import annotations
 
@@ -11,15 +13,28 @@ from typing import Optional
 
 from orchestrator.base.targets import rented
 from orchestrator.decision import job_ledger as ledger
-from orchestrator.records.page import DaySpend, GroupSpend, MonthSpend, SpentJob
+from orchestrator.records import JobRow
+from orchestrator.records.page import DaySpend, GroupSpend, SpendingPage, SpentJob
 from orchestrator.service.core import Core
-from orchestrator.service.planning import month_rows
 from orchestrator.store import iso
 
 TOP = 10
 
 
-def month_spend(core: Core, now: Optional[float] = None) -> MonthSpend:
+def spent_this_month(store, now: float, basis: str, exclude: Optional[str] = None) -> float:
+    """USD every job in `store` but `exclude` spent in `now`'s calendar month (running ones
+    so far), counted on `basis` (settings.budget_basis)."""
+    recs = month_rows(store, now)
+    return ledger.month_spend((ledger.entry(r, now) for r in recs if r.id != exclude), now, basis)
+
+
+def month_rows(store, now: float) -> list[JobRow]:
+    """The jobs that may count in `now`'s calendar month, in one query: those created or
+    ended in it, and every unfinished one (job_ledger.month_spend picks from their entries)."""
+    return store.list(limit=1_000_000, since=ledger.month_start(now))
+
+
+def spending_page(core: Core, now: Optional[float] = None) -> SpendingPage:
     settings = core.settings
     rate, basis = settings.currency_rate, settings.budget_basis
     now = time.time() if now is None else now
@@ -50,7 +65,7 @@ def month_spend(core: Core, now: Optional[float] = None) -> MonthSpend:
             group.cost += e.cost_usd * rate
         jobs.append(SpentJob(id=rec.id, name=rec.name, owner=rec.owner, target=e.target, status=rec.status,
                              hours=e.hours, cash=cash, cost=e.cost_usd * rate, ended_at=iso(e.finished_at)))
-    return MonthSpend(month=time.strftime("%Y-%m", t), today=time.strftime("%Y-%m-%d", t),
+    return SpendingPage(month=time.strftime("%Y-%m", t), today=time.strftime("%Y-%m-%d", t),
                       currency=settings.currency, basis=basis, budget=settings.monthly_budget,
                       spent=sum(d.spend for d in days.values()), days=list(days.values()),
                       by_target=sorted(by_target.values(), key=lambda g: -g.cash),

@@ -9,7 +9,7 @@ from typing import Optional
 
 from orchestrator.base.errors import BackendError
 from orchestrator.records import CancelledJob, JobDetail, JobRecord, JobRow
-from orchestrator.service import following, planning
+from orchestrator.service import following, spending
 from orchestrator.service.core import Core
 from orchestrator.store import TERMINAL, JobQuery, iso, public_schedule
 
@@ -104,7 +104,7 @@ def summary(core: Core, limit: int = 50) -> dict:
                       "target": r.target, "in_line": line[r.target],
                       "waiting_for": r.message})
     basis = settings.budget_basis  # the month counted as the monthly budget counts it
-    spent = planning.month_spent(store, now, basis) * rate
+    spent = spending.spent_this_month(store, now, basis) * rate
     return {"now": iso(now), "currency": settings.currency, "jobs": jobs, "queue": queue,
             "month": {"month": time.strftime("%Y-%m", time.gmtime(now)), "spent": spent,
                       "budget": settings.monthly_budget, "basis": basis},

@@ -71,7 +71,7 @@ def main(out: Path, home: Path) -> None:
     got["submit"] = answer(lambda: orch.submit(load_spec_text(JOB, "offline.yaml")).rec.id,
                            seconds, "submit")
     got["records"] = [{"status": r.status, "message": r.message, "placed_on": r.placed_on}
-                      for r in orch.store.list()]
+                      for r in orch.core.store.list()]
     got["seconds"] = seconds
     out.write_text(json.dumps(got, indent=1))
 

@@ -232,3 +232,57 @@ def test_no_module_is_over_400_lines():
     long = {str(p.relative_to(REPO)): n for top in ("orchestrator", "providers", "jobs")
             for p in (REPO / top).rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
     assert not long, f"split these (one job per module, a few hundred lines): {long}"
+
+
+# The one door into the service (issue 50): cli/, client/ and server/ call `Orch`
+# (service/orch.py) and read typed records; they never reach past it into its core or its
+# store, nor call a service module's functions with either.
+OUTSIDE = ("orchestrator.cli", "orchestrator.client", "orchestrator.server", "orchestrator.__main__")
+DOOR = "orchestrator.service.orch"
+# Service modules still imported from outside, by what they give (a function or a type
+# that is not a service call on the store): remove an entry when its import goes.
+DOOR_DEBTS: set[tuple[str, str]] = {
+    ("orchestrator.cli.doctor", "orchestrator.service.doctor"),  # the checks, not jobs
+    ("orchestrator.cli.plan", "orchestrator.service.git_workdir"),  # pins a ref: no store
+    ("orchestrator.client.remote", "orchestrator.service.launch_spec"),  # left_out: paths
+    ("orchestrator.client.remote", "orchestrator.service.upload"),  # the upload's format
+    ("orchestrator.server.app", "orchestrator.service.upload"),
+    ("orchestrator.server.guard", "orchestrator.service.upload"),
+    ("orchestrator.server.intake", "orchestrator.service.upload"),
+    ("orchestrator.server.intake", "orchestrator.service.respec"),
+    ("orchestrator.server.git_gate", "orchestrator.service.git_workdir"),
+    ("orchestrator.server.metrics", "orchestrator.service.metrics_snapshot"),  # its types
+    ("orchestrator.server.routes.metrics", "orchestrator.service.metrics_snapshot"),
+    ("orchestrator.server.routes.uploads", "orchestrator.service.upload"),
+    ("orchestrator.server.replicas", "orchestrator.service.processes"),
+    ("orchestrator.server.scheduler", "orchestrator.service.respec"),
+    ("orchestrator.server.scheduler", "orchestrator.service.upload"),
+}
+
+
+def _outside_modules():
+    for top in ("cli", "client", "server"):
+        for path in sorted((REPO / "orchestrator" / top).rglob("*.py")):
+            yield _module(path), path
+
+
+def _service_module(name: str) -> str:
+    """orchestrator.service.upload.sharing -> orchestrator.service.upload (a package counts
+    as one module: its parts are its own business)."""
+    return ".".join(name.split(".")[:3])
+
+
+def test_one_door_into_the_service():
+    reach = [f"{path.relative_to(REPO)}:{node.lineno}: .{node.attr}"
+             for mod, path in _outside_modules()
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, ast.Attribute) and node.attr in ("core", "store")]
+    assert not reach, ("reach-throughs past the `Orch` facade into its core or store (call a "
+                       "method of Orch instead): " + "; ".join(reach))
+    graph = imports()
+    doors = {(mod, _service_module(t)) for mod, _ in _outside_modules() for t in graph[mod]
+             if layer_of(t) == "service" and _service_module(t) not in (DOOR, "orchestrator.service")}
+    new, stale = sorted(doors - DOOR_DEBTS), sorted(DOOR_DEBTS - doors)
+    assert not new, ("service modules imported past the `Orch` facade (add a method to Orch): "
+                     + "; ".join(f"{m} imports {t}" for m, t in new))
+    assert not stale, f"no longer true, remove from DOOR_DEBTS: {stale}"

@@ -4,6 +4,7 @@ store)."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -14,6 +15,7 @@ from orchestrator.server import auth, guard
 from orchestrator.server.git_gate import GitGate
 from orchestrator.server.log_share import LogShare
 from orchestrator.server.scheduler import Scheduler
+from orchestrator.service.orch import Orch
 from orchestrator.settings import Settings
 
 
@@ -24,6 +26,11 @@ class Server:
     scheduler: Scheduler
     git_gate: GitGate  # a client's git work, off the request threads
     log_share: LogShare = field(default_factory=LogShare)  # one read per followed job
+
+    def service(self) -> AbstractContextManager[Orch]:
+        """The service for this request's thread (its own store connection), closed after
+        use: the one place every route takes it from."""
+        return self.scheduler.session()
 
 
 def server(request: Request) -> Server:

@@ -16,7 +16,6 @@ from orchestrator.records.caller import Caller, may_change
 from orchestrator.server import intake
 from orchestrator.server.intake import JobIn, PlanIn, Registered
 from orchestrator.server.routes.deps import Server, caller, server, still_valid
-from orchestrator.service import views
 from orchestrator.store import SORTS, STATUSES, TERMINAL, JobQuery
 
 router = APIRouter()
@@ -44,7 +43,7 @@ async def plan(body: PlanIn, who: Caller = Depends(caller), srv: Server = Depend
     await srv.git_gate.pin(spec, who.name)
 
     def place():
-        with srv.scheduler.session() as orch:
+        with srv.service() as orch:
             return orch.plan(spec, owner=who.name).shown()
 
     return await run_in_threadpool(place)
@@ -66,8 +65,8 @@ def jobs(response: Response, limit: int = Query(50, ge=1, le=1000),
         raise InputError(f"status {status!r}: not a job state", f"use one of: {', '.join(STATUSES)}")
     query = JobQuery(limit=limit, status=status, owner=owner, kind=kind, target=target,
                      search=q or None, sort=sort, cursor=cursor or None)
-    with srv.scheduler.session() as orch:
-        page, nxt = views.job_page(orch.core, query, fresh_s=srv.scheduler.period_s)
+    with srv.service() as orch:
+        page, nxt = orch.job_page(query, fresh_s=srv.scheduler.period_s)
     if nxt:
         response.headers["X-Next-Cursor"] = nxt
     return page
@@ -76,8 +75,8 @@ def jobs(response: Response, limit: int = Query(50, ge=1, le=1000),
 @router.get("/v1/jobs/{job_id}", response_model=JobDetail)
 def job(job_id: str, who: Caller = Depends(caller), srv: Server = Depends(server)):
     """One job (an id or a unique prefix) with its history."""
-    with srv.scheduler.session() as orch:
-        return views.job_detail(orch.core, job_id)
+    with srv.service() as orch:
+        return orch.job_detail(job_id)
 
 
 @router.get("/v1/jobs/{job_id}/logs", response_class=PlainTextResponse)
@@ -88,13 +87,13 @@ async def logs(request: Request, job_id: str, follow: bool = False,
 
     def poll(full_id: Optional[str] = None):
         if full_id is None:
-            with srv.scheduler.session() as orch:
+            with srv.service() as orch:
                 return orch.get(job_id).id  # NotFound: a 404 before streaming
         return srv.log_share.read(full_id, lambda: _poll(srv, full_id))
 
     if not follow:
         def read():
-            with srv.scheduler.session() as orch:
+            with srv.service() as orch:
                 return orch.logs(orch.refresh(orch.get(job_id)))
         return PlainTextResponse(await run_in_threadpool(read))
     full_id = await run_in_threadpool(poll)
@@ -128,22 +127,22 @@ async def logs(request: Request, job_id: str, follow: bool = False,
 
 def _poll(srv: Server, job_id: str):
     """A followed job's status and log, read once for all its followers (`LogShare`)."""
-    with srv.scheduler.session() as orch:
-        rec, text = views.poll(orch.core, job_id)
+    with srv.service() as orch:
+        rec, text = orch.poll(job_id)
         return rec.status, text
 
 
 @router.post("/v1/jobs/{job_id}/cancel", response_model=CancelledJob)
 def cancel(job_id: str, who: Caller = Depends(caller), srv: Server = Depends(server)):
     """Stop a job: its submitter's token or an admin's."""
-    with srv.scheduler.session() as orch:
+    with srv.service() as orch:
         rec = orch.get(job_id)
         if not may_change(who, rec.owner):
             raise Forbidden(f"{rec.id} belongs to {rec.owner or 'the server (submitted without it)'}: "
                             f"{who.name} may not cancel it",
                             "only its submitter or an admin token (`orch token create NAME "
                             "--admin`) can")
-        out = views.cancel_job(orch.core, rec.id)
+        out = orch.cancel_job(rec.id)
     srv.scheduler.forget(rec.id)
     return out
 
@@ -152,7 +151,5 @@ def cancel(job_id: str, who: Caller = Depends(caller), srv: Server = Depends(ser
 def cost(by: str = "target", since: Optional[str] = Query(None, max_length=64),
          who: Caller = Depends(caller), srv: Server = Depends(server)):
     """What jobs really cost: the `orch cost --json` shape."""
-    from orchestrator.service.cost_report import cost_report
-
-    with srv.scheduler.session() as orch:
-        return cost_report(srv.settings, by, since, orch)
+    with srv.service() as orch:
+        return orch.cost_report(by, since)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from orchestrator.server import auth
 from orchestrator.server.routes.deps import Server, identify, server
+from orchestrator.service.metrics_snapshot import Snapshot
 
 router = APIRouter()
 
@@ -26,13 +27,12 @@ def metrics(request: Request, srv: Server = Depends(server)) -> Response:
     scheduler's last pass. Takes `metrics_token` or any API token, in the Authorization
     header."""
     from orchestrator.server.metrics import CONTENT_TYPE, exposition
-    from orchestrator.service import metrics_snapshot
 
     reader(srv, auth.bearer(request.headers.get("authorization")))
 
-    def read() -> metrics_snapshot.Snapshot:
-        with srv.scheduler.session() as orch:
-            return metrics_snapshot.read(orch.core)
+    def read() -> Snapshot:
+        with srv.service() as orch:
+            return orch.metrics_snapshot()
 
     return Response(exposition(read), media_type=CONTENT_TYPE)
 

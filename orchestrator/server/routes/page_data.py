@@ -7,9 +7,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 
 from orchestrator.records.caller import Caller
-from orchestrator.records.page import Fleet, JobCounts, JobProgress, MonthSpend
+from orchestrator.records.page import Fleet, JobCounts, JobProgress, SpendingPage
 from orchestrator.server.routes.deps import Server, caller, server
-from orchestrator.service import dashboard, schedule_rules, spending
 
 router = APIRouter()
 
@@ -18,38 +17,38 @@ router = APIRouter()
 def progress(job_id: str, who: Caller = Depends(caller), srv: Server = Depends(server)):
     """A job's report events from its log (one point each: index, time, numeric metrics),
     its state, and its cost so far against the estimate it was placed with."""
-    with srv.scheduler.session() as orch:
-        return dashboard.job_progress(orch.core, job_id)
+    with srv.service() as orch:
+        return orch.job_progress(job_id)
 
 
 @router.get("/v1/fleet", response_model=Fleet)
 def fleet(who: Caller = Depends(caller), srv: Server = Depends(server)):
     """Each owned target's nodes and GPUs with the jobs on it and the queue for it; the
     rented jobs running, with cloud, price and time so far."""
-    with srv.scheduler.session() as orch:
-        return dashboard.fleet(orch.core)
+    with srv.service() as orch:
+        return orch.fleet()
 
 
-@router.get("/v1/spend", response_model=MonthSpend)
+@router.get("/v1/spend", response_model=SpendingPage)
 def spend(who: Caller = Depends(caller), srv: Server = Depends(server)):
     """This month's spend per day (cash: owned power, cloud), by target and by owner, the
     biggest jobs, against monthly_budget."""
-    with srv.scheduler.session() as orch:
-        return spending.month_spend(orch.core, srv.scheduler.clock())
+    with srv.service() as orch:
+        return orch.spending_page(srv.scheduler.clock())
 
 
 @router.get("/v1/schedule-slots")
 def schedule_slots(count: int = Query(3, ge=1, le=20), who: Caller = Depends(caller),
                    srv: Server = Depends(server)):
     """Each schedule's next `count` runs (UTC), by schedule id; none while it is paused."""
-    with srv.scheduler.session() as orch:
-        return schedule_rules.upcoming(orch.store, count)
+    with srv.service() as orch:
+        return orch.upcoming_schedules(count)
 
 
 @router.get("/v1/job-counts", response_model=JobCounts)
 def job_counts(hours: float = Query(24, gt=0, le=24 * 366), who: Caller = Depends(caller),
                srv: Server = Depends(server)):
     """How many jobs are in each state, and how many ended in each in the last `hours`."""
-    with srv.scheduler.session() as orch:
+    with srv.service() as orch:
         now = srv.scheduler.clock()
-        return JobCounts.model_validate({"hours": hours, "states": orch.store.state_counts(now - hours * 3600)})
+        return JobCounts.model_validate({"hours": hours, "states": orch.state_counts(now - hours * 3600)})

@@ -7,7 +7,6 @@ from fastapi import APIRouter, Depends
 
 from orchestrator.records.caller import Caller
 from orchestrator.server.routes.deps import Server, caller, server
-from orchestrator.service import schedule_rules
 
 router = APIRouter()
 
@@ -15,15 +14,15 @@ router = APIRouter()
 @router.get("/v1/schedules")
 def schedules(who: Caller = Depends(caller), srv: Server = Depends(server)):
     """Every cron schedule with its recent log."""
-    with srv.scheduler.session() as orch:
-        return schedule_rules.listed(orch.store)
+    with srv.service() as orch:
+        return orch.schedules()
 
 
 @router.get("/v1/schedules/{sched_id}")
 def schedule(sched_id: str, who: Caller = Depends(caller), srv: Server = Depends(server)):
     """One schedule (an id or a unique prefix) with its recent log."""
-    with srv.scheduler.session() as orch:
-        return schedule_rules.shown(orch.store, sched_id)
+    with srv.service() as orch:
+        return orch.schedule(sched_id)
 
 
 @router.post("/v1/schedules/{sched_id}/pause")
@@ -39,13 +38,13 @@ def resume(sched_id: str, who: Caller = Depends(caller), srv: Server = Depends(s
 
 
 def _pause(srv: Server, sched_id: str, who: Caller, paused: bool) -> dict:
-    with srv.scheduler.session() as orch:
-        return schedule_rules.set_paused(orch.store, sched_id, paused, who, srv.scheduler.clock())
+    with srv.service() as orch:
+        return orch.pause_schedule(sched_id, paused, who, srv.scheduler.clock())
 
 
 @router.delete("/v1/schedules/{sched_id}")
 def remove_schedule(sched_id: str, who: Caller = Depends(caller), srv: Server = Depends(server)):
     """Delete a schedule and its log (its owner's token or an admin's); the jobs it ran
     are kept. Answers what it was."""
-    with srv.scheduler.session() as orch:
-        return schedule_rules.remove(orch.store, sched_id, who)
+    with srv.service() as orch:
+        return orch.remove_schedule(sched_id, who)

@@ -12,7 +12,6 @@ from orchestrator.records import iso
 from orchestrator.records.caller import Caller
 from orchestrator.records.page import Replica
 from orchestrator.server.routes.deps import Server, caller, server
-from orchestrator.service import views
 
 router = APIRouter()
 
@@ -20,8 +19,8 @@ router = APIRouter()
 @router.get("/v1/summary")
 def summary(who: Caller = Depends(caller), srv: Server = Depends(server)):
     """What the status page shows: jobs, the queue, the month's spend, the schedules."""
-    with srv.scheduler.session() as orch:
-        return views.summary(orch.core)
+    with srv.service() as orch:
+        return orch.summary()
 
 
 @router.get("/v1/replicas", response_model=list[Replica])
@@ -29,8 +28,8 @@ def replicas(who: Caller = Depends(caller), srv: Server = Depends(server)):
     """The store's live replicas of `orch serve` (each looked within 20 s), the lease holder
     first: one, on a SQLite store. Their host names, pids and internal URLs for an admin
     only; a user sees each as `replica N`, its role and times."""
-    with srv.scheduler.session() as orch:
-        rows = orch.store.replicas()
+    with srv.service() as orch:
+        rows = orch.replicas()
     return [Replica(id=r["id"] if who.admin else f"replica {i}",
                     url=r["url"] if who.admin else None, role=r["role"],
                     started_at=str(iso(r["started_at"])), seen_at=str(iso(r["seen_at"])),

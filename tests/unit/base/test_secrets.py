@@ -107,6 +107,7 @@ def test_the_stores_key_is_one_0600_file_made_once(tmp_path):
 
 def test_a_record_from_before_the_key_is_still_redacted(tmp_path):
     """Older orch kept salted SHA-256 digests (secret_digests): a log read now still hides them."""
+    from orchestrator.service.following import redactor
     from orchestrator.service.orch import Orch
 
     salt = redact.new_salt()
@@ -114,7 +115,7 @@ def test_a_record_from_before_the_key_is_still_redacted(tmp_path):
                    "info": {"secret_salt": salt,
                             "secret_digests": [redact.legacy_digest(TOKEN, salt)]}})
     here = Orch(Settings(home=tmp_path / "home", mode="local"))
-    assert here.redactor(rec)(f"token {TOKEN} ok\n") == f"token {redact.REDACTED} ok\n"
+    assert redactor(here.core, rec)(f"token {TOKEN} ok\n") == f"token {redact.REDACTED} ok\n"
     assert not (tmp_path / "home" / redact.KEY_FILE).exists()  # reading makes no key
 
 
@@ -142,7 +143,7 @@ def test_cloud_job_secrets_never_reach_the_store_or_the_output(orch, monkeypatch
     stored = rec.spec
     assert stored["envs"] == {"HF_TOKEN": redact.REDACTED, "EPOCHS": 3}
     assert stored["secrets"] == {"DB_PASSWORD": redact.REDACTED}
-    orch.store.close()
+    orch.core.store.close()
     home = orch.settings.home
     stored = store_text(home)
     assert redact.REDACTED in stored and TOKEN not in stored and PASSWORD not in stored

@@ -14,7 +14,7 @@ from orchestrator.decision import Offer
 from orchestrator.decision import job_ledger as ledger
 from orchestrator.decision.pricing import local_offer
 from orchestrator.records.placement import PlacedOffer
-from orchestrator.service.planning import month_spend, plan_job
+from orchestrator.service.planning import plan_job
 from orchestrator.settings import LocalMachine, Settings
 from orchestrator.spec import load_spec_text
 from tests.conftest import job_row, run_orch, store_at
@@ -233,8 +233,15 @@ def test_a_plan_over_the_monthly_budget_is_refused_and_says_how_much_is_spent():
 
 
 def test_the_months_spend_comes_from_the_store_on_the_budgets_basis(tmp_path):
+    from orchestrator.service.orch import Orch
+
+    def month_spend(settings, since=None):  # what `orch cost` says of the month, in USD
+        month = Orch(settings).cost_report(since=since).month
+        assert month is not None
+        return month.spent
+
     s = Settings(home=tmp_path, monthly_budget=10)
-    assert month_spend(s, T0) == 0.0  # no store yet, and none is created
+    assert month_spend(s) == 0.0  # no store yet, and none is created
     assert not (tmp_path / "orch.db").exists()
     store = store_at(tmp_path)
     rec = owned_record()
@@ -242,11 +249,12 @@ def test_the_months_spend_comes_from_the_store_on_the_budgets_basis(tmp_path):
                            decision=rec["decision"])
     store.update(job.id, info=rec["info"])
     store.set_status(job.id, "SUCCEEDED")  # finished now: this month
-    import time
 
-    assert month_spend(s, time.time()) == pytest.approx(0.2)  # cash: the power
+    assert month_spend(s) == pytest.approx(0.2)  # cash: the power
+    assert month_spend(s, since="2999-01-01") == pytest.approx(0.2)  # the month, not the lines
     full = Settings(home=tmp_path, monthly_budget=10, budget_basis="full")
-    assert month_spend(full, time.time()) == pytest.approx(1.0)
+    assert month_spend(full) == pytest.approx(1.0)
+    assert month_spend(full, since="2999-01-01") == pytest.approx(1.0)
 
 
 def test_the_runner_stops_when_the_spend_reaches_the_limit():

@@ -102,7 +102,7 @@ def _ended(tmp_path, job: str, printed: str):
     backend = RanBackend(printed)
     orch.core.providers["local"] = backend  # type: ignore[assignment]
     rec = orch.submit(load_spec_text(job, "job.yaml")).rec
-    orch.store.set_status(rec.id, "RUNNING")
+    orch.core.store.set_status(rec.id, "RUNNING")
     return orch, backend, orch.refresh(orch.get(rec.id))
 
 
@@ -118,10 +118,10 @@ def test_a_succeeded_job_whose_own_lines_say_it_failed_stays_succeeded(tmp_path)
     assert (rec.status, rec.message) == ("SUCCEEDED", "Job finished successfully.")
     assert "verdict" not in rec.metrics
     # A record from before keys is judged by its log's lines as it was.
-    old = orch.store.create_job(name="old", spec={"run": "echo"}, kind="exploratory",
+    old = orch.core.store.create_job(name="old", spec={"run": "echo"}, kind="exploratory",
                                 target="local", fingerprint="fp")
-    orch.store.update(old.id, backend_id=old.id)
-    orch.store.set_status(old.id, "RUNNING")
+    orch.core.store.update(old.id, backend_id=old.id)
+    orch.core.store.set_status(old.id, "RUNNING")
     old = orch.refresh(orch.get(old.id))
     assert (old.status, old.message) == ("FAILED", "pwned")
 

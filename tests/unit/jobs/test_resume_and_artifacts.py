@@ -11,6 +11,7 @@ from jobs.request import RunRequest
 from jobs.storage import display_path, storage_args
 from orchestrator.base.errors import BackendError, NotFound, SpecError
 from orchestrator.records import JobRow
+from orchestrator.service.launch_spec import resume_point
 from orchestrator.service.orch import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
@@ -35,17 +36,17 @@ def _spec(name="digits", resume=None, storage=None, file="job.yaml"):
 
 def _ran(orch, name, storage="/ckpt", status="CANCELLED", run_name=None, ago=0.0) -> JobRow:
     """A job that ran: recorded, launched with a storage path, ended."""
-    rec = orch.store.create_job(name=name, spec={}, kind="exploratory", target="local",
+    rec = orch.core.store.create_job(name=name, spec={}, kind="exploratory", target="local",
                                 fingerprint="f")
     info = {"storage_path": storage} if storage else {}
     if run_name:
         info["run_name"] = run_name
-    orch.store.update(rec.id, info=info, backend_id=rec.id,
+    orch.core.store.update(rec.id, info=info, backend_id=rec.id,
                       created_at=time.time() - 100 + ago)
     if status != "PENDING":
-        orch.store.set_status(rec.id, "RUNNING")
+        orch.core.store.set_status(rec.id, "RUNNING")
     if status not in ("PENDING", "RUNNING"):
-        orch.store.set_status(rec.id, status)
+        orch.core.store.set_status(rec.id, status)
     return orch.get(rec.id)
 
 
@@ -56,7 +57,7 @@ def test_resume_from_a_job_id_and_a_unique_prefix(tmp_path):
     a = _ran(orch, "digits", storage="s3://b/ckpt")
     _ran(orch, "other", storage="/elsewhere")
     for ref in (a.id, a.id[:9]):
-        point = orch.resume_point(_spec(resume=ref))
+        point = resume_point(orch.core, _spec(resume=ref))
         assert point == {"job_id": a.id, "run_name": a.id, "storage_path": "s3://b/ckpt"}
 
 
@@ -66,14 +67,14 @@ def test_resume_latest_is_the_newest_earlier_job_of_the_name_with_storage(tmp_pa
     newest = _ran(orch, "digits", storage="/new", ago=2)
     _ran(orch, "digits", storage=None, ago=3)  # a run: job or a failed launch: no checkpoints
     _ran(orch, "other", storage="/other", ago=4)  # another name
-    assert orch.resume_point(_spec(resume="latest"))["job_id"] == newest.id
+    assert resume_point(orch.core, _spec(resume="latest"))["job_id"] == newest.id
 
 
 def test_a_resumed_run_keeps_its_first_jobs_run_name(tmp_path):
     orch = _orch(tmp_path)
     first = _ran(orch, "digits", ago=1)
     _ran(orch, "digits", run_name=first.id, ago=2)  # itself a resume of `first`
-    assert orch.resume_point(_spec(resume="latest"))["run_name"] == first.id
+    assert resume_point(orch.core, _spec(resume="latest"))["run_name"] == first.id
 
 
 def test_the_job_being_launched_and_later_jobs_are_never_resumed(tmp_path):
@@ -81,7 +82,7 @@ def test_the_job_being_launched_and_later_jobs_are_never_resumed(tmp_path):
     earlier = _ran(orch, "digits", ago=1)
     me = _ran(orch, "digits", status="PENDING", ago=2)
     _ran(orch, "digits", ago=3)  # submitted while `me` was launching
-    assert orch.resume_point(_spec(resume="latest"), before=me.id)["job_id"] == earlier.id
+    assert resume_point(orch.core, _spec(resume="latest"), before=me.id)["job_id"] == earlier.id
 
 
 @pytest.mark.parametrize("ref,problem", [
@@ -94,7 +95,7 @@ def test_a_reference_to_no_single_job_is_a_located_spec_error(tmp_path, ref, pro
     _ran(orch, "other", ago=1)
     _ran(orch, "other", ago=2)
     with pytest.raises(SpecError) as e:
-        orch.resume_point(_spec(resume=ref))
+        resume_point(orch.core, _spec(resume=ref))
     assert e.value.key == "checkpoint.resume_from" and e.value.line == 5
     assert problem in e.value.problem and e.value.hint
     assert str(e.value).startswith("job.yaml:5: checkpoint.resume_from: ")
@@ -104,12 +105,12 @@ def test_a_running_job_or_another_storage_is_refused(tmp_path):
     orch = _orch(tmp_path)
     running = _ran(orch, "digits", status="RUNNING")
     with pytest.raises(SpecError, match="still RUNNING"):
-        orch.resume_point(_spec(resume=running.id))
+        resume_point(orch.core, _spec(resume=running.id))
     done = _ran(orch, "digits", storage="s3://b/ckpt")
     with pytest.raises(SpecError, match="kept its checkpoints in s3://b/ckpt") as e:
-        orch.resume_point(_spec(resume=done.id, storage="s3://b/other"))
+        resume_point(orch.core, _spec(resume=done.id, storage="s3://b/other"))
     assert e.value.key == "checkpoint.resume_from"
-    assert orch.resume_point(_spec(resume=done.id, storage="s3://b/ckpt/"))  # same place
+    assert resume_point(orch.core, _spec(resume=done.id, storage="s3://b/ckpt/"))  # same place
 
 
 def test_submit_refuses_an_unknown_resume_before_writing_anything(tmp_path):

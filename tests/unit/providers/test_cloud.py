@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator.base.errors import BackendError
 from orchestrator.decision.cloud_bill import update_ledger
+from orchestrator.service import following, submitting
 from orchestrator.service.orch import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
@@ -64,7 +65,7 @@ def test_task_round_trips_through_skypilot_yaml(orch, accel):
     import sky
 
     spec = load_spec_text(JOB.format(accel=accel), "explore.yaml")
-    decision = orch.place(spec, "fp", False)
+    decision = submitting.place(orch.core, spec, "fp", False)
     assert decision.target == "cloud"
     launch = orch.for_cloud(orch.launch_for("orch-t", spec, "cloud", decision), spec, decision)
     task = build_task(launch)
@@ -173,7 +174,7 @@ def test_cancel_and_no_double_launch(orch):
                             rec.decision)
     assert orch.provider("cloud").submit(launch) == rec.id  # already in SkyPilot's queue
     assert len(fake.launched) == 1
-    rec = orch.cancel(rec.id, wait_s=5)
+    rec = following.cancel(orch.core, rec.id, wait_s=5)
     assert fake.cancelled == [rec.id] and rec.status == "CANCELLED"
 
 
@@ -240,7 +241,7 @@ def test_a_multi_node_run_job_runs_its_own_command_on_every_node(orch):
     spec = load_spec_text("name: mpi\nnum_nodes: 2\nrun: mpirun ./a.out\n"
                           "resources: {accelerators: H100:1}\nestimate: {hours: 1, gpu: H100}\n",
                           "mpi.yaml")
-    decision = orch.place(spec, "fp", False)
+    decision = submitting.place(orch.core, spec, "fp", False)
     assert decision.target == "cloud" and decision.choice.nodes == 2
     launch = orch.for_cloud(orch.launch_for("orch-t", spec, "cloud", decision), spec, decision)
     task = build_task(launch)
@@ -255,7 +256,7 @@ def test_a_multi_node_train_job_with_fewer_workers_than_nodes_is_refused(orch):
     use_fake(orch, [])
     with pytest.raises(InputError, match="a rented node would have no worker"):
         orch.submit(spec)
-    assert orch.store.list() == []
+    assert orch.core.store.list() == []
 
 
 # What SkyPilot's API server answers where it has no jobs controller (replayed by the fake as
@@ -303,7 +304,7 @@ def test_a_catalog_that_cannot_be_downloaded_fails_the_launch_with_a_hint(orch, 
         "raw.githubusercontent.com (CloudError: no network?) (after 1 attempts)")
     assert "let this machine reach raw.githubusercontent.com" in (err.value.hint or "")
     assert fake.launched == []
-    (rec,) = orch.store.list()
+    (rec,) = orch.core.store.list()
     assert rec.status == "FAILED" and rec.message.startswith("launch failed: SkyPilot did not accept")
     assert "catalog common/accelerators.csv" in rec.message and "Traceback" not in capsys.readouterr().err
 
@@ -339,7 +340,7 @@ try:
     print(json.dumps({"error": None}))
 except BackendError as e:
     print(json.dumps({"error": e.message, "hint": e.hint, "took": time.monotonic() - start,
-                      "status": orch.store.list()[0].status}))
+                      "status": orch.core.store.list()[0].status}))
 """
 
 

@@ -107,9 +107,9 @@ def test_status_of_an_onprem_job_when_the_cluster_is_gone(orch_home):
 
     address = f"http://127.0.0.1:{_free_port()}"
     orch = Orch(Settings(home=orch_home, mode="hybrid", ray_address=address))
-    rec = orch.store.create_job(name="n", spec={}, kind="steady", target="onprem", fingerprint="f")
-    orch.store.update(rec.id, backend_id=rec.id)
-    orch.store.set_status(rec.id, "RUNNING", "running")
+    rec = orch.core.store.create_job(name="n", spec={}, kind="steady", target="onprem", fingerprint="f")
+    orch.core.store.update(rec.id, backend_id=rec.id)
+    orch.core.store.set_status(rec.id, "RUNNING", "running")
     proc = run_orch(orch_home, "status", rec.id, "--json", ORCH_MODE="hybrid",
                     ORCH_RAY_ADDRESS=address)
     assert proc.returncode == 0, proc.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.server.scheduler import Scheduler, queue_info
+from orchestrator.service import following
 from orchestrator.spec import load_spec_text
 from providers.base import BackendState
 
@@ -79,7 +80,7 @@ def test_a_malformed_line_costs_its_job_alone(settings, monkeypatch, line):
         passes.append(job in backend.launched)
     assert passes == [True, True, True]  # before issue 47: [False, False, False]
     with sched.session() as orch:
-        rows = orch.list()  # what GET /v1/jobs does, for any user
+        rows = orch.job_records()  # what GET /v1/jobs does, for any user
         assert {r.id for r in rows} >= {hostile}
         rec = orch.get(hostile)
     assert rec.status == "RUNNING"
@@ -120,8 +121,8 @@ def test_a_secret_written_json_escaped_is_redacted_in_metrics_stored_and_served(
     sched.forget(job)
     with sched.session() as orch:
         orch.core.secrets.pop(job, None)
-        shown = views.shown(orch.core, orch.store.get(job))
-        points = dashboard.series(backend.text, orch.redactor(orch.store.get(job)))
+        shown = views.shown(orch.core, orch.core.store.get(job))
+        points = dashboard.series(backend.text, following.redactor(orch.core, orch.core.store.get(job)))
     assert VALUE not in shown.model_dump_json(), shown.metrics
     assert VALUE not in str([p.model_dump() for p in points])
 
@@ -169,7 +170,7 @@ def test_the_replica_holding_a_jobs_values_finishes_it_and_keeps_its_log_redacte
         spec = load_spec_text(f"name: s\nrun: sleep 1\nenvs: {{HF_TOKEN: {VALUE}}}\n", "<job>")
         rec = orch.record(spec, owner="alice", info=queue_info(spec)).rec
         standby.hold(rec.id, spec)
-        orch.store.update(rec.id, info=with_info(rec, held_by=standby.me))  # as POST does
+        orch.core.store.update(rec.id, info=with_info(rec, held_by=standby.me))  # as POST does
         job = rec.id
     with leader.session() as orch:
         assert leader.launch_queue(orch) == []  # handed to the standby
@@ -178,12 +179,12 @@ def test_the_replica_holding_a_jobs_values_finishes_it_and_keeps_its_log_redacte
     with leader.session() as orch:
         leader.reconcile(orch)  # the job ended: the lease holder leaves it to its holder
         assert orch.get(job).status != "SUCCEEDED"
-        orch.list()  # nor does any user's list finish it there
+        orch.job_records()  # nor does any user's list finish it there
         assert orch.get(job).status != "SUCCEEDED"
     with standby.session() as orch:
         standby.reconcile_held(orch)
         done = orch.get(job)
-        kept = orch.store.kept_log(job)
+        kept = orch.core.store.kept_log(job)
     assert done.status == "SUCCEEDED" and kept is not None
     assert VALUE not in kept and "token x<redacted>y" in kept, kept
 

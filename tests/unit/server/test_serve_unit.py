@@ -99,7 +99,7 @@ def test_every_minute_runs_each_slot_once_across_restarts_crashes_and_downtime(s
     # A crash after the slot's job was recorded but before the schedule moved on:
     again = Scheduler(settings)
     with again.session() as orch:
-        job_id, _ = again._submit_slot(orch, orch.store.schedule(s["id"]), T0 + 120)
+        job_id, _ = again._submit_slot(orch, orch.core.store.schedule(s["id"]), T0 + 120)
     assert _cron(again, T0 + 125) == [job_id]  # found by its key, not recorded twice
     assert len(_jobs(settings)) == 2
     # Down from T0+125 to T0+605: slots 180..540 (7) are skipped, 600 runs once.
@@ -183,7 +183,7 @@ def test_the_queue_launches_by_priority_then_age_each_job_once(settings, fake):
     b = _queue(sched, "name: b\nrun: echo b\n", priority=5)
     c = _queue(sched, "name: c\nrun: echo c\n")
     with sched.session() as orch:
-        assert [r.id for r in orch.store.queued()] == [b, a, c]
+        assert [r.id for r in orch.core.store.queued()] == [b, a, c]
         assert orch.refresh(orch.get(a)).status == "PENDING"  # queued: left alone
         assert sched.launch_queue(orch) == [b, a, c]
         assert sched.launch_queue(orch) == []

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from orchestrator.records.placement import PlacedOffer
+from orchestrator.service.budgets import budget_limit, run_budget
 from orchestrator.service.orch import Orch
 from orchestrator.service.planning import plan_job
 from orchestrator.settings import Settings
@@ -103,14 +104,14 @@ def test_an_owned_job_counts_its_power_against_the_cash_budget(tmp_path, basis, 
 def test_a_running_job_may_spend_what_the_months_cash_leaves(tmp_path, basis, left, spent):
     month_of(tmp_path, onprem_jobs=2, cloud_bill=7.0)
     orch = Orch(settings(tmp_path, basis))
-    usd, what = orch.budget_limit({}, job_id="another")
+    usd, what = budget_limit(orch.core, {}, job_id="another")
     assert usd == pytest.approx(left) and spent in what
 
 
 @pytest.mark.parametrize("basis, rate", [("cash", 0.05), ("full", 4.05)])
 def test_an_owned_jobs_runner_counts_its_power_on_the_cash_basis(tmp_path, basis, rate):
     spec = load_spec_text(STEP + "budget: {max_cost: 1}\n")
-    budget = Orch(Settings(home=tmp_path, budget_basis=basis)).run_budget(
+    budget = run_budget(Orch(Settings(home=tmp_path, budget_basis=basis)).core,
         spec, PlacedOffer(**onprem_decision(4.0, 0.05)["choice"]), "orch-x")
     assert budget["price_per_hour_usd"] == pytest.approx(rate) and budget["limit_usd"] == 1.0
 

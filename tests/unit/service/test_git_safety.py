@@ -49,6 +49,7 @@ def test_a_server_fingerprints_a_clients_folder_by_its_content_without_git(tmp_p
     """`orch serve`'s plans, submits and cron slots (Orch.prepared under its settings)."""
     from orchestrator.service.fingerprint import fingerprint
     from orchestrator.service.orch import Orch
+    from orchestrator.service.placing import prepared
     from orchestrator.settings import Settings
     from orchestrator.spec import load_spec_text
 
@@ -62,7 +63,7 @@ def test_a_server_fingerprints_a_clients_folder_by_its_content_without_git(tmp_p
     settings = Settings(home=tmp_path / "home", mode="local")
     settings._serves_clients = True  # as cli/serve.py marks them
     spec = load_spec_text(f"name: h\nrun: python train.py\nworkdir: {repo}\n", "<job>")
-    fp, dirty = Orch(settings).prepared(spec)
+    fp, dirty = prepared(Orch(settings).core, spec)
     assert not marker.exists() and not dirty
     assert fp == fingerprint(spec, content_only=True)[0] != fingerprint(spec)[0]
     assert not marker.exists()  # nor did the hardened look of a user's own orch

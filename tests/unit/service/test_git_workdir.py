@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.base.errors import InputError, SpecError
-from orchestrator.service import following
+from orchestrator.service import following, submitting
 from orchestrator.service.orch import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
@@ -32,7 +32,7 @@ def test_a_branch_is_pinned_at_check_and_that_commit_is_what_runs(tmp_path, repo
     orch = Orch(Settings(home=tmp_path / "home", mode="local"))
     spec = _spec(repo)
     v1 = git(repo, "rev-parse", "HEAD")
-    checked = orch.check(spec)
+    checked = submitting.check(orch.core, spec)
     assert spec.git_workdir.commit == v1
     (repo / "train.py").write_text("print('v2')\n")  # the branch moves before the launch
     git(repo, "commit", "-qam", "v2")
@@ -46,7 +46,7 @@ def test_a_branch_is_pinned_at_check_and_that_commit_is_what_runs(tmp_path, repo
     assert Path(orch.launch_for("job-1", spec, "local", checked.decision).workdir) == folder
     assert (folder / "marker").exists()
     # The fingerprint names the commit: the same code, the same fingerprint.
-    assert checked.fingerprint == orch.check(_spec(repo, "v1")).fingerprint
+    assert checked.fingerprint == submitting.check(orch.core, _spec(repo, "v1")).fingerprint
     assert spec.task_keys()["workdir"] == {"url": str(repo), "ref": v1}
 
 
@@ -69,7 +69,7 @@ def test_an_unreadable_repository_or_ref_is_refused_before_anything_is_recorded(
     with pytest.raises(InputError) as info:
         orch.record(_spec(Path(url_of(repo)), ref))
     assert words in str(info.value) and "workdir.ref" in (info.value.hint or "")
-    assert orch.store.list() == []
+    assert orch.core.store.list() == []
 
 
 def test_a_git_workdir_in_a_form_skypilot_refuses_is_located():
@@ -92,8 +92,8 @@ def test_a_git_url_holding_a_token_is_refused_and_not_echoed():
 def test_a_jobs_checkout_is_removed_when_the_job_ends(tmp_path, repo):
     orch = Orch(Settings(home=tmp_path / "home", mode="local"))
     spec = _spec(repo)
-    checked = orch.check(spec)
-    rec = orch.store.create_job(name="g", spec={"run": "python train.py"}, kind="exploratory",
+    checked = submitting.check(orch.core, spec)
+    rec = orch.core.store.create_job(name="g", spec={"run": "python train.py"}, kind="exploratory",
                                 target="local", fingerprint=checked.fingerprint)
     folder = Path(orch.launch_for(rec.id, spec, "local", checked.decision).workdir)
     other = Path(orch.launch_for("another-job", spec, "local", checked.decision).workdir)

@@ -114,7 +114,7 @@ def _settings(case: Case, home) -> Settings:
     if case.schedule_due_h is not None:
         orch = Orch(settings)
         try:
-            orch.store.add_schedule(
+            orch.core.store.add_schedule(
                 name="nightly", owner=None, cron="0 3 * * *", source_text=NIGHTLY, source_file=None,
                 spec=load_spec_text(case.schedule or ALL_FOUR, "nightly.yaml").model_dump(mode="json"),
                 next_at=time.time() + case.schedule_due_h * 3600)
@@ -135,12 +135,12 @@ def test_the_recorded_decision_is_the_plan(case, tmp_path, monkeypatch):
             assert recorded[0] == "refused" and case.want == "refused", recorded  # submit stops on it
             refusal = planned[1]["refusal"]
             assert refusal in recorded[1], (refusal, recorded)
-            assert local.orch.store.list() == []  # nothing recorded
+            assert local.orch.core.store.list() == []  # nothing recorded
             return
         assert planned[0] == recorded[0], (planned, recorded)
         if planned[0] == "refused":  # refused before a decision (credentials): the same words
             assert case.want == "refused" and planned[1] == recorded[1]
-            assert local.orch.store.list() == []
+            assert local.orch.core.store.list() == []
             return
         plan, rec = planned[1], recorded[1]
         assert plan["target"] == case.want, "\n".join(plan["reasons"])
@@ -168,7 +168,7 @@ def _api(settings):
     token, digest = auth.new_token()
     orch = Orch(settings)
     try:
-        orch.store.add_token("alice", digest)
+        orch.core.store.add_token("alice", digest)
     finally:
         orch.close()
     client = TestClient(create_app(settings, Scheduler(settings), run_scheduler=False))
@@ -243,7 +243,7 @@ def test_one_plan_reads_the_store_once_and_the_months_spend_once(tmp_path, monke
     settings = _settings(case, tmp_path / "home")
     local = Local(settings)
     try:  # a run before: this plan has history to read
-        local.orch.store.create_job(name="explore", spec={}, kind="exploratory", target="cloud",
+        local.orch.core.store.create_job(name="explore", spec={}, kind="exploratory", target="cloud",
                                     fingerprint="fp-everything")
     finally:
         local.close()

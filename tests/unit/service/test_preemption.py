@@ -78,8 +78,8 @@ def test_a_run_that_exits_75_runs_again_as_the_same_job(tmp_path):
     log = orch.logs(rec)
     assert log.index("run 1 at epoch 0") < log.index("run 1 ended with exit 75") < log.index(
         "run 2 at epoch 2")
-    assert [r.id for r in orch.store.list()] == [rec.id]  # recorded once
-    assert "FAILED" not in {h["status"] for h in orch.store.history(rec.id)}
+    assert [r.id for r in orch.core.store.list()] == [rec.id]  # recorded once
+    assert "FAILED" not in {h["status"] for h in orch.core.store.history(rec.id)}
 
 
 def test_a_job_that_keeps_exiting_75_fails_after_its_restarts(tmp_path):
@@ -116,6 +116,6 @@ def test_a_cancelled_job_that_exits_75_is_not_run_again(tmp_path):
     runs = Runs([("FAILED", 75, "a\n"), ("SUCCEEDED", 0, "b\n")])
     orch = _orch(tmp_path, runs)
     rec = orch.submit(load_spec_text(JOB, "p.yaml")).rec
-    orch.store.update(rec.id, cancel_requested=1)
+    orch.core.store.update(rec.id, cancel_requested=1)
     rec = orch.refresh(orch.get(rec.id))
     assert rec.status in ("FAILED", "CANCELLED") and len(runs.launches) == 1

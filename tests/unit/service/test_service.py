@@ -6,7 +6,7 @@ import time
 
 from jobs.request import RunRequest
 from orchestrator.records.placement import Placement
-from orchestrator.service import following
+from orchestrator.service import following, submitting
 from orchestrator.service.orch import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
@@ -60,30 +60,30 @@ def test_a_jobs_utilization_policy_or_the_teams_default_reaches_the_runner(tmp_p
 
 def test_a_job_whose_submit_died_before_launch_is_marked_failed(tmp_path):
     orch = _orch(tmp_path)
-    rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
+    rec = orch.core.store.create_job(name="j", spec={}, kind="exploratory", target="local",
                                 fingerprint="f")
     assert orch.refresh(rec).status == "PENDING"  # within the grace period: maybe launching
-    orch.store.update(rec.id, created_at=time.time() - 3600)
+    orch.core.store.update(rec.id, created_at=time.time() - 3600)
     rec = orch.refresh(orch.get(rec.id))
     assert rec.status == "FAILED" and "never launched" in rec.message
 
 
 def test_a_running_job_whose_local_ray_is_gone_ends_failed(tmp_path):
     orch = _orch(tmp_path)
-    rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
+    rec = orch.core.store.create_job(name="j", spec={}, kind="exploratory", target="local",
                                 fingerprint="f")
-    orch.store.update(rec.id, backend_id=rec.id)
-    orch.store.set_status(rec.id, "RUNNING", "running")
+    orch.core.store.update(rec.id, backend_id=rec.id)
+    orch.core.store.set_status(rec.id, "RUNNING", "running")
     rec = orch.refresh(orch.get(rec.id))
     assert rec.status == "FAILED" and "local Ray instance stopped" in rec.message
-    assert [h["status"] for h in orch.store.history(rec.id)] == ["PENDING", "RUNNING", "FAILED"]
+    assert [h["status"] for h in orch.core.store.history(rec.id)] == ["PENDING", "RUNNING", "FAILED"]
 
 
 def test_cancel_before_launch(tmp_path):
     orch = _orch(tmp_path)
-    rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
+    rec = orch.core.store.create_job(name="j", spec={}, kind="exploratory", target="local",
                                 fingerprint="f")
-    assert orch.cancel(rec.id).status == "CANCELLED"
+    assert following.cancel(orch.core, rec.id).status == "CANCELLED"
 
 
 def test_submit_uses_the_planner_and_history_makes_a_job_steady(tmp_path, monkeypatch):
@@ -94,24 +94,24 @@ def test_submit_uses_the_planner_and_history_makes_a_job_steady(tmp_path, monkey
     orch = _orch(tmp_path)
     spec = load_spec_text("train:\n  job: image-classification\n", "nightly.yaml")
     fp, dirty = fingerprint(spec)
-    first = orch.place(spec, fp, dirty)
+    first = submitting.place(orch.core, spec, fp, dirty)
     assert first.target == "local" and first.kind == "exploratory"
     assert any("local-only mode" in r for r in first.reasons)
     def run_once():
-        rec = orch.store.create_job(name="nightly", spec={}, kind="exploratory", target="local",
+        rec = orch.core.store.create_job(name="nightly", spec={}, kind="exploratory", target="local",
                                     fingerprint=fp)
-        orch.store.set_status(rec.id, "RUNNING")
-        orch.store.set_status(rec.id, "SUCCEEDED")
+        orch.core.store.set_status(rec.id, "RUNNING")
+        orch.core.store.set_status(rec.id, "SUCCEEDED")
 
     for _ in range(3):  # three successful runs just now: one occasion, not yet steady
         run_once()
-    assert orch.place(spec, fp, dirty).kind == "exploratory"
+    assert submitting.place(orch.core, spec, fp, dirty).kind == "exploratory"
     real = time.time()
     for days_ago in (2, 1):  # the same job on two more days
         with monkeypatch.context() as m:
             m.setattr(time, "time", lambda d=days_ago: real - d * 86400)
             run_once()
-    again = orch.place(spec, fp, dirty)
+    again = submitting.place(orch.core, spec, fp, dirty)
     assert again.kind == "steady" and again.target == "local"
     assert any("on 3 occasions" in r for r in again.reasons)
 
@@ -130,10 +130,10 @@ def test_a_job_this_machine_cannot_hold_is_refused_before_recording(tmp_path):
 
 def test_scaling_efficiency_from_a_one_worker_run(tmp_path):
     orch = _orch(tmp_path)
-    one = orch.store.create_job(name="j", spec={}, kind="steady", target="local", fingerprint="fp")
-    orch.store.set_status(one.id, "RUNNING")
-    orch.store.set_status(one.id, "SUCCEEDED", metrics={"workers": 1, "samples_per_sec": 1000.0})
-    four = orch.store.create_job(name="j", spec={}, kind="steady", target="local", fingerprint="fp")
+    one = orch.core.store.create_job(name="j", spec={}, kind="steady", target="local", fingerprint="fp")
+    orch.core.store.set_status(one.id, "RUNNING")
+    orch.core.store.set_status(one.id, "SUCCEEDED", metrics={"workers": 1, "samples_per_sec": 1000.0})
+    four = orch.core.store.create_job(name="j", spec={}, kind="steady", target="local", fingerprint="fp")
     metrics = {"workers": 4, "samples_per_sec": 2400.0, "data_fraction": 0.02, "precision": "bf16"}
     following.scaling(orch.core, four, metrics)
     assert metrics["scaling"]["speedup"] == 2.4
@@ -146,11 +146,11 @@ def test_a_finished_jobs_log_is_read_from_the_store_where_its_file_is_not(tmp_pa
     """Another replica ended the job: its log file is on that replica's disk, and the copy
     the store kept at the end is what this one shows."""
     orch = _orch(tmp_path)
-    rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
+    rec = orch.core.store.create_job(name="j", spec={}, kind="exploratory", target="local",
                                 fingerprint="f")
-    orch.store.update(rec.id, backend_id=rec.id, log_path=str(tmp_path / "elsewhere" / "j.log"))
-    orch.store.set_status(rec.id, "SUCCEEDED", "done")
-    orch.store.keep_log(rec.id, "epoch 1 loss 0.5\nthe end\n")
+    orch.core.store.update(rec.id, backend_id=rec.id, log_path=str(tmp_path / "elsewhere" / "j.log"))
+    orch.core.store.set_status(rec.id, "SUCCEEDED", "done")
+    orch.core.store.keep_log(rec.id, "epoch 1 loss 0.5\nthe end\n")
     assert following.logs(orch.core, orch.get(rec.id)) == "epoch 1 loss 0.5\nthe end\n"
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "j.log").write_text("this replica's own file\n")
@@ -164,12 +164,12 @@ def test_a_page_of_jobs_asks_the_backend_only_of_records_older_than_the_period(t
     from orchestrator.store import JobQuery
 
     orch = _orch(tmp_path)
-    rec = orch.store.create_job(name="j", spec={}, kind="exploratory", target="local",
+    rec = orch.core.store.create_job(name="j", spec={}, kind="exploratory", target="local",
                                 fingerprint="f")
-    orch.store.update(rec.id, backend_id=rec.id)
-    orch.store.set_status(rec.id, "RUNNING", "running")  # its local Ray is gone, unasked
+    orch.core.store.update(rec.id, backend_id=rec.id)
+    orch.core.store.set_status(rec.id, "RUNNING", "running")  # its local Ray is gone, unasked
     page, _ = views.job_page(orch.core, JobQuery(limit=10), fresh_s=60)
     assert [j.status for j in page] == ["RUNNING"]  # touched just now: shown as recorded
-    orch.store._db.execute("UPDATE jobs SET updated_at = ? WHERE id = ?", (time.time() - 61, rec.id))
+    orch.core.store._db.execute("UPDATE jobs SET updated_at = ? WHERE id = ?", (time.time() - 61, rec.id))
     page, _ = views.job_page(orch.core, JobQuery(limit=10), fresh_s=60)
     assert [j.status for j in page] == ["FAILED"]  # older than the period: asked, and gone

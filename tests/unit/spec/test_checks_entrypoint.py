@@ -16,6 +16,7 @@ import pytest
 
 from orchestrator.base.errors import SpecError
 from orchestrator.service.orch import Orch
+from orchestrator.service.placing import prepared
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec
 from orchestrator.spec.check_memo import CheckMemo, memo_path
@@ -58,7 +59,7 @@ def plan(work: Path, entrypoint: str) -> str:
     path = work / "job.yaml"
     path.write_text(JOB.format(entrypoint=entrypoint))
     orch = Orch(Settings(home=work / "home", mode="local"))
-    return orch.prepared(load_spec(path))[0]
+    return prepared(orch.core, load_spec(path))[0]
 
 
 def test_a_second_plan_of_unchanged_code_imports_nothing(work):
@@ -79,7 +80,7 @@ def test_changed_code_config_or_python_is_checked_again(work, monkeypatch):
     plan(work, "star:train")
     assert imports(work) == 2
     (work / "job.yaml").write_text(JOB.format(entrypoint="star:train").replace("steps: 3", "steps: 4"))
-    Orch(Settings(home=work / "home", mode="local")).prepared(load_spec(work / "job.yaml"))
+    prepared(Orch(Settings(home=work / "home", mode="local")).core, load_spec(work / "job.yaml"))
     assert imports(work) == 3
     plan(work, "star:train")
     assert imports(work) == 3  # the first config again: remembered

@@ -278,7 +278,7 @@ def test_all_or_none_a_task_that_cannot_launch_takes_the_others_down(orch):  # n
     fake, group = _group(orch, fail_from=2)
     with pytest.raises(BackendError, match="no H100 left"):
         orch.submit_group(group)
-    trainer, buffer = sorted(orch.store.list(), key=lambda r: r.info.task != "trainer")
+    trainer, buffer = sorted(orch.core.store.list(), key=lambda r: r.info.task != "trainer")
     assert fake.cancelled == [trainer.backend_id or trainer.id]
     assert trainer.status == "CANCELLED" and "task buffer of its group could not launch" in trainer.message
     assert buffer.status == "FAILED" and buffer.message.startswith("launch failed")
@@ -290,7 +290,7 @@ def test_tasks_that_reach_each_other_must_share_this_machine(orch):  # noqa: F81
         orch.submit_group(group)
     assert "trainer (cloud), buffer (cloud) would run elsewhere" in e.value.message
     assert "inter_connection: false" in e.value.hint
-    assert not orch.store.list() and not fake.launched  # nothing written, nothing launched
+    assert not orch.core.store.list() and not fake.launched  # nothing written, nothing launched
 
 
 def test_plan_and_status_show_the_group_as_one(orch, tmp_path, monkeypatch):  # noqa: F811
@@ -337,6 +337,6 @@ def test_tasks_whose_gpus_this_machine_cannot_hold_at_once_are_refused(tmp_path,
         with pytest.raises(InputError) as e:
             orch.submit_group(load_pipeline_text(text, "rl.yaml"))
         assert "need 2 GPUs at once here (trainer 1, buffer 1) and this machine has 1" in e.value.message
-        assert not orch.store.list()
+        assert not orch.core.store.list()
     finally:
         metrics_snapshot.local_gpus.cache_clear()

@@ -112,7 +112,7 @@ def test_the_second_stage_starts_only_once_the_first_succeeded(orch):  # noqa: F
     assert [n for _, n in fake.launched] == [first.id, second.id] and second.backend_id
     assert orch.refresh(orch.get(second.id)).status == "RUNNING"
     assert orch.refresh(orch.get(second.id)).status == "SUCCEEDED"
-    history = [h["message"] for h in orch.store.history(second.id)]
+    history = [h["message"] for h in orch.core.store.history(second.id)]
     assert f"stage 1 ({first.id}) succeeded: launching" in history
     # Each stage was placed on its own, as its own job file would be.
     hours = [orch.get(r.id).decision.estimate.hours for r in (first, second)]
@@ -138,7 +138,7 @@ def test_a_pipeline_with_a_stage_that_cannot_run_records_nothing(orch):  # noqa:
                             "resources: {accelerators: TPU-v9:1}\nrun: python eval.py")
     with pytest.raises(InputError, match="no place to run this job"):
         orch.submit_pipeline(load_pipeline_text(text, "bert.yaml"))
-    assert not orch.store.list()
+    assert not orch.core.store.list()
 
 
 def test_plan_and_status_show_the_pipeline(orch, tmp_path, monkeypatch):  # noqa: F811

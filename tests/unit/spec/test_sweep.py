@@ -189,7 +189,7 @@ def test_a_sweep_over_its_budget_is_refused_with_nothing_written(team):
     with pytest.raises(InputError) as e:
         orch.submit_sweep(_sweep(extra="  max_cost: 1\n"))
     assert "its 12 runs are planned at" in e.value.message and "over its max_cost 1.00 USD" in e.value.message
-    assert not orch.store.list() and not on_cluster and not fake.launched
+    assert not orch.core.store.list() and not on_cluster and not fake.launched
 
 
 def test_each_run_gets_its_share_of_the_sweeps_budget(team):
@@ -212,7 +212,7 @@ def test_status_shows_the_sweep_as_one_row_and_cancel_stops_every_run(team, monk
     monkeypatch.setattr("orchestrator.client.connect", lambda **kw: Local(orch.settings, orch=orch))
     recs = [s.rec for s in orch.submit_sweep(_sweep())]
     for r, loss in ((recs[0], 0.4), (recs[3], 0.25)):
-        orch.store.update(r.id, metrics={"val_loss": loss})
+        orch.core.store.update(r.id, metrics={"val_loss": loss})
     r = CliRunner().invoke(app, ["status"])
     assert r.exit_code == 0, r.output
     line = " ".join(r.stdout.split())
@@ -241,4 +241,4 @@ def test_plan_shows_each_run_and_the_total(team, tmp_path, monkeypatch):
     d = json.loads(r.stdout)
     assert d["sweep"] == "lr" and len(d["runs"]) == 12 and d["values"][4] == "hours=1.8"
     assert d["total_cost_usd"] == pytest.approx(sum(p["estimate"]["cost_usd"] for p in d["runs"]))
-    assert not orch.store.list()  # a plan writes nothing
+    assert not orch.core.store.list()  # a plan writes nothing

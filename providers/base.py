@@ -72,6 +72,9 @@ class BackendState:
     message: Optional[str] = None
     info: Optional[dict] = None  # facts to keep with the job (a cloud job's cost ledger)
     exit_code: Optional[int] = None  # its entrypoint's, where the backend says (Ray does)
+    # The backend never had the job or no longer knows it (FAILED): the service reads an
+    # unlaunched job's record by it (service/following.recover_launch).
+    unknown: bool = False
 
 
 class Backend(abc.ABC):
@@ -147,8 +150,7 @@ class Backend(abc.ABC):
     def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
         """The job's state as the backend sees it; `info` is what orch kept from earlier
         calls (and from `HasLaunchInfo`). A job the backend never had or no longer knows
-        is FAILED with a message saying it "has no job" (which the service reads as never
-        launched), unless a launch of it may still be on its way (then PENDING, or FAILED
+        is FAILED with `unknown` set (which the service reads as never launched), unless a launch of it may still be on its way (then PENDING, or FAILED
         with the launch's error once it failed). Raises BackendError when the backend
         cannot be reached."""
 

@@ -365,7 +365,7 @@ class CloudProvider(Backend, HasLaunchInfo):
         if not records:  # not in the queue yet: the launch request may still be working
             rid = info.get("sky_request_id")
             if not rid:
-                return BackendState("FAILED", f"SkyPilot has no job {backend_id}")
+                return BackendState("FAILED", f"SkyPilot has no job {backend_id}", unknown=True)
             status, error = self.sdk.request(rid)
             if status in ("FAILED", "CANCELLED"):
                 return BackendState("FAILED", f"the launch failed: {error or status}")

@@ -159,7 +159,8 @@ class RayJobsProvider(Backend, HasCapacity, ShipsSecrets):
     def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
         job = self._read(f"/api/jobs/{urllib.parse.quote(backend_id, safe='')}", f"job {backend_id}")
         if job is None:
-            return BackendState("FAILED", f"Ray at {self.address} has no job {backend_id}")
+            return BackendState("FAILED", f"Ray at {self.address} has no job {backend_id}",
+                                unknown=True)
         raw = job.get("message")
         raw = raw if isinstance(raw, str) else None
         exit_code = job.get("driver_exit_code")

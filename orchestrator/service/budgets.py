@@ -87,8 +87,10 @@ def enforce_budget(core: Core, rec: JobRow, provider) -> JobRow:
 
     msg = (f"stopped by orch: {limit[1]} reached ({fmt_money(spent, settings.currency, settings.currency_rate)} "
            f"spent); raise the budget to let it run longer")
-    store = core.store
+    store, backend_id = core.store, rec.backend_id
+    if backend_id is None:  # not launched: nothing runs to spend
+        return rec
     rec = store.update(rec.id, cancel_requested=1, info=with_info(rec, budget_stop=msg))
     store.set_status(rec.id, "RUNNING", msg)
-    core.retry(provider, "cancel", rec.backend_id)
+    core.retrying(provider).cancel(backend_id)
     return store.get(rec.id)

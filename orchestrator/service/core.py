@@ -1,5 +1,5 @@
 """The service's core: its settings, its store, its clock, the providers it launches on,
-and the one way it calls them (bounded in time, retried). Every module of the service
+and the one way it calls them (bounded in time, retried: `retrying`). Every module of the service
 (budgets, launch_spec, submitting, following, pipelines, placing) is plain functions of a
 `Core`; `orch.Orch` puts them behind one object."""
 
@@ -9,12 +9,12 @@ import functools
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
-from orchestrator.base.errors import BackendError
 from orchestrator.records import JobRow
 from orchestrator.settings import Settings
 from orchestrator.store import Store, open_store, store_exists
 
 if TYPE_CHECKING:
+    from orchestrator.service.retrying import Retrying
     from providers.base import Backend
     from providers.local_ray import LocalRay
     from providers.ray_cluster import ClusterSnapshot
@@ -98,44 +98,9 @@ class Core:
 
         return backend_class(target)
 
-    def retry(self, provider, op: str, *args):
-        """Call provider.op with bounded retries and doubling waits; the last error is
-        raised naming the backend, the attempts and what to do. Every call is safe to
-        repeat: submit is idempotent by job id, the rest read or stop."""
-        attempts, wait = self.settings.backend_retries, self.settings.backend_backoff_s
-        # A launch may upload a workdir; everything else should answer quickly.
-        timeout = self.settings.backend_timeout_s * (5 if op == "submit" else 1)
-        for i in range(attempts):
-            try:
-                return _call_within(getattr(provider, op), args, timeout,
-                                    f"{getattr(provider, 'name', 'the backend')} at "
-                                    f"{getattr(provider, 'address', '?') or '?'}")
-            except BackendError as e:
-                if i == attempts - 1:
-                    raise BackendError(f"{e.message} (after {attempts} attempts)", e.hint) from None
-                time.sleep(wait * 2 ** i)
+    def retrying(self, provider: Backend) -> Retrying:
+        """`provider` called with bounded retries and time (service/retrying.py): every
+        submit, state, logs and cancel of the service goes through it."""
+        from orchestrator.service.retrying import Retrying
 
-
-def _call_within(fn, args: tuple, timeout_s: float, who: str):
-    """fn(*args), or BackendError when it has not returned within `timeout_s`: a backend
-    that hangs is reported like one that refuses. The call is left to finish in a daemon
-    thread; every provider call is safe to have twice (submit is idempotent by job id)."""
-    import threading
-
-    box: dict = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args)
-        except BaseException as e:  # handed to the caller's thread
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True, name="orch-backend-call")
-    t.start()
-    t.join(timeout_s)
-    if t.is_alive():
-        raise BackendError(f"{who} did not answer within {timeout_s:g} s",
-                           "the backend is overloaded or hanging; `orch doctor` checks it")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
+        return Retrying(provider, self.settings)

@@ -52,12 +52,12 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
         rec = recover_launch(core, rec)
         if not rec.backend_id:
             return rec, None
-    provider = core.provider(rec.placed_on)
+    provider, backend_id = core.provider(rec.placed_on), rec.backend_id
     step = reconcile.launched(gone=provider.gone(), backend_status=None)
     if step.action == "finish":
         return finish(core, rec, step.status or "FAILED", step.message), None
     try:
-        state = core.retry(provider, "state", rec.backend_id, backend_info(rec))
+        state = core.retrying(provider).state(backend_id, backend_info(rec))
     except BackendError as e:
         # The job's history says when its backend stopped answering; its state stays the
         # last one known, since the job may well still be running there.
@@ -75,7 +75,7 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
                               cancel_requested=bool(rec.cancel_requested),
                               budget_stop=rec.info.budget_stop)
     if step.action == "finish" and state.exit_code == preemption.PREEMPTED_EXIT:
-        run = redact_text(core, rec, core.retry(provider, "logs", rec.backend_id))
+        run = redact_text(core, rec, core.retrying(provider).logs(backend_id))
         again = preemption.resumed(core, rec, state, run, finish, write_private)
         if again is not None:
             return again, None
@@ -83,7 +83,7 @@ def refresh_with_log(core: Core, rec: JobRow) -> tuple[JobRow, Optional[str]]:
         return finish(core, rec, step.status or "FAILED", step.message), None
     if step.action == "running":
         clean = redactor(core, rec)
-        text = clean(core.retry(provider, "logs", rec.backend_id))
+        text = clean(core.retrying(provider).logs(backend_id))
         rec = core.store.set_status(rec.id, "RUNNING", step.message,
                                     metrics=clean.tree(from_log(text, rec.metrics, **trust(core, rec))))
         rec = enforce_budget(core, rec, provider)
@@ -111,7 +111,7 @@ def recover_launch(core: Core, rec: JobRow, grace_s: float = 60.0) -> JobRow:
         return rec  # a live submit may still be starting Ray or uploading the workdir
     provider = core.provider(rec.placed_on)
     gone = bool(provider.gone())
-    knows = None if gone else "has no job" not in (core.retry(provider, "state", rec.id, None).message or "")
+    knows = None if gone else not core.retrying(provider).state(rec.id, None).unknown
     step = reconcile.unlaunched(**facts, backend_gone=gone, backend_knows=knows,
                                 launch_grace_s=provider.launch_grace_s)
     if step.action == "keep":
@@ -289,7 +289,7 @@ def cancel(core: Core, job_id: str, wait_s: float = 30.0) -> JobRow:
     provider = core.provider(rec.placed_on)
     if provider.gone():
         return refresh(core, rec)
-    core.retry(provider, "cancel", rec.backend_id)
+    core.retrying(provider).cancel(rec.backend_id)
     if held_elsewhere(core, rec):
         return rec  # stopping: the replica holding its values records its end
     deadline = time.monotonic() + wait_s

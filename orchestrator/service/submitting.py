@@ -124,7 +124,7 @@ def launch(core: Core, rec: JobRow, spec: JobSpec, secrets: Optional[dict] = Non
         if rec.info.preemptions:  # run again by the preemption contract: a new name for it
             made = dataclasses.replace(made, submission_id=run_name(rec.id, rec.info.preemptions + 1),
                                        env={**made.env, RESTARTS_VAR: str(rec.info.preemptions)})
-        backend_id = core.retry(provider, "submit", made)
+        backend_id = core.retrying(provider).submit(made)
         failpoints.reached("launched")
     except BackendError as e:
         core.secrets.pop(rec.id, None)

@@ -52,7 +52,7 @@ def test_orch_calls_through_a_real_api_server(sky_server, tmp_path):
 
     # What orch makes of them.
     assert got["state"] == {"value": {"status": "FAILED", "message": "SkyPilot has no job orch-none",
-                                      "info": None, "exit_code": None}}
+                                      "info": None, "exit_code": None, "unknown": True}}
     assert got["state.request"]["value"]["status"] == "FAILED"
     assert got["logs"] == {"value": ""} and got["cancel"] == {"value": None}
     assert got["submit"]["type"] == "BackendError"

@@ -269,7 +269,8 @@ def test_no_jobs_controller_means_skypilot_has_no_job():
 
     with pytest.raises(ClusterNotUpError, match="No in-progress managed jobs"):
         fake.queue("orch-gone")  # what the SDK raises
-    assert provider.state("orch-gone") == BackendState("FAILED", "SkyPilot has no job orch-gone")
+    assert provider.state("orch-gone") == BackendState("FAILED", "SkyPilot has no job orch-gone",
+                                                           unknown=True)
     # A launch of it may still be provisioning SkyPilot's first controller.
     fake.request_status = "RUNNING"
     assert provider.state("orch-gone", {"sky_request_id": "r1"}).status == "PENDING"

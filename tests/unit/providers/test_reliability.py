@@ -28,7 +28,7 @@ def spec():
 
 
 def history(o, rec):
-    return [(h["status"], h["message"]) for h in o.store.history(rec.id)]
+    return [(h["status"], h["message"]) for h in o.core.store.history(rec.id)]
 
 
 def test_a_backend_that_comes_back_within_the_retries_is_not_an_error(quick):
@@ -77,7 +77,7 @@ def test_a_launch_that_keeps_failing_ends_failed_with_the_next_step(quick):
     with pytest.raises(BackendError) as e:
         quick.submit(spec())
     assert "after 3 attempts" in e.value.message and "sky check" in e.value.hint
-    (rec,) = quick.store.list()
+    (rec,) = quick.core.store.list()
     assert rec.status == "FAILED" and rec.message.startswith("launch failed: ")
     assert [s for s, _ in history(quick, rec)] == ["PENDING", "FAILED"]
 
@@ -91,7 +91,7 @@ def dead_submitter() -> dict:
 def test_a_cloud_job_launched_by_an_orch_that_died_is_found_and_followed(quick):
     fake = use_fake(quick, [{"status": "RUNNING", "start_at": T0, **WHERE}])
     # The dead orch had recorded the job and sent the launch, but stored no backend id.
-    rec = quick.store.create_job(name="lost", spec={}, kind="exploratory", target="cloud",
+    rec = quick.core.store.create_job(name="lost", spec={}, kind="exploratory", target="cloud",
                                  fingerprint="f", info={"submitter": dead_submitter()})
     fake.launch(None, rec.id)
     rec = quick.refresh(quick.get(rec.id))
@@ -101,11 +101,11 @@ def test_a_cloud_job_launched_by_an_orch_that_died_is_found_and_followed(quick):
 
 def test_a_cloud_job_never_launched_is_failed_only_after_the_launch_window(quick):
     use_fake(quick, [{"status": "RUNNING", "start_at": T0, **WHERE}])
-    rec = quick.store.create_job(name="lost", spec={}, kind="exploratory", target="cloud",
+    rec = quick.core.store.create_job(name="lost", spec={}, kind="exploratory", target="cloud",
                                  fingerprint="f", info={"submitter": dead_submitter()})
     # SkyPilot's queue can lag its launch request by minutes: not yet.
     assert quick.refresh(quick.get(rec.id)).status == "PENDING"
-    quick.store.update(rec.id, created_at=time.time() - 700)
+    quick.core.store.update(rec.id, created_at=time.time() - 700)
     rec = quick.refresh(quick.get(rec.id))
     assert rec.status == "FAILED" and rec.message.startswith("never launched")
 
@@ -116,14 +116,14 @@ def test_the_same_key_never_launches_a_cloud_job_twice(quick):
     again, existing = quick.submit(spec(), idempotency_key="k1")
     assert again.id == first.id and existing and len(fake.launched) == 1
     # Killed after the launch but before storing it: a resubmit asks SkyPilot first.
-    quick.store.update(first.id, backend_id=None, info={"submitter": dead_submitter()})
+    quick.core.store.update(first.id, backend_id=None, info={"submitter": dead_submitter()})
     again = quick.submit(spec(), idempotency_key="k1").rec
     assert len(fake.launched) == 1 and again.backend_id == first.id
 
 
 def test_a_live_submitter_is_left_to_finish_its_launch(quick):
     use_fake(quick, [{"status": "RUNNING", "start_at": T0, **WHERE}])
-    rec = quick.store.create_job(name="busy", spec={}, kind="exploratory", target="cloud",
+    rec = quick.core.store.create_job(name="busy", spec={}, kind="exploratory", target="cloud",
                                  fingerprint="f", info={"submitter": submitter()},
                                  idempotency_key="k2")
     assert quick.refresh(quick.get(rec.id)).status == "PENDING"  # this process: alive

@@ -70,7 +70,7 @@ class FleetNode(_Shown):
     jobs: list[str] = Field(default_factory=list, description="the running jobs with a worker on it")
 
 
-class Queued(_Shown):
+class QueuedJob(_Shown):
     id: str
     name: str
     owner: Optional[str] = None
@@ -88,7 +88,7 @@ class OwnedTarget(_Shown):
     cpus_used: Optional[float] = None
     gpus_used: Optional[float] = None
     running: list[FleetJob]
-    queued: list[Queued]
+    queued: list[QueuedJob]
 
 
 class Fleet(_Shown):

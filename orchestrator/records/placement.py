@@ -73,7 +73,7 @@ class PlacedOffer(_Kept):
                                         other.count, other.spot, other.instance_type)
 
 
-class Estimate(_Kept):
+class PlacedEstimate(_Kept):
     """The chosen offer's figures (None when nothing was chosen)."""
     hours: Optional[Num] = None
     cost: Optional[Num] = None
@@ -100,7 +100,7 @@ class Placement(_Kept):
     target: Optional[str] = None
     reasons: list[str] = Field(default_factory=list)
     classification: KindReasons = Field(default_factory=KindReasons)
-    estimate: Estimate = Field(default_factory=Estimate)
+    estimate: PlacedEstimate = Field(default_factory=PlacedEstimate)
     decided_by: str = "full"
     choice: Optional[PlacedOffer] = None
     refusal: Optional[str] = None

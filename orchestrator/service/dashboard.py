@@ -21,7 +21,7 @@ from orchestrator.records.page import (
     JobProgress,
     OwnedTarget,
     Point,
-    Queued,
+    QueuedJob,
 )
 from orchestrator.service import following, views
 from orchestrator.service.core import Core
@@ -116,7 +116,7 @@ def _target(core: Core, target: str, running: list[JobRow], rate: float, now: fl
                            gpu_model=n.gpu_model, jobs=[job_id for job_id, on in placed.items() if n.node_id in on])
                  for n in snap.nodes]
     ips = {n.node_id: n.ip for n in nodes}
-    queued = [Queued(id=r.id, name=r.name, owner=r.owner, priority=r.priority, created_at=iso(r.created_at),
+    queued = [QueuedJob(id=r.id, name=r.name, owner=r.owner, priority=r.priority, created_at=iso(r.created_at),
                      waiting_for=r.message) for r in core.store.queued() if r.target == target]
     return OwnedTarget(target=target, problem=problem, nodes=nodes, cpus=total.get("CPU"), gpus=total.get("GPU"),
                        cpus_used=used.get("CPU"), gpus_used=used.get("GPU"), queued=queued,

@@ -43,7 +43,7 @@ class Reach(NamedTuple):
                 "protocol.file.allow=never", "http.followRedirects=false")
 
 
-LOCAL = Reach(None, (), 120.0)
+NO_LIMITS = Reach(None, (), 120.0)
 
 
 def serves_clients(settings) -> bool:
@@ -56,7 +56,7 @@ def reach(settings, *, server: Optional[bool] = None) -> Reach:
     """The limits for git URLs under `settings`: a server's for its clients (`server` None:
     whether this process serves clients), else none but the old 120 s."""
     if not (serves_clients(settings) if server is None else server):
-        return LOCAL
+        return NO_LIMITS
     return Reach(frozenset(settings.serve_git_schemes), tuple(settings.serve_git_hosts),
                  float(settings.serve_git_timeout_s))
 
@@ -141,7 +141,7 @@ def _git(url: str, what: str, where: Reach, *args: str, cwd: Optional[Path] = No
     return out.stdout
 
 
-def pin(spec, where: Reach = LOCAL) -> None:
+def pin(spec, where: Reach = NO_LIMITS) -> None:
     """A job's git workdir pinned to the commit its ref names now (a branch may move before
     the job runs, or between a cloud job's recoveries); nothing for any other workdir.
     Under a server's `where`, a URL it does not allow is refused before git runs."""
@@ -150,10 +150,10 @@ def pin(spec, where: Reach = LOCAL) -> None:
         return
     check_url(git.url, where, spec)
     if git.commit is None:
-        git.commit = resolve(git.url, git.ref) if where is LOCAL else resolve(git.url, git.ref, where)
+        git.commit = resolve(git.url, git.ref) if where is NO_LIMITS else resolve(git.url, git.ref, where)
 
 
-def resolve(url: str, ref: Optional[str], where: Reach = LOCAL) -> str:
+def resolve(url: str, ref: Optional[str], where: Reach = NO_LIMITS) -> str:
     """The commit `ref` (a branch, a tag, a commit; None: the default branch) names now."""
     if ref is not None and _SHA.match(ref):
         return ref
@@ -173,7 +173,7 @@ def checkout_folder(home: Path, job_id: str) -> Path:
     return home / "workdirs" / job_id
 
 
-def checkout(spec, dest: Path, where: Reach = LOCAL) -> Path:
+def checkout(spec, dest: Path, where: Reach = NO_LIMITS) -> Path:
     """`dest` holding the job's git workdir at its pinned commit (made once; a later launch
     of the same job reuses it)."""
     pin(spec, where)

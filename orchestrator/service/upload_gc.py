@@ -66,7 +66,7 @@ class Use:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class UploadVerdict:
     name: str
     remove: bool
     reason: str
@@ -74,7 +74,7 @@ class Verdict:
 
 
 def decide(folders: Iterable[Folder], uses: Iterable[Use], now: float,
-           keep_hours: float) -> list[Verdict]:
+           keep_hours: float) -> list[UploadVerdict]:
     """A verdict for every upload and temporary folder, in name order; other names
     (a file, a folder orch did not make) get none and are left alone."""
     by_digest: dict[str, list[Use]] = {}
@@ -84,7 +84,7 @@ def decide(folders: Iterable[Folder], uses: Iterable[Use], now: float,
     for f in sorted(folders, key=lambda f: f.name):
         if f.name.startswith(TEMP_PREFIXES):
             old = now - f.at > TEMP_MAX_AGE_S
-            out.append(Verdict(f.name, old, f"left by a server that stopped, unchanged since "
+            out.append(UploadVerdict(f.name, old, f"left by a server that stopped, unchanged since "
                                f"{iso(f.at)}" if old else "in progress", f.at))
             continue
         if not _DIGEST.match(f.name):
@@ -93,14 +93,14 @@ def decide(folders: Iterable[Folder], uses: Iterable[Use], now: float,
         last = max([f.at] + [u.at for u in refs if u.at is not None])
         active = [u for u in refs if u.active]
         if keep_hours <= 0:
-            out.append(Verdict(f.name, False, "upload_keep_hours is 0: uploads are kept", last))
+            out.append(UploadVerdict(f.name, False, "upload_keep_hours is 0: uploads are kept", last))
         elif active:
-            out.append(Verdict(f.name, False, f"{active[0].by} needs it", last))
+            out.append(UploadVerdict(f.name, False, f"{active[0].by} needs it", last))
         elif now - last <= keep_hours * HOUR:
-            out.append(Verdict(f.name, False, f"last used {iso(last)}, within "
+            out.append(UploadVerdict(f.name, False, f"last used {iso(last)}, within "
                                f"upload_keep_hours ({keep_hours:g})", last))
         else:
-            out.append(Verdict(f.name, True, f"last used {iso(last)}, no job or schedule "
+            out.append(UploadVerdict(f.name, True, f"last used {iso(last)}, no job or schedule "
                                "needs it", last))
     return out
 
@@ -205,7 +205,7 @@ def _size(path: Path) -> tuple[int, int]:
     return files, total
 
 
-def _remove(root: Path, v: Verdict, mtime_ns: int) -> Optional[str]:
+def _remove(root: Path, v: UploadVerdict, mtime_ns: int) -> Optional[str]:
     """Move an upload aside, then delete it: the log line, or None when it was kept after all."""
     src = root / v.name
     aside = root / f".removing-{v.name[:16]}-{uuid.uuid4().hex[:8]}"

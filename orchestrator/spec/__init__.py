@@ -14,20 +14,20 @@ from orchestrator.spec.resources import AcceleratorChoice, Resources, parse_acce
 from orchestrator.spec.sections import (
     AutoBool,
     AutoCount,
-    Budget,
+    BudgetSection,
     Checkpoint,
     Data,
-    Estimate,
-    Placement,
+    EstimateSection,
+    PlacementSection,
     Scaling,
-    Schedule,
+    ScheduleSection,
     Train,
     UtilizationPolicy,
 )
 
 __all__ = [
     "MAX_BYTES", "MAX_DEPTH", "MAX_VALUES", "TARGETS", "AcceleratorChoice", "AutoBool", "AutoCount",
-    "Budget", "Checkpoint", "Data", "Estimate", "JobSpec", "Overrides", "Placement", "Resources", "Scaling",
-    "Schedule", "SourceMap", "Strict", "Target", "Train", "UtilizationPolicy", "load_spec", "load_spec_text", "overrides",
+    "BudgetSection", "Checkpoint", "Data", "EstimateSection", "JobSpec", "Overrides", "PlacementSection", "Resources", "Scaling",
+    "ScheduleSection", "SourceMap", "Strict", "Target", "Train", "UtilizationPolicy", "load_spec", "load_spec_text", "overrides",
     "parse_accelerator", "quantity_min",
 ]

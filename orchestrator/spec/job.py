@@ -17,13 +17,13 @@ from orchestrator.spec.base import Strict, plain
 from orchestrator.spec.document import SourceMap
 from orchestrator.spec.resources import CLOUD_ONLY, Resources
 from orchestrator.spec.sections import (
-    Budget,
+    BudgetSection,
     Checkpoint,
     Data,
-    Estimate,
-    Placement,
+    EstimateSection,
+    PlacementSection,
     Scaling,
-    Schedule,
+    ScheduleSection,
     Train,
     UtilizationPolicy,
 )
@@ -104,11 +104,11 @@ class JobSpec(Strict):
     scaling: Scaling = Field(default_factory=Scaling)
     precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
     data: Data = Field(default_factory=Data)
-    schedule: Schedule = Field(default_factory=Schedule)
-    budget: Budget = Field(default_factory=Budget)
-    placement: Placement = Field(default_factory=Placement)
+    schedule: ScheduleSection = Field(default_factory=ScheduleSection)
+    budget: BudgetSection = Field(default_factory=BudgetSection)
+    placement: PlacementSection = Field(default_factory=PlacementSection)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
-    estimate: Optional[Estimate] = None
+    estimate: Optional[EstimateSection] = None
     utilization_policy: Optional[UtilizationPolicy] = None
     sweep: Optional[Sweep] = None  # spec/sweep.py: runs of this file with other values
 

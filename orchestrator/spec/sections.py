@@ -128,7 +128,7 @@ class Data(Strict):
     pin_memory: AutoBool = "auto"
 
 
-class Schedule(Strict):
+class ScheduleSection(Strict):
     kind: Literal["auto", "exploratory", "steady"] = "auto"
     cron: Optional[str] = None
     deadline_hours: Optional[PositiveFloat] = Field(
@@ -144,12 +144,12 @@ class Schedule(Strict):
         return v
 
 
-class Budget(Strict):
+class BudgetSection(Strict):
     max_cost: Optional[PositiveFloat] = None
     max_hourly: Optional[PositiveFloat] = None
 
 
-class Placement(Strict):
+class PlacementSection(Strict):
     allow: list[Target] = Field(default_factory=lambda: list(TARGETS))
 
     @field_validator("allow")
@@ -189,7 +189,7 @@ class Checkpoint(Strict):
         return v
 
 
-class Estimate(Strict):
+class EstimateSection(Strict):
     hours: PositiveFloat
     gpu: Optional[str] = None
 

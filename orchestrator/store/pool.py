@@ -17,7 +17,7 @@ from typing import Optional, Protocol
 from orchestrator.store.base import Connection
 
 
-class Store(Protocol):
+class PooledStore(Protocol):
     """What the pool uses of a store (orchestrator.store.Store, which imports this)."""
 
     url: Optional[str]
@@ -29,7 +29,7 @@ MAX_IDLE = 16
 
 _lock = threading.Lock()
 _enabled = False
-_idle: dict[str, list[Store]] = {}
+_idle: dict[str, list[PooledStore]] = {}
 
 
 def enable(on: bool = True) -> None:
@@ -48,7 +48,7 @@ def enabled() -> bool:
     return _enabled
 
 
-def take(url: str) -> Optional[Store]:
+def take(url: str) -> Optional[PooledStore]:
     """An idle store on `url` that answers, or None (open a new one)."""
     while True:
         with _lock:
@@ -63,7 +63,7 @@ def take(url: str) -> Optional[Store]:
             store.close_now()
 
 
-def give_back(store: Store) -> None:
+def give_back(store: PooledStore) -> None:
     """A store a thread is done with: kept for the next, or closed."""
     url = store.url
     if _enabled and url is not None and not store._db.in_transaction:

@@ -151,7 +151,7 @@ def _server(schemes=("https",), hosts=("github.com", "git.example.com:8443", "[:
     ("https://any.example/r\\@github.com", None, ("*",), "backslashes"),
 ])
 def test_a_clients_git_url_is_checked_by_scheme_and_host(url, schemes, hosts, refused):
-    from orchestrator.service.git_workdir import LOCAL, url_problem
+    from orchestrator.service.git_workdir import NO_LIMITS, url_problem
 
     where = _server(*([schemes] if schemes else []), **({"hosts": hosts} if hosts else {}))
     problem = url_problem(url, where)
@@ -159,7 +159,7 @@ def test_a_clients_git_url_is_checked_by_scheme_and_host(url, schemes, hosts, re
         assert problem is None, problem
     else:
         assert problem is not None and refused in problem, problem
-    assert url_problem(url, LOCAL) is None  # a user's own orch: any URL, as before
+    assert url_problem(url, NO_LIMITS) is None  # a user's own orch: any URL, as before
 
 
 def test_a_refused_url_says_to_use_a_remote_url_or_an_upload_and_git_is_configured_for_it():

@@ -60,7 +60,7 @@ class RunRequest:
     max_failures: int = 0
     budget: Optional[Budget] = None
     telemetry_interval_s: float = 5.0  # how often each worker reads its device (jobs/telemetry.py)
-    # utilization_policy (jobs/utilization.py): warn about or stop a run left idle
+    # utilization_policy (jobs/idle_policy.py): warn about or stop a run left idle
     utilization_policy: Optional[IdlePolicy] = None
     telemetry_point_s: float = 30.0  # each worker's live device point: its mean over this long
 
@@ -172,7 +172,7 @@ class WorkerOptions:
     cwd: Optional[str] = None
     telemetry_interval_s: float = 5.0
     utilization_policy: Optional[IdlePolicy] = None
-    utilization_board: Optional[str] = None  # the run's board (jobs/utilization.py)
+    utilization_board: Optional[str] = None  # the run's board (jobs/idle_policy.py)
     telemetry_point_s: float = 30.0
 
     @classmethod

@@ -22,11 +22,11 @@ import uuid
 from typing import Any, Callable, Optional
 
 from . import controller as train_controller
-from . import elastic, events, secret_env, telemetry, utilization
+from . import elastic, events, idle_policy, secret_env, telemetry
 from .controller import to_log
 from .events import KEY_VAR
 from .request import ENV_VAR, BadRequest, Budget, RunRequest, WorkerOptions
-from .targets import check_target, failure_text, imported, offer_public_name
+from .train_loops import check_target, failure_text, imported, offer_public_name
 from .trainer import TRAIN_ENV, Hosted, reporter, trainer_class
 
 _OPTIONS_KEY = "__orch__"
@@ -110,7 +110,7 @@ def _board(options: WorkerOptions, rank: int) -> Optional[Callable[[Optional[flo
     when the board cannot be reached (the run goes on, unwatched, and says so)."""
     if options.utilization_policy is None or not options.utilization_board:
         return None
-    post = functools.partial(utilization.post, options.utilization_board, rank)
+    post = functools.partial(idle_policy.post, options.utilization_board, rank)
     try:
         post(None)
     except Exception as e:  # noqa: BLE001
@@ -279,7 +279,7 @@ def _fit(req: RunRequest, options: WorkerOptions, hosted: Optional[Hosted], star
         if watch is not None:
             watch.close()
             with contextlib.suppress(Exception):
-                utilization.clear(watch.board)
+                idle_policy.clear(watch.board)
     checkpoint = getattr(result, "checkpoint", None)
     _prune(checkpoint, req.num_to_keep)
     events.emit("result", ok=True, metrics=result.metrics or {},
@@ -289,7 +289,7 @@ def _fit(req: RunRequest, options: WorkerOptions, hosted: Optional[Hosted], star
     return 0
 
 
-def _watch(req: RunRequest, held: list) -> Optional[utilization.Watch]:
+def _watch(req: RunRequest, held: list) -> Optional[idle_policy.Watch]:
     """The run's utilization_policy, watched from here over all its workers: stopping the
     run aborts the controllers in `held`. None without a policy."""
     if req.utilization_policy is None:
@@ -300,7 +300,7 @@ def _watch(req: RunRequest, held: list) -> Optional[utilization.Watch]:
             train_controller.abort(controller)
 
     board = f"{req.job_id}/{uuid.uuid4().hex[:8]}"  # this run's alone: a rerun posts afresh
-    return utilization.Watch(req.utilization_policy, board, req.num_workers, on_stop=stop,
+    return idle_policy.Watch(req.utilization_policy, board, req.num_workers, on_stop=stop,
                              poll_s=min(1.0, req.telemetry_interval_s))
 
 

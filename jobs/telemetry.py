@@ -313,7 +313,7 @@ class Sampler:
     with a policy, `on_idle(peak)` each time this device turns idle for the policy
     (`idle_peak`: its highest utilization over the window) and `on_idle(None)` each time it
     turns busy again. Whether the run is idle is the driver's to judge, over all its
-    workers (jobs/utilization.py)."""
+    workers (jobs/idle_policy.py)."""
 
     def __init__(self, reader: Any, interval_s: float = 5.0, policy: Optional[IdlePolicy] = None,
                  on_idle: Optional[Callable[[Optional[float]], None]] = None,

@@ -161,7 +161,7 @@ def test_the_runner_signs_with_the_key_it_takes_and_hands_it_to_no_worker(monkey
 
 
 def test_the_runner_looks_up_the_jobs_module_without_running_it(tmp_path, monkeypatch):
-    from jobs.targets import check_target
+    from jobs.train_loops import check_target
 
     (tmp_path / "usercode.py").write_text("open(__file__ + '.ran', 'w').close()\n")
     monkeypatch.syspath_prepend(str(tmp_path))

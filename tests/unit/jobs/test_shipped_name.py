@@ -18,9 +18,9 @@ from tests.conftest import ROOT
 WORKER = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, os.getcwd())
-    from _orch_runner import targets
-    targets.offer_public_name()
-    fn = targets.imported(sys.argv[1])
+    from _orch_runner import train_loops
+    train_loops.offer_public_name()
+    fn = train_loops.imported(sys.argv[1])
     print(fn.__module__, fn({}))
     import jobs, _orch_runner.context
     try:
@@ -29,7 +29,7 @@ WORKER = textwrap.dedent("""
     except ImportError:
         ours = False
     print(os.path.relpath(jobs.__file__), ours, _orch_runner.context.__spec__.name)
-    print(targets.resolve_callable("image-classification").__module__)
+    print(train_loops.resolve_callable("image-classification").__module__)
 """)
 
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from jobs import events
+from jobs.idle_policy import run_idle
 from jobs.telemetry import (
     CpuReader,
     IdlePolicy,
@@ -20,7 +21,6 @@ from jobs.telemetry import (
     reader_for,
     summarize,
 )
-from jobs.utilization import run_idle
 
 POLICY = IdlePolicy(min_utilization=20, window_minutes=1, action="stop")
 

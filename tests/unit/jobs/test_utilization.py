@@ -7,9 +7,9 @@ import io
 import pytest
 
 from jobs import events
+from jobs.idle_policy import Watch, run_idle
 from jobs.request import BadRequest, RunRequest, WorkerOptions
 from jobs.telemetry import IdlePolicy
-from jobs.utilization import Watch, run_idle
 
 STOP = IdlePolicy(min_utilization=20, window_minutes=1, action="stop")
 WARN = IdlePolicy(min_utilization=20, window_minutes=1, action="warn")

@@ -164,7 +164,7 @@ def test_the_run_says_an_entrypoint_that_does_not_import_in_the_doors_words(tmp_
     from ray.train.v2._internal.exceptions import UserExceptionWithTraceback
     from ray.train.v2.api.exceptions import WorkerGroupError
 
-    from jobs.targets import EntrypointError, failure_text, imported
+    from jobs.train_loops import EntrypointError, failure_text, imported
 
     (tmp_path / "broken_mod.py").write_text("import not_installed_here_zz\ndef train(c): pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))

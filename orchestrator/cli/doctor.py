@@ -18,7 +18,7 @@ def doctor(
                                       "every readable job, API token and schedule into a new one"),
 ) -> None:
     """Check everything orch depends on; exit 1 when anything is a problem."""
-    from orchestrator.service import doctor as doc
+    from orchestrator.service.orch import Orch
     from orchestrator.settings import load_settings
 
     settings = load_settings()
@@ -30,8 +30,9 @@ def doctor(
         raise InputError(f"--repair-store mends a SQLite store; this one is PostgreSQL at "
                          f"{store_location(settings)}", "PostgreSQL keeps its own: restore from "
                          "its backups (pg_dump / pg_restore); `orch doctor` shows what is wrong")
-    repaired = doc.repair_store(settings.home) if repair_store else None
-    checks = doc.run_checks(settings)
+    orch = Orch(settings)
+    repaired = orch.repair_store() if repair_store else None
+    checks = orch.checks()
     problems = sum(c.ok is False for c in checks)
     if json_out:
         print_json({"ok": problems == 0, "problems": problems,

@@ -112,7 +112,6 @@ def _emit(kind: str, spec, settings, plan: Placement) -> None:
     import yaml
 
     from orchestrator.base.errors import InputError
-    from orchestrator.service.git_workdir import pin
     from orchestrator.service.orch import Orch
     from providers.cloud import task_yaml
 
@@ -127,7 +126,7 @@ def _emit(kind: str, spec, settings, plan: Placement) -> None:
                              "enable clouds with ORCH_CLOUDS and allow cloud in placement.allow")
         d.choice = clouds[0]
     orch = Orch(settings)
-    pin(spec)  # the commit a submit would launch
+    orch.pin(spec)  # the commit a submit would launch
     # Secret values are not needed to print the task: it names them for `sky launch --secret`.
     launch = orch.launch_for("orch-plan", spec, CLOUD, d, secrets={k: "" for k in spec.secrets})
     config = task_yaml(orch.for_cloud(launch, spec, d))

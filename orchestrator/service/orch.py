@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from orchestrator.records.cost import CostReport
     from orchestrator.records.page import Fleet, JobProgress, SpendingPage
     from orchestrator.records.placement import Placement
+    from orchestrator.service.doctor.check import Check
     from orchestrator.service.metrics_snapshot import Snapshot
     from orchestrator.settings import Settings
     from orchestrator.spec import JobSpec
@@ -91,10 +92,31 @@ class Orch:
         except Exception:  # noqa: BLE001
             return []
 
+    # -- what orch depends on (service/doctor/) -----------------------------------------
+
+    def checks(self) -> list[Check]:
+        """`orch doctor`'s checks of the store, local Ray, the cluster, SkyPilot and S3."""
+        from orchestrator.service import doctor
+
+        return doctor.run_checks(self.settings)
+
+    def repair_store(self) -> dict:
+        """Move a damaged SQLite store aside and salvage what it holds (service/doctor/repair.py)."""
+        from orchestrator.service import doctor
+
+        return doctor.repair_store(self.settings.home)
+
     # -- planning and submitting -------------------------------------------------------
 
     def plan(self, spec: JobSpec, owner: Optional[str] = None) -> placing.Planned:
         return placing.plan(self.core, spec, owner)
+
+    @staticmethod
+    def pin(spec: JobSpec) -> None:
+        """Resolve the job's git workdir ref to the commit a submit would launch, in place."""
+        from orchestrator.service.git_workdir import pin
+
+        pin(spec)
 
     def record(self, spec: JobSpec, idempotency_key: Optional[str] = None, *,
                owner: Optional[str] = None, priority: int = 0, info: Optional[dict] = None,

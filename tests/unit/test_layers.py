@@ -242,8 +242,6 @@ DOOR = "orchestrator.service.orch"
 # Service modules still imported from outside, by what they give (a function or a type
 # that is not a service call on the store): remove an entry when its import goes.
 DOOR_DEBTS: set[tuple[str, str]] = {
-    ("orchestrator.cli.doctor", "orchestrator.service.doctor"),  # the checks, not jobs
-    ("orchestrator.cli.plan", "orchestrator.service.git_workdir"),  # pins a ref: no store
     ("orchestrator.client.remote", "orchestrator.service.launch_spec"),  # left_out: paths
     ("orchestrator.client.remote", "orchestrator.service.upload"),  # the upload's format
     ("orchestrator.server.app", "orchestrator.service.upload"),

@@ -74,10 +74,9 @@ class Orch:
     def stop_idle(self, everyone: bool = False, only: Optional[str] = None) -> list[str]:
         """In the per-user isolation modes, stop the users' Ray instances and on-prem clusters
         idle for serve_isolation_idle_s (providers/isolated.py, providers/onprem_users.py;
-        `orch serve` asks every period), or
-        all of them (`everyone`: `orch local down`): the OS users whose instance stopped.
-        Never raises: an instance that will not stop now is tried again next time. `only`:
-        that target's alone."""
+        `orch serve` asks every period), or all of them (`everyone`; `orch local down`: the
+        `only="local"` ones): the OS users whose instance or cluster stopped. Never raises:
+        one that will not stop now is tried again next time."""
         targets = [t for t, on in (("local", self.settings.serve_isolation == "per-user"),
                                    ("onprem", self.settings.onprem_isolation == "per-user"
                                     and bool(self.settings.ray_address)))

@@ -20,6 +20,8 @@ import subprocess
 import sys
 from typing import Optional
 
+from . import secret_env
+
 WAIT_FOR_NODES_S = 120.0
 
 
@@ -51,13 +53,17 @@ def _ip() -> str:
     return str(ray.util.get_node_ip_address())
 
 
-def _run(argv: list[str], env: dict[str, str]) -> int:
+def _run(argv: list[str], env: dict[str, str], hidden=None) -> int:
     """On its node: the command, its output to this worker's (which Ray sends the driver).
     `python`, `torchrun` and `accelerate` in it are those of the Python the cluster's Ray
-    runs in, as `python` on a local job is orch's own."""
+    runs in, as `python` on a local job is orch's own. `hidden`: the job's secret values
+    (secret_env.Hidden), which the driver took out of their file: Ray gives a node's
+    process the job's runtime env alone."""
     sys.stdout.flush()
     path = f"{os.path.dirname(argv[0])}:{os.environ.get('PATH', '')}"
-    return subprocess.call(argv, env={**os.environ, **env, "PATH": path})
+    values = hidden.values if hidden is not None else {}
+    named = {secret_env.NAMES_VAR: ",".join(sorted(values))} if values else {}
+    return subprocess.call(argv, env={**os.environ, **values, **named, **env, "PATH": path})
 
 
 def main(argv: list[str]) -> int:
@@ -95,9 +101,12 @@ def main(argv: list[str]) -> int:
 
     ips = ray.get([on(r, _ip).remote() for r in range(args.nodes)])
     print(f"orch: {args.nodes} nodes, the head at {ips[0]}: one process on each", flush=True)
+    # The values travel as the task's argument (never in its runtime env, which Ray logs
+    # and shows), without the event key (secret_env.for_workers).
+    hidden = secret_env.Hidden(secret_env.from_environ())
     running = {on(r, _run, max_retries=0).remote(
         workspace_argv(r, args.job, args.root, args.resume, command, args.no_workdir),
-        node_env(r, ips, args.gpus)): r for r in range(args.nodes)}
+        node_env(r, ips, args.gpus), hidden): r for r in range(args.nodes)}
     code = 0
     while running:
         done, _ = ray.wait(list(running), num_returns=1)

@@ -4,7 +4,9 @@
 the interpreter `ray start` was launched with, often a virtualenv that is not on the PATH.
 The Ray job supervisor that runs the entrypoint is a worker of that interpreter. Its
 /proc/PID/exe names the base interpreter only (a venv's python is a symlink, resolved), so
-the environment is read from the `ray/_raylet.so` it has loaded (/proc/PID/maps). Each
+the environment is read from the `ray/_raylet.so` it has loaded (/proc/PID/maps), unless
+the cluster names its interpreter in ORCH_RAY_PYTHON (a user's own cluster does:
+jobs/user_cluster.py, whose Python may find Ray through a .pth file). Each
 candidate must find ray and torch (importlib.util.find_spec: no import, milliseconds);
 without one the job fails at once saying so, as a `result` event and on stderr.
 """
@@ -28,6 +30,7 @@ orch_try() {
   "$1" -c "$orch_ok" 2>/dev/null && orch_py=$1
 }
 orch_pid=$PPID
+[ -z "$ORCH_RAY_PYTHON" ] || orch_try "$ORCH_RAY_PYTHON"
 while [ -z "$orch_py" ] && [ "${orch_pid:-0}" -gt 1 ] 2>/dev/null; do
   orch_lib=$(grep -m1 -o '/.*/ray/_raylet\.so$' "/proc/$orch_pid/maps" 2>/dev/null)
   if [ -n "$orch_lib" ]; then

@@ -47,6 +47,10 @@ def backend_for(target: str, settings: Settings,
             return IsolatedLocalProvider(settings, on_ray_start)
         return LocalProvider(local_ray(settings), on_ray_start)
     if kind is OnPremProvider and settings.ray_address:
+        if settings.onprem_isolation == "per-user":
+            from providers.onprem_users import OnPremUsersProvider
+
+            return OnPremUsersProvider(settings)
         return OnPremProvider(settings.ray_address, settings.ray_token_file)
     if kind is CloudProvider:
         return CloudProvider(startup_minutes=settings.cloud_startup_minutes)

@@ -48,6 +48,7 @@ UNITS = {
     "tests/integration/test_onprem.py": "two-node-cluster",
     "tests/integration/test_sweep_cluster.py": "two-node-cluster",
     "tests/integration/test_run_nodes.py": "two-node-cluster",
+    "tests/integration/test_isolation_onprem.py": "two-node-cluster",
     "tests/integration/test_secrets_travel.py::test_on_prem_jobs_see_their_secrets_and_nothing_keeps_them": "two-node-cluster",
     "tests/integration/test_serve_replicas.py::test_jobs_logs_uploads_and_cron_slots_are_shared_by_replicas_and_survive_a_kill": "two-node-cluster",
     # Its last test reads what the file's fuzz tests recorded in this process.

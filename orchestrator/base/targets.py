@@ -34,10 +34,14 @@ def rented(target: Optional[str]) -> bool:
     return target is not None and target not in OWNED
 
 
-# How the jobs of one Ray cluster (the local Ray, the on-prem cluster) share it: the on-prem
-# cluster's only mode; the server's own machine also has the per-user mode (serve_isolation,
-# providers/isolated.py). Named wherever the cluster is shown (`orch doctor`, `orch cluster
+# How the jobs of one Ray cluster (the local Ray, the on-prem cluster) share it: the default;
+# both also have a per-user mode (serve_isolation, providers/isolated.py; onprem_isolation,
+# providers/onprem_users.py). Named wherever the cluster is shown (`orch doctor`, `orch cluster
 # status`).
+PER_USER_CLUSTER: Final = ("per-user clusters: each client user's jobs run in a Ray cluster of "
+                           "their own on the owned nodes, as an OS user of their own with their "
+                           "own token (onprem_isolation = \"per-user\"); jobs with no owner "
+                           "share the base cluster")
 SHARED_CLUSTER_MODE: Final = "shared"
 SHARED_CLUSTER: Final = ("shared cluster, a trusted-team mode: its jobs run as one OS user with "
                          "one Ray token, and Ray \"doesn't attempt to enforce isolation\" between "

@@ -16,7 +16,7 @@ cluster_app = typer.Typer(no_args_is_help=True, help="The on-prem Ray cluster (O
 def status(json_out: bool = typer.Option(False, "--json", help="JSON on stdout")) -> None:
     """Nodes, GPUs (model, count, free), running and queued jobs, owned cost per hour."""
     from orchestrator.base.errors import InputError
-    from orchestrator.base.targets import SHARED_CLUSTER, SHARED_CLUSTER_MODE
+    from orchestrator.base.targets import PER_USER_CLUSTER, SHARED_CLUSTER
     from orchestrator.decision.pricing import fmt_money, onprem_offer
     from orchestrator.settings import load_settings
     from providers.onprem import OnPremProvider
@@ -39,7 +39,7 @@ def status(json_out: bool = typer.Option(False, "--json", help="JSON on stdout")
             "free": {r: snap.free(r) for r in ("CPU", "GPU")},
             "gpus": snap.gpu_models,
             "jobs": [dataclasses.asdict(j) for j in snap.jobs],
-            "mode": SHARED_CLUSTER_MODE,
+            "mode": settings.onprem_isolation,
             "cost_per_hour": {"full": per_hour * settings.currency_rate,
                               "power": power * settings.currency_rate,
                               "currency": settings.currency},
@@ -48,7 +48,8 @@ def status(json_out: bool = typer.Option(False, "--json", help="JSON on stdout")
     out.print(f"[bold]cluster[/] {snap.address}: {sum(n.alive for n in snap.nodes)} nodes alive, "
               f"CPUs {snap.free('CPU'):g}/{snap.total.get('CPU', 0):g} free, "
               f"GPUs {snap.free('GPU'):g}/{snap.total.get('GPU', 0):g} free")
-    out.print(f"mode: {SHARED_CLUSTER}")
+    out.print("mode: " + (PER_USER_CLUSTER if settings.onprem_isolation == "per-user"
+                          else SHARED_CLUSTER))
     out.print(table(["NODE", "IP", "STATE", "HEAD", "CPUS", "GPUS", "GPU MODEL"],
                     [(n.node_id[:12], n.ip, "ALIVE" if n.alive else "DEAD", "yes" if n.is_head else "",
                       f"{n.cpus:g}", f"{n.gpus:g}", n.gpu_model) for n in snap.nodes]))

@@ -37,7 +37,7 @@ def down() -> None:
     from orchestrator.service.orch import Orch
     from orchestrator.settings import load_settings
 
-    for name in Orch(load_settings()).stop_idle(everyone=True):
+    for name in Orch(load_settings()).stop_idle(everyone=True, only="local"):
         out.print(f"{name}'s Ray instance stopped")
 
 

@@ -99,7 +99,7 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
     est_hours = decision.estimate.hours if decision else None
     # The cluster keeps these with the job, so any orch can estimate the queue from them.
     metadata = {"orch_job": job_id, "name": spec.name or "job", "cpus": holds.cpus,
-                "gpus": holds.gpus}
+                "gpus": holds.gpus, "nodes": spec.num_nodes}
     if est_hours is not None:
         metadata["est_hours"] = round(est_hours, 4)
     if spec.train and storage:

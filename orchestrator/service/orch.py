@@ -80,17 +80,23 @@ class Orch:
     def capacity(self, target: str) -> Optional[ClusterSnapshot]:
         return self.core.capacity(target)
 
-    def stop_idle(self, everyone: bool = False) -> list[str]:
-        """In the per-user isolation mode, stop the users' Ray instances idle for
-        serve_isolation_idle_s (providers/isolated.py; `orch serve` asks every period), or
-        all of them (`everyone`: `orch local down`): the OS users whose instance stopped.
-        Never raises: an instance that will not stop now is tried again next time."""
-        if self.settings.serve_isolation != "per-user":
-            return []
-        try:
-            return self.provider("local").stop_idle(everyone)  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001
-            return []
+    def stop_idle(self, everyone: bool = False, only: Optional[str] = None) -> list[str]:
+        """In the per-user isolation modes, stop the users' Ray instances and on-prem clusters
+        idle for serve_isolation_idle_s (providers/isolated.py, providers/onprem_users.py;
+        `orch serve` asks every period), or all of them (`everyone`; `orch local down`: the
+        `only="local"` ones): the OS users whose instance or cluster stopped. Never raises:
+        one that will not stop now is tried again next time."""
+        targets = [t for t, on in (("local", self.settings.serve_isolation == "per-user"),
+                                   ("onprem", self.settings.onprem_isolation == "per-user"
+                                    and bool(self.settings.ray_address)))
+                   if on and only in (None, t)]
+        stopped: list[str] = []
+        for target in targets:
+            try:
+                stopped += self.provider(target).stop_idle(everyone)  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001
+                pass
+        return stopped
 
     # -- what orch depends on (service/doctor/) -----------------------------------------
 

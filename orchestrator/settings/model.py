@@ -185,6 +185,11 @@ class Settings(BaseSettings):
         "`local` target): shared, one Ray instance as the server's user (the trusted-team "
         "mode, needs serve_local_trusted); per-user, each client user's jobs in a Ray "
         "instance of their own, as an OS user of their own (needs root)")
+    onprem_isolation: Literal["shared", "per-user"] = Field(
+        "shared", description="how clients' jobs share the on-prem cluster: shared, one Ray "
+        "cluster, one OS user, one token (the trusted-team mode); per-user, each owner's jobs "
+        "in a Ray cluster of their own on the owned nodes, as an OS user of their own, started "
+        "through the base cluster (which must run as root)")
     serve_isolation_root: Path = Field(
         Path("/var/lib/orch-u"), description="per-user mode: the folder holding each OS "
         "user's home (its Ray's temp dir, its jobs' HOME); short, since Ray's sockets live "

@@ -90,6 +90,10 @@ def test_cluster_status(cluster, home):
     text = orch(cluster, home, "cluster", "status").stdout
     assert "2 nodes alive" in text and "USD/h" in text
     assert "mode: shared cluster, a trusted-team mode" in text  # issue 46
+    per_user = orch(cluster, home, "cluster", "status", ORCH_ONPREM_ISOLATION="per-user")
+    assert "mode: per-user clusters: each client user's jobs" in per_user.stdout, per_user.stderr
+    per_user = orch(cluster, home, "cluster", "status", "--json", ORCH_ONPREM_ISOLATION="per-user")
+    assert json.loads(per_user.stdout)["mode"] == "per-user"
 
 
 def test_without_an_inventory_the_cluster_itself_runs_steady_work_on_both_nodes(

@@ -29,10 +29,15 @@ def onprem_check(settings: Settings, timeout: float = 5.0) -> Check:
 
 
 def cluster_mode_check(settings: Settings) -> list[Check]:
-    """How the on-prem cluster's jobs share it (base.targets.SHARED_CLUSTER); none without one."""
-    from orchestrator.base.targets import SHARED_CLUSTER
+    """How the on-prem cluster's jobs share it (base.targets.SHARED_CLUSTER, or a cluster per
+    user: PER_USER_CLUSTER); none without one."""
+    from orchestrator.base.targets import PER_USER_CLUSTER, SHARED_CLUSTER
 
-    return [Check("cluster mode", True, SHARED_CLUSTER)] if settings.ray_address else []
+    if not settings.ray_address:
+        return []
+    if settings.onprem_isolation == "per-user":
+        return [Check("cluster mode", True, PER_USER_CLUSTER)]
+    return [Check("cluster mode", True, SHARED_CLUSTER)]
 
 
 def skypilot_checks(settings: Settings) -> list[Check]:

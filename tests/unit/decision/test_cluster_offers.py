@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -237,6 +238,19 @@ def test_the_runner_starts_under_the_python_of_the_ray_above_it():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == sys.prefix
+
+
+def test_a_cluster_that_names_its_python_runs_the_runner_under_it(tmp_path):
+    # A user's own cluster (jobs/user_cluster.py) names its interpreter: one that finds
+    # Ray through a .pth file, which the walk up to Ray's library would miss.
+    wrapper = tmp_path / "py"
+    wrapper.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    wrapper.chmod(0o755)
+    probe = find_python() + '\necho "$orch_py"'
+    proc = subprocess.run(["bash", "-c", probe], env={**_bare_env(), "ORCH_RAY_PYTHON": str(wrapper)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(wrapper)
 
 
 def test_without_a_python_that_has_ray_and_torch_the_job_fails_at_once_saying_so(tmp_path):

@@ -158,10 +158,19 @@ def test_onprem_reachable_reports_version_and_free_gpus(orch_home, clean_env):
         server.server_close()
     assert check == doctor.Check("on-prem cluster", True, f"Ray 2.99.0 at {address}: 2 nodes "
                                  "alive, GPUs 3/4 free (A100-80GB x4), 1 jobs active")
-    # The only mode orch has, named as what it is (issue 46).
+    # The default mode, named as what it is (issue 46), and the per-user one.
     mode = checks(Settings(home=orch_home, ray_address=address))["cluster mode"]
     assert mode.detail.startswith("shared cluster, a trusted-team mode") and \
         "doesn't attempt to enforce isolation" in mode.detail
+    from orchestrator.service.doctor.remote import cluster_mode_check
+    from providers.onprem_users import OnPremUsersProvider
+    from providers.registry import backend_for
+
+    per_user = Settings(home=orch_home, ray_address=address, onprem_isolation="per-user")
+    assert cluster_mode_check(per_user)[0].detail.startswith("per-user clusters: each client")
+    assert isinstance(backend_for("onprem", per_user), OnPremUsersProvider)
+    assert type(backend_for("onprem", Settings(home=orch_home, ray_address=address))) \
+        is not OnPremUsersProvider
 
 
 def test_skypilot_names_clouds_without_credentials_and_reads_the_catalogs(orch_home, clean_env,

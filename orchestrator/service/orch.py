@@ -8,7 +8,7 @@ and pipelines (stages launched in order). Each method here is one call into them
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from orchestrator.service import (
     budgets,
@@ -17,6 +17,7 @@ from orchestrator.service import (
     launch_spec,
     pipelines,
     placing,
+    replacing,
     submitting,
     sweeps,
 )
@@ -93,6 +94,9 @@ class Orch:
 
     def place(self, spec: JobSpec, fp: str, dirty: bool, owner: Optional[str] = None) -> Placement:
         return submitting.place(self.core, spec, fp, dirty, owner)
+
+    def replace_late(self, now: float, specs: Optional[Mapping[str, JobSpec]] = None) -> list[str]:
+        return replacing.replace_late(self.core, now, specs or {})
 
     def check(self, spec: JobSpec, owner: Optional[str] = None) -> submitting.Checked:
         return submitting.check(self.core, spec, owner)

@@ -35,6 +35,7 @@ def _trace(c_by_fp: dict[str, float]):
 def test_a_run_records_the_data_share_its_speeds_imply():
     job = _trace({"f": 0.6}).jobs[0]
     assert data_share(job, "A100") == pytest.approx(0.4, abs=0.002)
+    assert data_share(job, "A100-80GB") == data_share(job, "A100")  # as fast: waits as long
     h100 = dict(job.speeds)["H100"]
     assert data_share(job, "H100") == pytest.approx(0.4 * h100, abs=0.003)  # waits more there
     assert data_share(job, "RTX4090") is None  # slower: its speed is the table's, no share

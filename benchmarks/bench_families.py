@@ -1,7 +1,7 @@
 """The generated families of issues 33 and 49: orch against online-truth, the bound and every baseline.
 
     PYTHONPATH=. python benchmarks/bench_families.py [--seeds 1,2,3] [--days 90] [--mip-nodes 300]
-        [--only WORD,WORD]
+        [--mip-seconds 600] [--only WORD,WORD]
 
 Eleven shapes of team (SHAPES: 1 and 2 owned RTX 4090s; 2, 4, 8 and 16 owned A100s; 4
 with twice the steady load; faster GPUs whose true speed is far below their peak;
@@ -11,7 +11,8 @@ days, seeds 1-3. For each trace it prints orch's cash and power + cloud (what pl
 controls) beside online-truth's (the greedy told each job's truth on arrival) and the best
 bound, the cheapest comparable baseline, what learning costs (orch over orch told the
 truth), deadline misses (owned-first's beside) and the exploratory p95 wait; then how many
-traces meet each goal of issue 49. Takes 10-15 minutes on 2 cores.
+traces meet each goal of issue 49. Takes 10-15 minutes on 2 cores (`--mip-seconds 0`: the
+LP bound alone, a few minutes; the goals do not depend on the bound).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/x.py` puts benchmarks/ first
 
 from orchestrator.settings import load_settings  # noqa: E402
 from orchestrator.simulate.generate import generate, parse_shape  # noqa: E402
+from orchestrator.simulate.oracle import MIP_SECONDS  # noqa: E402
 from orchestrator.simulate.run import simulate  # noqa: E402
 from orchestrator.simulate.scenario import load_scenario  # noqa: E402
 from orchestrator.simulate.trace import format_trace, parse_trace  # noqa: E402
@@ -61,10 +63,12 @@ def family(owned: str, steady: float, seed: int, days: int, settings, burst=None
     return trace, load_scenario(settings, [f"{shape.gpu}:{n}:{n * PRICE_PER_GPU[shape.gpu]}"])
 
 
-def run_one(shape: tuple, seed: int, days: int, mip_nodes: int, settings) -> dict:
+def run_one(shape: tuple, seed: int, days: int, mip_nodes: int, settings,
+            mip_seconds: float = MIP_SECONDS) -> dict:
     _, owned, steady, burst, compute, bias = shape
     trace, scenario = family(owned, steady, seed, days, settings, burst, compute, bias)
-    return simulate(trace, scenario, settings, seed=seed, beliefs="both", mip_nodes=mip_nodes)
+    return simulate(trace, scenario, settings, seed=seed, beliefs="both", mip_nodes=mip_nodes,
+                    mip_seconds=mip_seconds)
 
 
 def row(label: str, seed: int, r: dict) -> tuple[str, dict]:
@@ -100,6 +104,8 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--days", type=int, default=90)
     ap.add_argument("--mip-nodes", type=int, default=300)
+    ap.add_argument("--mip-seconds", type=float, default=MIP_SECONDS,
+                    help="the MIP's safety cap; 0: the LP bound alone")
     ap.add_argument("--only", default="", help="families whose label contains one of these "
                     "comma-separated words")
     args = ap.parse_args()
@@ -119,7 +125,7 @@ def main() -> None:
             continue
         for seed in seeds:
             t0 = time.perf_counter()
-            r = run_one(shape, seed, args.days, args.mip_nodes, settings)
+            r = run_one(shape, seed, args.days, args.mip_nodes, settings, args.mip_seconds)
             line, goals = row(label, seed, r)
             print(line, flush=True)
             print(f"  {label} seed {seed}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)

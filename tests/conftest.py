@@ -150,7 +150,7 @@ BOTH_STORES = (
     "tests/unit/base/test_secrets.py", "tests/unit/cli/test_schedule_cli.py", "tests/unit/server/test_records.py",
     "tests/unit/server/test_metrics.py", "tests/unit/store/test_lease.py", "tests/unit/store/test_shared.py",
     "tests/unit/service/test_upload_sharing.py", "tests/unit/server/test_replicas.py",
-    "tests/unit/store/test_pool.py",
+    "tests/unit/store/test_pool.py", "tests/unit/server/test_replace_queued.py",
     "tests/integration/test_serve.py", "tests/integration/test_serve_queue.py",
     "tests/integration/test_crash_safety.py",
 )

@@ -157,7 +157,7 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
       allowed it queues for them;
     - exploratory work does not queue for owned GPUs: it rents the cheapest GPU per job,
       unless owned GPUs are idle now, or expected to free within `exploratory_wait_minutes`
-      (half the cloud's start-up by default: renting takes the start-up anyway), where it
+      (the cloud's start-up by default: renting takes the start-up anyway), where it
       backfills at marginal cost (`exploratory_backfill`): their power, plus the rent of
       any cron run or queued steady work it would make late (judged by its estimate with
       the estimate's uncertainty against that work's slack; placement_rules.guard_crons),

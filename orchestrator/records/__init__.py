@@ -31,6 +31,7 @@ INTERNAL_INFO = {
     "offers": "the cloud ledger's price list (the decision's alternatives show the offers)",
     "budget_stop": "why orch stopped the job; the job's message says it",
     "launched_at": "when its backend took it (orch's clock): one end of its phases",
+    "placed_at": "when a queued job was last placed again (its expected start counts from it)",
     "event_key": "the key its runner signs its result and verdict with (jobs/events.py): "
                  "shown, it would let the job's own code forge them",
 }
@@ -112,6 +113,7 @@ class JobInfo(RunInfo):
     offers: list[Any] = Field(default_factory=list)
     budget_stop: Optional[str] = None
     launched_at: Optional[float] = None
+    placed_at: Optional[float] = None  # a re-placed queued job's new decision's time
     event_key: str = ""  # "": recorded before keys, its log's events read as they were
 
 

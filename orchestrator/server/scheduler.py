@@ -11,9 +11,9 @@ thread), and:
    idempotency key `cron:<schedule id>:<slot>`, so no slot ever runs twice;
 2. reconciles every job that is not finished with its backend (`Orch.refresh`, which
    also stops a job that reached its budget);
-3. launches the queued jobs whose target has room for them now, one at a time, highest
-   priority first, then oldest first; the others stay queued, saying what they wait for
-   (`orchestrator.decision.queue` decides, and says why strict order per target);
+3. places again the queued exploratory jobs whose expected start passed (service/replacing),
+   launches the queued jobs whose target has room now, one at a time, by priority then age;
+   the others stay queued, saying what they wait for (`orchestrator.decision.queue` decides);
 4. at most every 10 minutes, removes the uploaded workdirs no schedule and no unfinished
    job needs and none used them for `upload_keep_hours` (`orchestrator.service.upload_gc`).
 """
@@ -222,6 +222,7 @@ class Scheduler:
         the others what they wait for; fail those that could never fit. The ids launched."""
         from orchestrator.decision.queue import plan_queue
 
+        orch.replace_late(self.clock(), self.pending)  # first: late exploratory jobs placed again
         launched: list[str] = []
         mine, elsewhere = [], []
         for rec in orch.queued():

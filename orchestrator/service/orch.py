@@ -12,7 +12,7 @@ import no other service module but typed records' (tests/test_layers.py holds th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from orchestrator.service import (
     cost_report,
@@ -23,6 +23,7 @@ from orchestrator.service import (
     metrics_snapshot,
     pipelines,
     placing,
+    replacing,
     schedule_rules,
     spending,
     submitting,
@@ -123,6 +124,9 @@ class Orch:
         from orchestrator.service.git_workdir import pin
 
         pin(spec)
+
+    def replace_late(self, now: float, specs: Optional[Mapping[str, JobSpec]] = None) -> list[str]:
+        return replacing.replace_late(self.core, now, specs or {})
 
     def record(self, spec: JobSpec, idempotency_key: Optional[str] = None, *,
                owner: Optional[str] = None, priority: int = 0, info: Optional[dict] = None,

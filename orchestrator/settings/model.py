@@ -94,8 +94,8 @@ class Settings(BaseSettings):
                                        "exploratory work always rents")
     exploratory_wait_minutes: Optional[float] = Field(
         None, ge=0, le=1440, description="exploratory work may wait this long for owned GPUs "
-        "expected to free by then (renting takes the cloud's start-up anyway); default: half of "
-        "cloud_startup_minutes, the other half a margin for a run ending later than estimated")
+        "expected to free by then (renting takes the cloud's start-up anyway); default: "
+        "cloud_startup_minutes (a job whose expected start passes is placed again)")
     telemetry_interval_seconds: float = Field(
         5.0, ge=0.1, le=3600, description="how often each training worker reads its device (a "
         "GPU through NVML, else its own CPU and memory) for the job's record")
@@ -359,9 +359,9 @@ class Settings(BaseSettings):
 
     @property
     def exploratory_wait(self) -> float:
-        """Minutes exploratory work may wait for owned GPUs: the setting, else half the start-up."""
+        """Minutes exploratory work may wait for owned GPUs: the setting, else the start-up."""
         given = self.exploratory_wait_minutes
-        return self.cloud_startup_minutes / 2.0 if given is None else given
+        return self.cloud_startup_minutes if given is None else given
 
     # Where each value came from: filled in by load_settings().
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)

@@ -31,7 +31,7 @@ from orchestrator.base.targets import ONPREM
 from orchestrator.decision.models import Offer, PastRun
 from orchestrator.decision.placement import OfferIndex
 from orchestrator.decision.pricing import job_cost
-from orchestrator.simulate.jobs import REF_THROUGHPUT, SimJob, owned_cost, true_hours
+from orchestrator.simulate.jobs import REF_THROUGHPUT, SimJob, data_share, owned_cost, true_hours
 from orchestrator.simulate.trace import Trace
 from orchestrator.simulate.view import Choice, Policy, Pool, View
 
@@ -100,14 +100,16 @@ class Simulation:
         return true_hours(sj.job, gpu, used, self.settings.gpu_speeds)
 
     def recorded(self, sj: SimJob, choice: Choice, run_h: float) -> PastRun:
-        """The run as the runner records it: its wall time (restarts included), device and
-        throughput (samples per second, in proportion to the job's true speed there)."""
+        """The run as the runner records it: its wall time (restarts included), device,
+        throughput (samples per second, in proportion to the job's true speed there) and
+        the share of a step it waited for data (`jobs.data_share`)."""
         pure_h = self.hours(sj, choice.offer.gpu, choice.used)
         return PastRun(fingerprint=sj.job.fingerprint, status="SUCCEEDED",
                        created_at=self.trace.start + sj.job.arrival_h * 3600.0,
                        duration_s=run_h * 3600.0, target=choice.offer.target,
                        gpu=choice.offer.gpu, gpu_count=choice.used,
                        samples_per_sec=REF_THROUGHPUT * sj.job.wall_hours / pure_h,
+                       data_share=data_share(sj.job, choice.offer.gpu),
                        estimate_hours=sj.ask.estimate_h,
                        estimate_gpu=None if sj.ask.estimate_h is None else sj.job.gpu)
 

@@ -8,6 +8,7 @@ none) and, under `--beliefs truth` only, the true figures put there on purpose.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
 
@@ -91,6 +92,25 @@ def true_hours(job: TraceJob, gpu: Optional[str], used: float,
                speeds: Mapping[str, float] | None) -> float:
     """True run hours of a job on `used` x `gpu`: its work scaled by its true speed there."""
     return scaled_hours(job.gpu_hours, job.gpu, job.speeds, gpu, used, speeds)
+
+
+def data_share(job: TraceJob, gpu: Optional[str]) -> Optional[float]:
+    """The share of a step a runner measures waiting for data (its `data_fraction` metric)
+    when this job runs on `gpu`, for true speeds that one compute-bound share c explains
+    (generate.py's model: on a faster M, 1 / ((1 - c) + c / R), R its peak ratio): 1 - c
+    on the trace's GPU (or one as fast), (1 - c) x its speed on a faster one. None where the trace's speeds
+    say nothing of it (none written, a model not among them, or figures no single share
+    explains within 0.02): measured, not told, as a runner's own figure would be."""
+    base = SPEED.get(job.gpu)
+    cs = [(1 - 1 / s) / (1 - base / SPEED[m]) for m, s in job.speeds
+          if base and s > 0 and SPEED.get(m, 0) > base * 1.0005]
+    if not base or not cs or max(cs) - min(cs) > 0.02:
+        return None
+    c = min(1.0, max(0.0, statistics.median(cs)))
+    name = None if gpu is None else canonical_gpu(gpu)
+    same = name == job.gpu or abs(SPEED.get(name or "", 0) / base - 1) <= 0.0005  # A100-80GB
+    speed = 1.0 if same else dict(job.speeds).get(name or "")
+    return None if speed is None else round(min(1.0, (1 - c) * speed), 4)
 
 
 def believed_hours(ask: Ask, gpu: Optional[str], used: float, speeds: Mapping[str, float] | None,

@@ -224,6 +224,37 @@ class Jobs(StoreBase):
                        (json.dumps(info), time.time(), job_id))
             return True
 
+    def replace_queued(self, job_id: str, decision: Placement, expect_target: Optional[str],
+                       message: Optional[str] = None) -> bool:
+        """Give a queued job a new placement (its target, kind and decision, and `placed_at`
+        now) in one transaction: only while it is queued, unclaimed (no launcher has it),
+        not cancelled and still on `expect_target`, so a job being launched, or re-placed
+        by another server meanwhile, is left as it is. `message`: its new status line, in
+        its history too (None: neither changes). Whether it was changed."""
+        now = time.time()
+        with self._write() as db:
+            row = db.execute("SELECT status, backend_id, cancel_requested, target, info_json "
+                             "FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None or row["status"] != "PENDING" or row["backend_id"] is not None \
+                    or row["cancel_requested"] or row["target"] != expect_target:
+                return False
+            info = json.loads(row["info_json"] or "{}")
+            held = JobInfo.model_validate(info)
+            if not held.queued or held.launcher is not None:
+                return False
+            info["placed_at"] = now
+            fields: dict[str, Any] = {"target": decision.target, "kind": decision.kind,
+                                      "decision": decision, "info": info}
+            if message is not None:
+                fields["message"] = message
+            cols, values = _assignments(fields)
+            db.execute(f"UPDATE jobs SET {', '.join(cols)}, updated_at = ? WHERE id = ?",
+                       (*values, now, job_id))
+            if message is not None:
+                db.execute("INSERT INTO job_events (job_id, ts, status, message) "
+                           "VALUES (?, ?, ?, ?)", (job_id, now, "PENDING", message))
+            return True
+
 
 def _record(row: Row) -> JobRow:
     rec = {k: row[k] for k in row.keys()}

@@ -101,7 +101,7 @@ CASES = [
      ("exploratory", "cloud", RUNPOD_SPOT),
      ["exploratory work rents the cheapest rentable GPU per job: runpod/CA A100x1 spot at "
       "0.78 USD to rent vs runpod/CA A100x1 1.32 USD",
-      "not on owned GPUs: on-prem busy: wait 120 min > the 3 min exploratory work waits for "
+      "not on owned GPUs: on-prem busy: wait 120 min > the 6 min exploratory work waits for "
       "owned GPUs (exploratory_wait_minutes)",
       "spot: the job checkpoints"]),
     ("exploratory, owned busy, no checkpoints: on-demand",
@@ -111,11 +111,11 @@ CASES = [
       "spot needs checkpoint.storage"]),
     ("exploratory does not queue 30 min for owned GPUs",
      JOB + CKPT, (), SOON, {}, OFFERS,
-     ("exploratory", "cloud", RUNPOD_SPOT), ["on-prem busy: wait 30 min > the 3 min exploratory"]),
-    ("exploratory takes owned GPUs that free within half the cloud's start-up",
+     ("exploratory", "cloud", RUNPOD_SPOT), ["on-prem busy: wait 30 min > the 6 min exploratory"]),
+    ("exploratory takes owned GPUs that free within the cloud's start-up",
      JOB + CKPT, (), NOW_ISH, {}, OFFERS,
      ("exploratory", "onprem", ONPREM),
-     ["exploratory backfill: on-prem A100x1 frees in 2 min, within the 3 min exploratory work "
+     ["exploratory backfill: on-prem A100x1 frees in 2 min, within the 6 min exploratory work "
       "waits (renting takes the cloud's start-up anyway), and stays free"]),
     ("exploratory_wait_minutes 0: exploratory never waits for owned GPUs",
      JOB + CKPT, (), NOW_ISH, {"exploratory_wait_minutes": 0}, OFFERS,

@@ -49,7 +49,7 @@ def home(tmp_path, monkeypatch):
             "storage_path": "/ckpt", "run_name": "r1", "backend_start": T0,
             "backend_end": T0 + 60, "sky_request_id": "req-1", "sky_status": "SUCCEEDED",
             "sky_job_id": 3, "infra": "runpod/US", "ledger": LEDGER, "cost": {"cost_usd": 0.2},
-            "launched_at": T0 - 2, "pipeline": "prep-train", "stage": 2, "stages": 2,
+            "launched_at": T0 - 2, "placed_at": T0 - 3, "pipeline": "prep-train", "stage": 2, "stages": 2,
             "after": "orch-prev", "preemptions": 1, "earlier_runs": ["orch-sky-0"],
             "sweep": "sweep-1", "sweep_name": "lr", "sweep_run": 2, "sweep_runs": 3,
             "sweep_values": "lr=0.1", "sweep_metric": "loss", "sweep_mode": "min",

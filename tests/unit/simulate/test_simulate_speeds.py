@@ -1,0 +1,69 @@
+"""A job's speed on a GPU it never ran on, learned from its runs on one model alone (issue
+49): the simulator's runs record the share of a step spent waiting for data, as the runner's
+`data_fraction` does, and orch's estimator turns that share into the job's own gain on a
+faster GPU, saying so in the figure's source."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.decision.estimates import SHRINK, gain
+from orchestrator.decision.gpus import SPEED
+from orchestrator.decision.pricing import HoursEstimator
+from orchestrator.simulate import policies as P
+from orchestrator.simulate.engine import Simulation
+from orchestrator.simulate.jobs import build_jobs, data_share
+from orchestrator.simulate.scenario import policy_settings
+from orchestrator.simulate.trace import parse_trace
+from tests.unit.simulate.test_simulate import HEADER, scenario, settings  # noqa: F401
+
+FASTER = sorted(m for m, v in SPEED.items() if v > SPEED["A100"] * 1.0005 and m != "CPU")
+
+
+def _speeds(c: float) -> str:
+    """A job's true speeds as generate.py writes them for a compute-bound share c."""
+    return ";".join(f"{m}={1 / ((1 - c) + c * SPEED['A100'] / SPEED[m]):.3f}" for m in FASTER)
+
+
+def _trace(c_by_fp: dict[str, float]):
+    """Each job three times, a day apart, on one A100 (the team owns one)."""
+    lines = [f"{24 * day + i},{fp},{fp},1,A100,1,,true,auto,1,{_speeds(c)}\n"
+             for day in range(3) for i, (fp, c) in enumerate(c_by_fp.items())]
+    return parse_trace(HEADER.rstrip("\n") + ",estimate_h,speeds\n" + "".join(lines), "t.csv")
+
+
+def test_a_run_records_the_data_share_its_speeds_imply():
+    job = _trace({"f": 0.6}).jobs[0]
+    assert data_share(job, "A100") == pytest.approx(0.4, abs=0.002)
+    assert data_share(job, "A100-80GB") == data_share(job, "A100")  # as fast: waits as long
+    h100 = dict(job.speeds)["H100"]
+    assert data_share(job, "H100") == pytest.approx(0.4 * h100, abs=0.003)  # waits more there
+    assert data_share(job, "RTX4090") is None  # slower: its speed is the table's, no share
+    mixed = parse_trace(HEADER.rstrip("\n") + ",speeds\n0,a,fa,1,A100,1,,true,auto,"
+                                              "H100=1.2;B200=3.9\n", "m.csv").jobs[0]
+    assert data_share(mixed, "A100") is None  # no single share explains both figures
+
+
+def test_runs_on_one_model_alone_give_each_job_its_own_gain_elsewhere(settings):  # noqa: F811
+    trace = _trace({"data-bound": 0.1, "compute-bound": 0.9})
+    sc = scenario(settings, onprem=("A100:1:10000",))
+    ps = policy_settings(settings, sc)
+    sim = Simulation(trace=trace, jobs=build_jobs(trace, sc.offers, ps), offers=sc.offers,
+                     settings=ps)
+    seen = {}
+
+    def spy(a, view):
+        seen[a.fingerprint] = (a, [r for runs in view.history.values() for r in runs])
+        return P.orch(a, view)
+
+    sim.run("orch", spy)
+    gains = {}
+    for fp, (a, history) in seen.items():
+        mine = [r for r in history if r.fingerprint == fp]
+        assert len(mine) == 2 and {r.gpu for r in mine} == {"A100"}  # never ran elsewhere
+        est = HoursEstimator(a.spec, fp, history, ps.default_job_hours, ps.gpu_speeds).speed("H100")
+        share = mine[0].data_share
+        assert f"{share:.0%} of a step waits for data" in est.source, est.source
+        assert est.ratio == pytest.approx(gain(1 - share, (SPEED["H100"] / SPEED["A100"]) ** SHRINK))
+        gains[fp] = est.ratio
+    assert gains["compute-bound"] > 1.6 > 1.1 > gains["data-bound"]

@@ -14,14 +14,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 # Names that hold one of those records wherever orch's code uses them.
-_HOLDERS = r"decision|choice|chosen|chose|placement|placed|estimate|entry|report|plan|planned"
+_HOLDERS = (r"decision|choice|chosen|chose|placement|placed|estimate|entry|report|plan|planned|"
+            r"metrics")
 # Keys only those records have: a read by one of them is a read of such a record.
 _KEYS = ("choice|alternatives|decided_by|refusal|classification|warnings|decision|"
          "price_per_hour_usd|amortized_per_hour_usd|power_per_hour_usd|est_hours|est_cost|"
          "marginal_cost|congestion_cost|full_cost_known|offer_count|hours_basis|"
          "cash_usd|gpu_hours|amortized_usd|power_usd|estimate_usd|alternative_usd|saved_usd|"
-         "already_ended|existing")
-BY_NAME = re.compile(rf"\b({_HOLDERS})\b(\s+or\s+\{{\}}\))?\s*(\.get\(|\[[\"'])")
+         "already_ended|existing|"
+         # a run's metrics (records.metrics.RunMetrics): what orch derives from its log
+         "verdict|telemetry|device_now|run_settings|utilization|phases|scaling|failure|"
+         "stopped|dropped_events|mean_util|energy_wh|gpu_name|speedup|efficiency")
+BY_NAME = re.compile(rf"\b({_HOLDERS})\b(\s+or\s+\{{\}}\))?\s*"
+                     rf"(\.get\(|\[[\"'][a-z_]+[\"']\](?!\s*=[^=]))")  # a read, not a write
 BY_KEY = re.compile(rf"(\.get\(|\[)[\"']({_KEYS})[\"'](?!\]\s*=[^=])")  # a read, not a write
 
 # Files that may read these keys from a dict, each with why.
@@ -30,6 +35,8 @@ BY_KEY = re.compile(rf"(\.get\(|\[)[\"']({_KEYS})[\"'](?!\]\s*=[^=])")  # a read
 ALLOWED = {
     # A trace imported from a CSV file is external input: its columns are the file's.
     "orchestrator/simulate/trace.py": "parses an imported CSV trace",
+    # The one builder of a run's metrics: from its log's events, as a dict for the store.
+    "orchestrator/service/run_metrics.py": "builds a run's metrics from its log's events",
 }
 
 
@@ -55,7 +62,9 @@ def test_no_decision_cost_entry_or_client_result_is_read_by_key():
 def test_the_grep_finds_what_it_is_for():
     for line in ('choice = (decision or {}).get("choice") or {}', 'e["cash_usd"]',
                  'hours = ((decision or {}).get("estimate") or {}).get("hours")',
-                 'if rec["already_ended"]:', 'plan["alternatives"]'):
+                 'if rec["already_ended"]:', 'plan["alternatives"]',
+                 'verdict = (rec.metrics or {}).get("verdict")', 'metrics.get("samples_per_sec")',
+                 'tel = m.get("telemetry")', 's["mean_util"]'):
         assert BY_NAME.search(line) or BY_KEY.search(line), line
     for line in ('metadata["est_hours"] = round(h, 4)', 'spec.get("estimate")',
                  'ledger["cost_usd"]', 'ev.get("chosen")'):

@@ -23,6 +23,7 @@ from orchestrator.service import (
 from orchestrator.service.core import Core
 
 if TYPE_CHECKING:
+    from jobs.request import Budget
     from orchestrator.base.redact import Redactor
     from orchestrator.records import JobRow
     from orchestrator.records.placement import PlacedOffer, Placement
@@ -131,13 +132,16 @@ class Orch:
     def for_cloud(self, launch: Launch, spec: JobSpec, decision: Placement) -> Launch:
         return launch_spec.for_cloud(launch, spec, decision)
 
-    def resume_point(self, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:
+    def resume_point(self, spec: JobSpec,
+                     before: Optional[str] = None) -> Optional[launch_spec.ResumePoint]:
         return launch_spec.resume_point(self.core, spec, before)
 
-    def budget_limit(self, spec_budget: dict, job_id: Optional[str] = None) -> Optional[tuple]:
-        return budgets.budget_limit(self.core, spec_budget, job_id)
+    def budget_limit(self, max_cost: Optional[float],
+                     job_id: Optional[str] = None) -> Optional[budgets.BudgetLimit]:
+        return budgets.budget_limit(self.core, max_cost, job_id)
 
-    def run_budget(self, spec: JobSpec, choice: Optional[PlacedOffer], job_id: str) -> Optional[dict]:
+    def run_budget(self, spec: JobSpec, choice: Optional[PlacedOffer],
+                   job_id: str) -> Optional[Budget]:
         return budgets.run_budget(self.core, spec, choice, job_id)
 
     # -- following ---------------------------------------------------------------------

@@ -370,7 +370,7 @@ def test_a_heartbeat_stopped_from_another_thread_leaves_its_row_without_an_error
     deadline = time.monotonic() + 10
     while not api.store.replicas() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert [r["id"] for r in api.store.replicas()] == ["me/1/1.0"]
+    assert [r.id for r in api.store.replicas()] == ["me/1/1.0"]
     errors: list = []
     stopper = threading.Thread(target=lambda: _catching(beat.stop, errors))
     stopper.start()

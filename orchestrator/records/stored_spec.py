@@ -9,13 +9,11 @@ crash), every other key ignored.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
-from pydantic import StrictFloat, StrictInt, StrictStr
+from pydantic import StrictStr
 
-from orchestrator.records.metrics import Kept
-
-Num = Union[StrictInt, StrictFloat]
+from orchestrator.records.metrics import Kept, Num
 
 
 class EstimateHint(Kept):

@@ -5,30 +5,40 @@ Orch derives a run's outcome, verdict, device figures, phases and scaling from i
 (`loss`, `samples_per_sec`, ...). `RunMetrics` names what orch derives and keeps the
 reported names as they came (`reported()`, `number(name)`).
 
-Every record here reads leniently: a row written by an older orch, or a figure that a
-job's code printed, never fails a read. A key whose value does not fit its type is left
-out (`{"verdict": "old-string"}` reads as no verdict); a key no field names is kept. Each
-record shows its keys in the order they came, so what the API serves of a stored row is
-that row's JSON, byte for byte.
+`RunMetrics` holds the stored dict as it is: the API serves a stored row's metrics byte for
+byte, and a listing of many jobs pays for a dict. Each derived record is read from it when
+asked, leniently: a row written by an older orch, or a figure that a job's code printed,
+never fails a read. A record that does not fit reads as None (`{"verdict": "old-string"}`:
+no verdict); within one, a key that does not fit is left out and a key no field names is
+kept, and its keys are shown in the order they came (`run_settings` is printed as stored).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional, Union
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     PrivateAttr,
+    RootModel,
     StrictFloat,
     StrictInt,
     StrictStr,
+    TypeAdapter,
     ValidationError,
     model_serializer,
     model_validator,
 )
 
 Num = Union[StrictInt, StrictFloat]  # a JSON number as it was written (3 stays 3, no bool)
+
+
+@functools.cache
+def _adapter(kind: Any) -> TypeAdapter:
+    return TypeAdapter(kind)  # built once a type: building one takes milliseconds
 
 
 class Kept(BaseModel):
@@ -152,22 +162,19 @@ class Dropped(Kept):
     first: list[Any] = []
 
 
-class RunMetrics(Kept):
-    """A run's metrics: what orch derived (the fields) and what the job reported (the rest,
-    `reported()`). Built from its log's events by service/run_metrics.py."""
-    verdict: Optional[Verdict] = None
-    telemetry: Optional[Telemetry] = None
-    device_now: Optional[dict[str, WorkerPoint]] = None
-    run_settings: Optional[RunSettings] = None
-    utilization: Optional[IdleNote] = None
-    phases: Optional[dict[str, Num]] = None
-    scaling: Optional[Scaling] = None
-    failure: Optional[Failure] = None
-    stopped: Optional[Stopped] = None
-    dropped_events: Optional[Dropped] = None
-    wall_s: Optional[Num] = None  # the runner's own clock: training, no start-up
-    reports: Any = None  # the last report's index
-    checkpoint: Any = None
+class RunMetrics(RootModel[dict[str, Any]]):
+    """A run's metrics: what orch derived (the typed properties) and what the job reported
+    (the rest, `reported()`). Built from its log's events by service/run_metrics.py.
+
+    It holds the stored dict as it is (what the API serves, byte for byte, and what a
+    listing of many jobs reads at the cost of a dict) and reads each derived record from
+    it when asked, leniently (records that do not fit read as None)."""
+    root: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_dict(cls, data: Any) -> Any:
+        return data if isinstance(data, (dict, RunMetrics)) else {}  # None, a list: nothing
 
     @classmethod
     def read(cls, raw: Any) -> RunMetrics:
@@ -176,15 +183,90 @@ class RunMetrics(Kept):
             return raw
         return cls.model_validate(raw if isinstance(raw, dict) else {})
 
+    def _as(self, name: str, kind: Any) -> Any:
+        raw = self.root.get(name)
+        if raw is None:
+            return None
+        try:
+            return _adapter(kind).validate_python(raw)
+        except ValidationError:
+            return None
+
+    @property
+    def verdict(self) -> Optional[Verdict]:
+        return self._as("verdict", Verdict)
+
+    @property
+    def telemetry(self) -> Optional[Telemetry]:
+        return self._as("telemetry", Telemetry)
+
+    @property
+    def device_now(self) -> Optional[dict[str, WorkerPoint]]:
+        return self._as("device_now", dict[str, WorkerPoint])
+
+    @property
+    def run_settings(self) -> Optional[RunSettings]:
+        return self._as("run_settings", RunSettings)
+
+    @property
+    def utilization(self) -> Optional[IdleNote]:
+        return self._as("utilization", IdleNote)
+
+    @property
+    def phases(self) -> Optional[dict[str, float]]:
+        return self._as("phases", dict[str, Num])
+
+    @property
+    def scaling(self) -> Optional[Scaling]:
+        return self._as("scaling", Scaling)
+
+    @property
+    def failure(self) -> Optional[Failure]:
+        return self._as("failure", Failure)
+
+    @property
+    def stopped(self) -> Optional[Stopped]:
+        return self._as("stopped", Stopped)
+
+    @property
+    def dropped_events(self) -> Optional[Dropped]:
+        return self._as("dropped_events", Dropped)
+
+    @property
+    def wall_s(self) -> Optional[float]:
+        """The runner's own clock: training, no start-up."""
+        return self._as("wall_s", Num)
+
+    @property
+    def checkpoint(self) -> Any:
+        return self.root.get("checkpoint")
+
     def reported(self) -> dict[str, Any]:
         """What the job's reports said, by the names its code chose."""
-        return dict(self.model_extra or {})
+        return {k: v for k, v in self.root.items() if k not in DERIVED}
 
     def number(self, name: str) -> Optional[float]:
         """A reported figure, where it is a number (a job may report anything)."""
-        v = (self.model_extra or {}).get(name)
+        v = self.root.get(name)
         return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     def summary(self) -> Optional[DeviceSummary]:
         """The devices' summary over the whole run, None before its end."""
-        return self.telemetry.summary if self.telemetry else None
+        tel = self.telemetry
+        return tel.summary if tel else None
+
+    def __bool__(self) -> bool:  # as its dict would be: empty is false
+        return bool(self.root)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored dict, a copy: what orch's own code builds on."""
+        return dict(self.root)
+
+
+# What orch derives (RunMetrics' properties, and the last report's index): never a reported name.
+DERIVED = frozenset(("verdict", "telemetry", "device_now", "run_settings", "utilization",
+                     "phases", "scaling", "failure", "stopped", "dropped_events", "wall_s",
+                     "reports", "checkpoint"))

@@ -61,37 +61,38 @@ def _and(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
-def _repair_text(r: dict) -> str:
-    if not r["done"]:
-        return r["reason"]
-    t = r["tables"]
-    gone = {k: v["unreadable"] > 0 or v["more_may_be_lost"] for k, v in t.items()}
-    saved = [f"{r['jobs']} jobs", f"{r['events']} history events"]
+def _repair_text(answer: dict) -> str:
+    from orchestrator.records.repair import StoreRepair
+
+    r = StoreRepair.model_validate(answer)
+    if not r.done:
+        return r.reason
+    t = r.tables
+    tokens, schedules, logs = r.table("tokens"), r.table("schedules"), r.table("schedule_events")
+    saved = [f"{r.jobs} jobs", f"{r.events} history events"]
     # Tokens and schedules only where there were some: a store without them reads as before.
-    if t["tokens"]["salvaged"] or gone["tokens"]:
-        revoked = t["tokens"]["revoked"]
-        saved.append(f"{t['tokens']['salvaged']} API tokens"
-                     + (f" ({revoked} revoked)" if revoked else ""))
-    if any(t[k]["salvaged"] or gone[k] for k in ("schedules", "schedule_events")):
-        paused = t["schedules"]["paused"]
-        saved.append(f"{t['schedules']['salvaged']} schedules"
-                     + (f" ({paused} paused)" if paused else ""))
-        saved.append(f"{t['schedule_events']['salvaged']} schedule log events")
-    lost = [f"{v['unreadable']} {_ROWS[k]}" for k, v in t.items() if v["unreadable"]]
-    tail = [_ROWS[k] for k, v in t.items() if v["more_may_be_lost"]]
-    text = (f"moved the damaged store to {r['moved_to']} (kept; delete it yourself once you no "
-            f"longer need it)\nsalvaged {_and(saved)} into a new store at {r['store']}"
+    if tokens.salvaged or tokens.gone:
+        saved.append(f"{tokens.salvaged} API tokens"
+                     + (f" ({tokens.revoked} revoked)" if tokens.revoked else ""))
+    if any(x.salvaged or x.gone for x in (schedules, logs)):
+        saved.append(f"{schedules.salvaged} schedules"
+                     + (f" ({schedules.paused} paused)" if schedules.paused else ""))
+        saved.append(f"{logs.salvaged} schedule log events")
+    lost = [f"{v.unreadable} {_ROWS[k]}" for k, v in t.items() if v.unreadable]
+    tail = [_ROWS[k] for k, v in t.items() if v.more_may_be_lost]
+    text = (f"moved the damaged store to {r.moved_to} (kept; delete it yourself once you no "
+            f"longer need it)\nsalvaged {_and(saved)} into a new store at {r.new_store}"
             + (f"; unreadable: {_and(lost)}" if lost else "")
             + (f"; unreadable at the end, so not counted: {_and(tail)}" if tail else ""))
-    if gone["tokens"] or r["lost_token_names"]:
-        names = r["lost_token_names"]
+    if tokens.gone or r.lost_token_names:
+        names = r.lost_token_names
         text += ("\nlost API tokens: a lost live token is refused (401) until its holder is given "
                  "a new one (`orch token create NAME`)"
                  + ("; salvaged jobs and schedules name owners whose token is gone: "
                     + ", ".join(names) if names else ""))
-    if gone["schedules"] or r["lost_schedules"]:
-        named = [s["id"] + (f" ({s['name']})" if s["name"] else "") for s in r["lost_schedules"]]
-        dropped = t["schedule_events"]["dropped"]
+    if schedules.gone or r.lost_schedules:
+        named = [s.id + (f" ({s.name})" if s.name else "") for s in r.lost_schedules]
+        dropped = logs.dropped
         text += ("\nlost schedules: they no longer run; send their job files to `orch serve` again "
                  "(each starts at its next slot)"
                  + (f"; salvaged jobs and logs name these: {', '.join(named)}" if named else "")

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from jobs import events
 from orchestrator.cli.render import job_duration, metric_summary
+from orchestrator.records.metrics import RunMetrics
 
 if TYPE_CHECKING:
     from orchestrator.records import JobDetail, JobRecord
@@ -65,10 +66,11 @@ def follow(client, rec: JobRecord, console: Console) -> JobDetail:
                 progress.update(step_task, completed=ev["step"], total=ev["steps"],
                                 description=f"epoch {ev['epoch']}")
             elif kind == "report":
-                m = ev.get("metrics") or {}
-                if tasks is not None and "epoch" in m:
-                    progress.update(tasks[0], completed=m["epoch"], detail=metric_summary(m))
-                progress.console.print(f"[bold]report[/] {metric_summary(m) or m}")
+                m = RunMetrics.read(ev.get("metrics"))
+                epoch = m.number("epoch")
+                if tasks is not None and epoch is not None:
+                    progress.update(tasks[0], completed=epoch, detail=metric_summary(m))
+                progress.console.print(f"[bold]report[/] {metric_summary(m) or m.to_dict()}")
             elif kind == "worker_setup":
                 precision = ("auto" if ev.get("precision_requested") == "auto"
                              else ev.get("precision"))

@@ -79,7 +79,7 @@ def _sweep_row(runs: list[JobRecord]) -> tuple[JobRecord, str, str]:
     for t in runs:
         counts[t.status.lower()] = counts.get(t.status.lower(), 0) + 1
     states = ", ".join(f"{n} {s}" for s, n in counts.items())
-    top = best([(t, t.metrics or {}) for t in runs], run.sweep_metric, run.sweep_mode or "min")
+    top = best([(t, t.metrics.reported()) for t in runs], run.sweep_metric, run.sweep_mode or "min")
     score = (f"; best {run.sweep_metric} {top[1]:.4g} ({top[0].run.sweep_values})" if top else "")
     shown = first.model_copy(update={"id": run.sweep or first.id})
     return (shown, f"{run.sweep_name or first.name} (sweep of {run.sweep_runs}: {states}{score})",
@@ -114,7 +114,7 @@ def status(
             ["ID", "NAME", "STATUS", "KIND", "TARGET", "CREATED", "DURATION", "METRICS"],
             [(r.id, name, status_text(state), r.kind, r.target,
               time.strftime("%Y-%m-%d %H:%M", time.localtime(when(r.created_at))),
-              duration(run_time(r)), metric_summary(r.metrics or {}))
+              duration(run_time(r)), metric_summary(r.metrics))
              for r, name, state in _rows(recs)]))
         return
     with slow(f"checking {job_id} with its backend"):
@@ -140,37 +140,37 @@ def status(
                          ("log", rec.log_path)):
         if value:
             out.print(f"  {label:12} {escape(str(value))}")
-    metrics = rec.metrics or {}
+    metrics = rec.metrics
     for line in failure_lines(metrics, " " * 15):
         out.print(line, highlight=False)
     if metrics:
         if metric_summary(metrics):  # a run stopped before its first report has none
             out.print(f"  {'metrics':12} {metric_summary(metrics)}")
-        if "time_data_s" in metrics:
-            out.print(f"  {'step time':12} data {metrics['time_data_s'] * 1000:.1f} ms, copy "
-                      f"{metrics['time_copy_s'] * 1000:.1f} ms, compute "
-                      f"{metrics['time_compute_s'] * 1000:.1f} ms")
+        step = [metrics.number(f"time_{part}_s") for part in ("data", "copy", "compute")]
+        if step[0] is not None:
+            out.print(f"  {'step time':12} " + ", ".join(
+                f"{part} {(s or 0) * 1000:.1f} ms" for part, s in zip(("data", "copy", "compute"), step)))
         device = device_summary(metrics)
         if device:
             out.print(f"  {'devices':12} {device}")
-        idle = metrics.get("utilization")
+        idle = metrics.utilization
         if idle:
-            out.print(f"  {'idle':12} {idle.get('reason')} (utilization_policy, {idle.get('action')})")
-        verdict = metrics.get("verdict")
+            out.print(f"  {'idle':12} {idle.reason} (utilization_policy, {idle.action})")
+        verdict = metrics.verdict
         if verdict:
-            out.print(f"  {'verdict':12} {verdict['kind']}: " + "; ".join(verdict["advice"]))
-        if metrics.get("phases"):
-            out.print(f"  {'time':12} {phase_summary(metrics['phases'])}")
-        settings = metrics.get("run_settings")
+            out.print(f"  {'verdict':12} {verdict.kind}: " + "; ".join(verdict.advice))
+        if metrics.phases:
+            out.print(f"  {'time':12} {phase_summary(metrics.phases)}")
+        settings = metrics.run_settings
         if settings:
-            out.print(f"  {'run':12} " + ", ".join(f"{k} {v}" for k, v in settings.items()))
+            out.print(f"  {'run':12} " + ", ".join(f"{k} {v}" for k, v in settings.to_dict().items()))
     if rec.cost:  # a cloud job's bill
         out.print(f"  {'cost':12} {rec.cost.usd:.2f} USD for {rec.cost.billed_hours:.2f} "
                   f"billed hours, {rec.cost.recoveries} recoveries")
-    scaling = metrics.get("scaling")
+    scaling = metrics.scaling
     if scaling:
-        out.print(f"  {'scaling':12} {scaling['workers']} workers: {scaling['speedup']:.2f}x one "
-                  f"worker ({scaling['efficiency']:.0%} efficiency)")
+        out.print(f"  {'scaling':12} {scaling.workers} workers: {scaling.speedup:.2f}x one "
+                  f"worker ({scaling.efficiency:.0%} efficiency)")
     out.print("  history")
     for h in rec.history:
         out.print(f"    {h.at}  {status_text(h.status)}  {h.message or ''}")

@@ -93,37 +93,39 @@ def plot_policies(result: Mapping, path: str | Path):
     as a horizontal line (it has no schedule, so no wait).
 
     `result` is what `orch simulate --json` prints."""
+    from orchestrator.records.simulation import SimulationResult
+
     p = check_png_path(path)
-    rate = float(result.get("currency_rate", 1.0))
-    cur = result.get("currency", "USD")
+    answer = SimulationResult.model_validate(result)
+    rate, cur = answer.currency_rate, answer.currency
     fig, (left, right) = _figure(13, 5, ncols=2)
     colors = {}
-    for row in result["policies"]:
+    for row in answer.policies:
         total, ys = 0.0, [0.0]
-        for c in row.get("daily_cash", []):
+        for c in row.daily_cash:
             total += c * rate
             ys.append(total)
-        bound = row["name"] == "oracle"
-        line, = left.plot(range(len(ys)), ys, label=row["name"], linewidth=2,
+        bound = row.name == "oracle"
+        line, = left.plot(range(len(ys)), ys, label=row.name, linewidth=2,
                           linestyle="--" if bound else "-", color="black" if bound else None)
-        colors[row["name"]] = line.get_color()
+        colors[row.name] = line.get_color()
     left.set_xlabel("simulated day")
     left.set_ylabel(f"cumulative cash ({cur})")
     left.set_title("the team's cash over the trace")
     left.legend(title="policy")
     left.grid(alpha=0.3)
-    rank = {r["name"]: i for i, r in enumerate(sorted(result["policies"], key=lambda r: r["cash_total"]))}
-    for row in result["policies"]:
-        cost = row["cash_total"] * rate
-        if row["name"] == "oracle":
+    rank = {r.name: i for i, r in enumerate(sorted(answer.policies, key=lambda r: r.cash_total))}
+    for row in answer.policies:
+        cost = row.cash_total * rate
+        if row.name == "oracle":
             right.axhline(cost, color="black", linestyle="--", linewidth=1)
             right.annotate("oracle (lower bound)", (0, cost), xycoords=("axes fraction", "data"),
                            xytext=(4, 4), textcoords="offset points", fontsize=9)
             continue
-        wait = row.get("exploratory_p95_wait_h") or 0.0
-        right.scatter([wait], [cost], s=60, color=colors[row["name"]], zorder=3)
+        wait = row.exploratory_p95_wait_h or 0.0
+        right.scatter([wait], [cost], s=60, color=colors[row.name], zorder=3)
         # Alternate label sides by cost: policies often land close together.
-        right.annotate(row["name"], (wait, cost), xytext=(6, 4 if rank[row["name"]] % 2 else -12),
+        right.annotate(row.name, (wait, cost), xytext=(6, 4 if rank[row.name] % 2 else -12),
                        textcoords="offset points", fontsize=9)
     right.set_xlabel("exploratory p95 wait (hours)")
     right.set_ylabel(f"cash total ({cur}, log scale)")

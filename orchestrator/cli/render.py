@@ -7,10 +7,13 @@ import json
 import sys
 import threading
 import time
-from typing import Any, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from orchestrator.records.metrics import RunMetrics
 
 
 def _console(stderr: bool = False) -> Console:
@@ -123,46 +126,51 @@ def phase_summary(phases: dict) -> str:
     return "  ".join(parts) + f"  (fixed {fixed:.1f}s of {total:.1f}s)"
 
 
-def device_summary(metrics: dict) -> Optional[str]:
+def device_summary(metrics: RunMetrics) -> Optional[str]:
     """How busy a job's devices were (the runner's telemetry, jobs/telemetry.py): over the
     whole run once it ended, else each worker's latest 30 s; None when none was measured."""
-    s = (metrics.get("telemetry") or {}).get("summary") or {}
-    if s.get("mean_util") is not None:
-        what = "GPU" if s.get("source") == "nvml" else "CPU"
-        of = f" of {s['mem_total_gb']:.0f}" if s.get("mem_total_gb") and what == "GPU" else ""
-        workers = int(s.get("workers") or 1)
-        text = (f"{what} busy {s['mean_util']:.0f}% (p10 {s.get('p10_util', 0):.0f}%), peak "
-                f"{s.get('peak_mem_gb', 0):.2f} GiB{of}, {workers} worker{'s' if workers != 1 else ''}")
-        if s.get("energy_wh") is not None:
-            text += f", {s['energy_wh']:.1f} Wh ({s.get('energy_basis')})"
-        return text + (f" [{s.get('device')}]" if what == "GPU" and s.get("device") else "")
-    now = metrics.get("device_now") or {}
+    s = metrics.summary()
+    if s is not None and s.mean_util is not None:
+        what = "GPU" if s.source == "nvml" else "CPU"
+        of = f" of {s.mem_total_gb:.0f}" if s.mem_total_gb and what == "GPU" else ""
+        workers = int(s.workers or 1)
+        text = (f"{what} busy {s.mean_util:.0f}% (p10 {s.p10_util or 0:.0f}%), peak "
+                f"{s.peak_mem_gb or 0:.2f} GiB{of}, {workers} worker{'s' if workers != 1 else ''}")
+        if s.energy_wh is not None:
+            text += f", {s.energy_wh:.1f} Wh ({s.energy_basis})"
+        return text + (f" [{s.device}]" if what == "GPU" and s.device else "")
+    now = metrics.device_now or {}
     if now:
-        return "now: " + ", ".join(f"rank {r} {p.get('util', 0):.0f}% busy, {p.get('mem_gb', 0):.2f} GiB"
+        return "now: " + ", ".join(f"rank {r} {p.util or 0:.0f}% busy, {p.mem_gb or 0:.2f} GiB"
                                    for r, p in sorted(now.items()))
     return None
 
 
-def metric_summary(metrics: dict) -> str:
+def metric_summary(metrics: RunMetrics) -> str:
+    """'epoch 3/3  loss 0.1234  samples/s 1,234' from what a run reported."""
     parts = []
-    if "epoch" in metrics and "epochs" in metrics:
-        parts.append(f"epoch {metrics['epoch']}/{metrics['epochs']}")
+    said = metrics.reported()
+    if "epoch" in said and "epochs" in said:
+        parts.append(f"epoch {said['epoch']}/{said['epochs']}")
     for key, label, fmt in (("loss", "loss", "{:.4f}"), ("accuracy", "accuracy", "{:.3f}"),
                             ("samples_per_sec", "samples/s", "{:,.0f}")):
-        if isinstance(metrics.get(key), (int, float)):
-            parts.append(f"{label} {fmt.format(metrics[key])}")
+        value = metrics.number(key)
+        if value is not None:
+            parts.append(f"{label} {fmt.format(value)}")
     return "  ".join(parts)
 
 
-def failure_lines(metrics: dict, indent: str = "  ") -> list[str]:
+def failure_lines(metrics: RunMetrics, indent: str = "  ") -> list[str]:
     """A failed job's last error lines and orch's hint (service/why_failed.py), as printed
     under its message; escaped, since they are the job's own output."""
     from rich.markup import escape
 
-    failure = metrics.get("failure") or {}
-    lines = [f"{indent}[dim]| {escape(line)}[/]" for line in failure.get("lines") or []]
-    if failure.get("hint"):
-        lines.append(f"{indent}[yellow]hint:[/] {escape(failure['hint'])}")
+    failure = metrics.failure
+    if failure is None:
+        return []
+    lines = [f"{indent}[dim]| {escape(line)}[/]" for line in failure.lines]
+    if failure.hint:
+        lines.append(f"{indent}[yellow]hint:[/] {escape(failure.hint)}")
     return lines
 
 

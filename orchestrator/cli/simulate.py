@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.markup import escape
@@ -12,6 +12,9 @@ from rich.table import Table
 
 from orchestrator.base.targets import CLOUD, ONPREM
 from orchestrator.cli.render import err, out, print_json
+
+if TYPE_CHECKING:
+    from orchestrator.records.simulation import SimulationResult
 
 
 def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (CSV; see docs/simulate.md)"),
@@ -116,85 +119,87 @@ def _generate(path: Path, days: int, seed: int, shape) -> None:
     out.print(f"wrote {len(jobs)} jobs over {days} days to {escape(str(path))} (seed {seed})")
 
 
-def _money(usd, result) -> str:
+def _money(usd, result: SimulationResult) -> str:
     from orchestrator.decision.pricing import fmt_money
 
-    return fmt_money(usd, result["currency"], result["currency_rate"])
+    return fmt_money(usd, result.currency, result.currency_rate)
 
 
 def _h(v) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def render(result: dict) -> None:
-    out.print(f"trace {escape(result['trace'])}: {result['jobs']} jobs over {result['days']} days")
-    out.print(f"scenario: {escape(result['scenario'])}")
+def render(answer: dict) -> None:
+    from orchestrator.records.simulation import SimulationResult
+
+    result = SimulationResult.model_validate(answer)
+    out.print(f"trace {escape(result.trace)}: {result.jobs} jobs over {result.days} days")
+    out.print(f"scenario: {escape(result.scenario)}")
     t = Table(show_edge=False, header_style="bold")
     for col in ("POLICY", "CASH TOTAL", "OWNERSHIP", "POWER", "CLOUD", "CHARGEBACK",
                 "EXPL P95 WAIT H", "STEADY P95 WAIT H", "DEADLINE MISSES", "ON-PREM UTIL",
                 "JOBS ON-PREM / CLOUD"):
         t.add_column(col, justify="left" if col == "POLICY" else "right", no_wrap=True)
-    for r in result["policies"]:
-        jobs = r["jobs_by_target"]
+    for r in result.policies:
+        jobs = r.jobs_by_target
         placed = f"{jobs.get(ONPREM, 0):g} / {jobs.get(CLOUD, 0):g}"
-        if jobs.get("unplaced"):
-            placed += f" ({jobs['unplaced']} unplaced)"
-        util = r["onprem_utilization"]
-        name = r["name"] + {"oracle": " (lower bound)", "online-truth": " (reference)"}.get(
-            r["name"], "")
-        if r["name"] == "orch" and result.get("beliefs") == "truth":
+        if r.unplaced:
+            placed += f" ({r.unplaced} unplaced)"
+        util = r.onprem_utilization
+        name = r.name + {"oracle": " (lower bound)", "online-truth": " (reference)"}.get(r.name, "")
+        if r.name == "orch" and result.beliefs == "truth":
             name = "orch (true beliefs)"
-        t.add_row(name, _money(r["cash_total"], result), _money(r["ownership"], result),
-                  _money(r["power"], result), _money(r["cloud_spend"], result),
-                  _money(r["chargeback_total"], result), _h(r["exploratory_p95_wait_h"]),
-                  _h(r["steady_p95_wait_h"]), f"{r['deadline_misses']} ({r['deadline_miss_rate']:.1%})",
+        t.add_row(name, _money(r.cash_total, result), _money(r.ownership, result),
+                  _money(r.power, result), _money(r.cloud_spend, result),
+                  _money(r.chargeback_total, result), _h(r.exploratory_p95_wait_h),
+                  _h(r.steady_p95_wait_h), f"{r.deadline_misses} ({r.deadline_miss_rate:.1%})",
                   "-" if util is None else f"{util:.1%}", placed)
     out.print(t)
     out.print("[dim]cash total = ownership (purchase over the period, the same for every policy) "
               "+ power + cloud; chargeback = the old per-use figure (owned hours at amortized + "
               "power, idle ones free), for comparison only[/]")
-    if result.get("learning_cost") is not None:
+    if result.learning_cost is not None:
         out.print(f"what learning costs: orch's power + cloud with learned beliefs is "
-                  f"{result['learning_cost']:.3f}x its spend when told the truth")
-    true, believed = result["spot_preemptions_per_hour"], result.get("believed_spot_preemptions_per_hour")
+                  f"{result.learning_cost:.3f}x its spend when told the truth")
+    true, believed = result.spot_preemptions_per_hour, result.believed_spot_preemptions_per_hour
     if believed is not None and true != believed:
         out.print(f"spot preemptions: {true:g} per running hour in truth; orch believes {believed:g} "
                   "(the spot_preemptions_per_hour setting)")
-    for note in result.get("notes", []):
+    for note in result.notes:
         out.print(f"[dim]{escape(note)}[/]")
-    c = result.get("checks") or {}
-    if not c:
+    c = result.checks
+    if c is None:
         return
     ok = lambda met: "[green]met[/]" if met else "[red]not met[/]"  # noqa: E731
-    by_name = {r["name"]: r for r in result["policies"]}
-    if by_name.get("oracle", {}).get("bound"):
+    oracle = result.policy("oracle")
+    if oracle is not None and oracle.bound:
         from orchestrator.simulate.oracle import bound_line
 
-        rate, cur = result["currency_rate"], result["currency"]
-        out.print(escape(bound_line(by_name["oracle"]["bound"])) + (
+        rate, cur = result.currency_rate, result.currency
+        out.print(escape(bound_line(oracle.bound)) + (
             "" if cur == "USD" else f" [dim](USD; x{rate:g} for {cur})[/]"))
-    if c.get("orch_power_cloud_over_bound") is not None:
+    if c.orch_power_cloud_over_bound is not None:
         out.print(f"checks (what placement controls): orch's power + cloud / the best bound = "
-                  f"{c['orch_power_cloud_over_bound']:.3f} (goal <= {c['power_cloud_goal']:g}: "
-                  f"{ok(c['power_cloud_met'])})")
-    if c.get("orch_power_cloud_over_online") is not None:
+                  f"{c.orch_power_cloud_over_bound:.3f} (goal <= {c.power_cloud_goal:g}: "
+                  f"{ok(c.power_cloud_met)})")
+    if c.orch_power_cloud_over_online is not None:
         out.print(f"checks (what placement controls): orch's power + cloud / online-truth's "
                   f"(the greedy told each job's truth on arrival) = "
-                  f"{c['orch_power_cloud_over_online']:.3f} (goal <= {c['online_goal']:g}: "
-                  f"{ok(c['online_met'])})")
-    ratio = "-" if c["orch_over_oracle"] is None else f"{c['orch_over_oracle']:.3f}"
-    by = {r["name"]: r for r in result["policies"]}
-    if c["cheaper_than_every_baseline"]:
+                  f"{c.orch_power_cloud_over_online:.3f} (goal <= {c.online_goal:g}: "
+                  f"{ok(c.online_met)})")
+    ratio = "-" if c.orch_over_oracle is None else f"{c.orch_over_oracle:.3f}"
+    if c.cheaper_than_every_baseline:
         cheaper = "[green]yes[/]"
     else:
-        cheaper = "[red]no[/]: " + ", ".join(f"{n} costs {_money(by[n]['cash_total'], result)}"
-                                            for n in c["baselines_not_beaten"])
-    apart = "; ".join(f"{n} {why}" for n, why in c["not_comparable"].items())
-    out.print(f"checks (cash): orch / the best bound = {ratio} (goal <= {c['ratio_goal']:g}: "
-              f"{ok(c['ratio_met'])}); orch cheaper than every comparable baseline: {cheaper}; "
-              f"orch deadline misses {c['orch_miss_rate']:.1%} (goal <= {c['miss_goal']:.0%}: "
-              f"{ok(c['miss_met'])}); orch exploratory p95 wait {_h(c['orch_exploratory_p95_wait_h'])} h "
-              f"(goal <= the cloud's start-up {c['wait_goal_h']:.2f} h: {ok(c['wait_met'])})")
+        cheaper = "[red]no[/]: " + ", ".join(
+            f"{n} costs {_money(p.cash_total if p else 0.0, result)}"
+            for n, p in ((n, result.policy(n)) for n in c.baselines_not_beaten))
+    apart = "; ".join(f"{n} {why}" for n, why in c.not_comparable.items())
+    out.print(f"checks (cash): orch / the best bound = {ratio} (goal <= {c.ratio_goal:g}: "
+              f"{ok(c.ratio_met)}); orch cheaper than every comparable baseline: {cheaper}; "
+              f"orch deadline misses {c.orch_miss_rate:.1%} (goal <= {c.miss_goal:.0%}: "
+              f"{ok(c.miss_met)}); orch exploratory p95 wait {_h(c.orch_exploratory_p95_wait_h)} h "
+              f"(goal <= the cloud's start-up {c.wait_goal_h:.2f} h: {ok(c.wait_met)})")
     if apart:
         out.print(f"[dim]not comparable: {escape(apart)}[/]")
-    out.print(f"[dim]simulated in {result['wall_s']:.1f} s[/]")
+    out.print(f"[dim]simulated in {result.wall_s or 0.0:.1f} s[/]")

@@ -87,16 +87,16 @@ def _ended(console, rec: JobRecord) -> None:
     """How a job ended: status, time, metrics, and the verdict's advice."""
     from orchestrator.cli.follow import run_time
 
-    summary = metric_summary(rec.metrics or {})
+    summary = metric_summary(rec.metrics)
     console.print(f"{rec.id} {status_text(rec.status)} in {duration(run_time(rec))}"
                   + (f"  {summary}" if summary else "")
                   + (f"\n  {escape(rec.message)}" if rec.status != "SUCCEEDED" and rec.message else ""))
-    for line in failure_lines(rec.metrics or {}):
+    for line in failure_lines(rec.metrics):
         console.print(line, highlight=False)
-    verdict = (rec.metrics or {}).get("verdict")
+    verdict = rec.metrics.verdict
     if verdict:
-        console.print(f"[bold]{verdict['kind']}[/]: {escape('; '.join(verdict['reasons']))}")
-        for advice in verdict["advice"]:
+        console.print(f"[bold]{verdict.kind}[/]: {escape('; '.join(verdict.reasons))}")
+        for advice in verdict.advice:
             console.print(f"  try: {escape(advice)}")
 
 
@@ -189,7 +189,7 @@ def _sweep(client, sub, console, detach: bool, json_out: bool) -> None:
     from orchestrator.decision.sweeps import best
 
     run = runs[0].run
-    top = best([(r, r.metrics or {}) for r in ended], run.sweep_metric, run.sweep_mode or "min")
+    top = best([(r, r.metrics.reported()) for r in ended], run.sweep_metric, run.sweep_mode or "min")
     if top is not None:
         row, value = top
         console.print(f"best {run.sweep_metric} {value:.4g}: {row.id} ({row.run.sweep_values})")

@@ -21,6 +21,7 @@ from orchestrator.base.targets import rented
 from orchestrator.decision.reconcile import TERMINAL
 from orchestrator.records import JobRow
 from orchestrator.records.cost import CostAlternative, CostEntry, CostGroup
+from orchestrator.records.metrics import RunMetrics
 from orchestrator.records.placement import PlacedOffer, Placement
 
 GROUPS = ("name", "target", "kind", "month", "day")
@@ -39,7 +40,7 @@ def run_window(rec: JobRow, now: float) -> tuple[Optional[float], Optional[float
     start = rec.info.backend_start or rec.started_at
     end = rec.info.backend_end or rec.finished_at
     if start is None and rec.status in ("SUCCEEDED", "FAILED", "CANCELLED"):
-        wall = rec.metrics.get("wall_s")  # the runner's own clock
+        wall = rec.metrics.wall_s  # the runner's own clock
         if wall and end:
             start = end - wall
     if start is not None and end is not None and end < start:
@@ -58,17 +59,15 @@ def best_alternative(decision: Placement) -> Optional[PlacedOffer]:
     return min(pool, key=lambda a: a.est_cost or 0.0) if pool else None
 
 
-def measured_wh(metrics: dict) -> Optional[float]:
+def measured_wh(metrics: RunMetrics) -> Optional[float]:
     """The energy a job's GPUs drew over its run, as NVML measured it (the runner's
     telemetry, jobs/telemetry.py); None where nothing was measured (a CPU job, a GPU
     without NVML, a run that has not ended) or the figure is no finite amount."""
-    telemetry = (metrics or {}).get("telemetry")
-    summary = telemetry.get("summary") if isinstance(telemetry, dict) else None
-    if not isinstance(summary, dict):
+    summary = metrics.summary()
+    if summary is None:
         return None
-    energy = summary.get("energy_wh")
-    if summary.get("source") != "nvml" or not isinstance(energy, (int, float)) or \
-            isinstance(energy, bool) or not math.isfinite(energy) or energy < 0:
+    energy = summary.energy_wh
+    if summary.source != "nvml" or energy is None or not math.isfinite(energy) or energy < 0:
         return None
     return float(energy)
 
@@ -80,7 +79,7 @@ def measured_power_usd(rec: JobRow, kwh_price_usd: Optional[float],
     never past its rated figure (the hardware's rated watts x GPUs x hours). The figures come
     from the job's workers, where its code runs and can print any line, so no more than its
     hardware can draw is ever taken from them. None: the rated figure stands."""
-    if not rec.spec.get("train") or not kwh_price_usd:
+    if not rec.stored.train or not kwh_price_usd:
         return None
     energy = measured_wh(rec.metrics)
     if energy is None:

@@ -2,7 +2,7 @@
 a useful GPU-hour of each owned pool really costs.
 
 `utilization.owned_use` says how many GPU-hours jobs held each pool; here each job's
-telemetry summary (jobs/telemetry.py `combine`, kept in `metrics["telemetry"]["summary"]`)
+telemetry summary (jobs/telemetry.py `combine`, kept as `RunMetrics.telemetry.summary`)
 says how busy its GPUs were over those hours. Only NVML figures are GPU use: a `psutil`
 summary is a CPU worker's share of its threads and is left out (counted, not measured). A
 job without a summary (a `run:` job, a running one, one recorded before telemetry) is
@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence, Union
 
 from orchestrator.base.targets import LOCAL
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.pricing import fmt_money
 from orchestrator.decision.utilization import DIFFERS, OwnedUse, PoolUse
 from orchestrator.records.cost import CostEntry
+from orchestrator.records.metrics import RunMetrics
 
 # Under this busy share a useful GPU-hour costs 1.5x (DIFFERS) a held one or more, the
 # factor at which advise already calls two costs different; a compute-bound training loop
@@ -43,20 +44,18 @@ class RunTelemetry:
     mem_total_gb: Optional[float] = None
 
     @classmethod
-    def of(cls, metrics: Mapping) -> Optional[RunTelemetry]:
+    def of(cls, metrics: Union[RunMetrics, Mapping]) -> Optional[RunTelemetry]:
         """The summary in a job's metrics, or None where there is none or it is malformed."""
-        tel = metrics.get("telemetry")
-        s = tel.get("summary") if isinstance(tel, dict) else None
-        if not isinstance(s, dict):
+        s = RunMetrics.read(metrics).summary()
+        if s is None:
             return None
-        util, secs = _number(s.get("mean_util")), _number(s.get("seconds"))
-        if util is None or secs is None or not isinstance(s.get("source"), str):
+        util, secs = _number(s.mean_util), _number(s.seconds)
+        if util is None or secs is None or s.source is None:
             return None
-        workers = _number(s.get("workers"))
-        return cls(source=s["source"], mean_util=min(max(util, 0.0), 100.0), seconds=secs,
+        workers = _number(s.workers)
+        return cls(source=s.source, mean_util=min(max(util, 0.0), 100.0), seconds=secs,
                    workers=None if workers is None else int(workers),
-                   peak_mem_gb=_number(s.get("peak_mem_gb")),
-                   mem_total_gb=_number(s.get("mem_total_gb")))
+                   peak_mem_gb=_number(s.peak_mem_gb), mem_total_gb=_number(s.mem_total_gb))
 
 
 def _number(v: object) -> Optional[float]:
@@ -119,7 +118,7 @@ def _runs_on(pool: PoolUse, e: CostEntry) -> bool:
     return pool.target == LOCAL or canonical_gpu(e.gpu) == pool.gpu
 
 
-def _tally(pool: PoolUse, entries: Sequence[CostEntry], metrics: Mapping[str, Mapping],
+def _tally(pool: PoolUse, entries: Sequence[CostEntry], by_job: Mapping[str, Union[RunMetrics, Mapping]],
            end: float) -> _Tally:
     t = _Tally()
     wstart = end - pool.window_days * 86400.0
@@ -133,7 +132,7 @@ def _tally(pool: PoolUse, entries: Sequence[CostEntry], metrics: Mapping[str, Ma
             continue
         t.jobs += 1
         t.held += held
-        m = metrics.get(e.id or "") or {}
+        m = RunMetrics.read(by_job.get(e.id or ""))
         tel = RunTelemetry.of(m)
         if tel is not None and tel.source != "nvml":
             t.cpu += 1
@@ -150,10 +149,9 @@ def _tally(pool: PoolUse, entries: Sequence[CostEntry], metrics: Mapping[str, Ma
         t.measured += covered
         t.busy += covered * tel.mean_util / 100.0
         t.measured_jobs += 1
-        verdict = m.get("verdict")
-        t.input_bound += isinstance(verdict, dict) and verdict.get("kind") == "input-bound"
-        run = m.get("run_settings")
-        precision = (run.get("precision") if isinstance(run, dict) else None) or m.get("precision")
+        t.input_bound += m.verdict is not None and m.verdict.kind == "input-bound"
+        precision = (m.run_settings.precision if m.run_settings else None) or \
+            m.reported().get("precision")
         t.precision_known += isinstance(precision, str)
         t.fp32 += precision == "fp32"
         if tel.peak_mem_gb is not None and tel.mem_total_gb:
@@ -244,7 +242,8 @@ def _replace(p: MeasuredPool, **kw) -> MeasuredPool:
     return dataclasses.replace(p, **kw)
 
 
-def measured_use(use: OwnedUse, entries: Sequence[CostEntry], metrics: Mapping[str, Mapping],
+def measured_use(use: OwnedUse, entries: Sequence[CostEntry],
+                 metrics: Mapping[str, Union[RunMetrics, Mapping]],
                  *, end: float, currency: str = "USD", rate: float = 1.0) -> MeasuredUse:
     """Each of `use`'s pools with how busy its GPUs were while jobs held them. `entries` are
     the ledger entries owned_use read (running jobs up to `end`); `metrics` the jobs' metrics

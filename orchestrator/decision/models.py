@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional
 
 from orchestrator.base.targets import OWNED, Target
 from orchestrator.decision.gpus import canonical_gpu
+from orchestrator.records.metrics import RunMetrics
 from orchestrator.records.placement import PlacedOffer, Placement
 
 if TYPE_CHECKING:
@@ -62,10 +63,10 @@ def share_price(offer: Offer, used: float) -> float:
     return offer.price_per_hour * min(used / offer.count, 1.0)
 
 
-def measured_gpu(metrics: Mapping, planned: Optional[str]) -> Optional[str]:
+def measured_gpu(metrics: RunMetrics, planned: Optional[str]) -> Optional[str]:
     """The GPU model a run ran on: what its runner saw (`gpu_name` in its worker_setup
     event, torch's name for the device, or "cpu"), else the model it was placed on."""
-    seen = (metrics.get("run_settings") or {}).get("gpu_name")
+    seen = metrics.run_settings.gpu_name if metrics.run_settings else None
     if not seen or str(seen).lower() == "cuda":  # none recorded, or the driver could not say
         return planned
     return None if str(seen).lower() == "cpu" else canonical_gpu(str(seen))
@@ -100,16 +101,17 @@ class PastRun:
         start = rec.info.backend_start if rec.info.backend_start is not None else rec.started_at
         end = rec.info.backend_end if rec.info.backend_end is not None else rec.finished_at
         duration = end - start if start is not None and end is not None else None
-        if isinstance(rec.metrics.get("wall_s"), (int, float)) and rec.metrics["wall_s"] > 0:
-            duration = float(rec.metrics["wall_s"])  # the runner's own clock: training, no start-up
+        wall = rec.metrics.wall_s
+        if wall is not None and wall > 0:
+            duration = float(wall)  # the runner's own clock: training, no start-up
         gpu = measured_gpu(rec.metrics, choice.gpu)
-        hint = (rec.spec or {}).get("estimate") or {}
+        hint = rec.stored.estimate
         return cls(fingerprint=rec.fingerprint or "", status=rec.status, created_at=rec.created_at,
                    duration_s=duration, target=rec.target or choice.target, gpu=gpu,
                    gpu_count=choice.count or (1 if gpu else 0),  # a GPU seen: at least one
-                   samples_per_sec=rec.metrics.get("samples_per_sec"),
-                   data_share=rec.metrics.get("data_fraction"), owner=rec.owner,
-                   estimate_hours=hint.get("hours"), estimate_gpu=hint.get("gpu"))
+                   samples_per_sec=rec.metrics.number("samples_per_sec"),
+                   data_share=rec.metrics.number("data_fraction"), owner=rec.owner,
+                   estimate_hours=hint.hours, estimate_gpu=hint.gpu)
 
     @classmethod
     def from_record(cls, rec: Mapping) -> PastRun:
@@ -126,7 +128,7 @@ class PastRun:
         started, finished = get("started_at", None), get("finished_at", None)
         if duration is None and isinstance(started, (int, float)) and isinstance(finished, (int, float)):
             duration = finished - started
-        metrics = get("metrics", None) or {}
+        metrics = RunMetrics.read(get("metrics", None))
         placed = Placement.read(get("decision", None))
         choice = (placed.choice if placed else None) or PlacedOffer()
         gpu = get("gpu", None) or choice.gpu
@@ -137,8 +139,8 @@ class PastRun:
         return cls(fingerprint=str(get("fingerprint", "")), status=str(get("status", "")),
                    created_at=float(created or 0.0), duration_s=duration,
                    target=get("target", None) or choice.target, gpu=gpu, gpu_count=count,
-                   samples_per_sec=get("samples_per_sec", None) or metrics.get("samples_per_sec"),
-                   data_share=get("data_share", None) or metrics.get("data_fraction"),
+                   samples_per_sec=get("samples_per_sec", None) or metrics.number("samples_per_sec"),
+                   data_share=get("data_share", None) or metrics.number("data_fraction"),
                    owner=get("owner", None), estimate_hours=hint.get("hours"),
                    estimate_gpu=hint.get("gpu"))
 

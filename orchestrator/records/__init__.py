@@ -15,7 +15,10 @@ from typing import Any, Optional, TypeVar, Union
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from orchestrator.records.cost import CloudBill, CostEntry
+from orchestrator.records.metrics import RunMetrics
 from orchestrator.records.placement import PlacedOffer, Placement
+from orchestrator.records.schedule import ScheduleRow
+from orchestrator.records.stored_spec import StoredSpec
 
 # What `info` holds for orch alone, and why it is not shown.
 INTERNAL_INFO = {
@@ -134,7 +137,7 @@ class JobRow(BaseModel):
     backend_id: Optional[str] = None
     address: Optional[str] = None
     log_path: Optional[str] = None
-    metrics: dict[str, Any] = Field(default_factory=dict)
+    metrics: RunMetrics = Field(default_factory=RunMetrics)
     info: JobInfo = Field(default_factory=JobInfo)
     message: Optional[str] = None
     cancel_requested: bool = False
@@ -160,6 +163,11 @@ class JobRow(BaseModel):
     def choice(self) -> Optional[PlacedOffer]:
         """The offer its decision chose (None when it has none)."""
         return self.decision.choice if self.decision else None
+
+    @property
+    def stored(self) -> StoredSpec:
+        """Its job file, as orch's decisions read it (records.stored_spec)."""
+        return StoredSpec.read(self.spec)
 
 
 def with_info(rec: JobRow, drop: tuple[str, ...] = (), **changes: Any) -> dict:
@@ -190,7 +198,8 @@ class JobRecord(_Public):
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
     message: Optional[str] = None
-    metrics: dict[str, Any] = Field(default_factory=dict, description="what the run reported")
+    metrics: RunMetrics = Field(default_factory=RunMetrics, description="what the run reported "
+                                "and what orch derived from its log (records.metrics)")
     fingerprint: Optional[str] = None
     backend_id: Optional[str] = None
     log_path: Optional[str] = None
@@ -313,6 +322,18 @@ class Schedule(BaseModel):
             if not getattr(self, flag):
                 out.pop(flag, None)
         return out
+
+    @classmethod
+    def from_row(cls, row: ScheduleRow, log: Optional[list[dict]] = None,
+                 **flags: bool) -> Schedule:
+        """What a user sees of a stored schedule (`Store.schedule`): no job file text; `log`
+        its recent lines (`Store.schedule_events`), shown only where given; `flags`:
+        `existing`, `unchanged`."""
+        return cls(id=row.id, name=row.name, owner=row.owner, cron=row.cron,
+                   priority=row.priority, source_file=row.source_file,
+                   created_at=iso(row.created_at), next_at=iso(row.next_at),
+                   last_slot=iso(row.last_slot), paused=row.paused,
+                   log=None if log is None else [ScheduleEvent(**e) for e in log], **flags)
 
     def to_json(self) -> dict:
         return self.model_dump(mode="json")

@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Optional
 from orchestrator.base.errors import BackendError, OrchError, StoreError
 from orchestrator.base.targets import ONPREM
 from orchestrator.decision import cron_slots as cron
-from orchestrator.records import JobRow
+from orchestrator.records import JobRow, ScheduleRow
 from orchestrator.server import reconciling
 from orchestrator.server.client_policy import check_launch
 from orchestrator.server.replicas import Heartbeat, launcher_alive, launcher_id
@@ -166,9 +166,9 @@ class Scheduler:
         """Record a job for each schedule's due slot; the ids recorded."""
         recorded = []
         for s in orch.schedule_rows():
-            if s["paused"]:
+            if s.paused or s.next_at is None:
                 continue
-            d = cron.due(s["cron"], s["next_at"], now)
+            d = cron.due(s.cron, s.next_at, now)
             if d is None:
                 continue
             events: list[tuple[Optional[float], Optional[str], str]] = []  # slot, job, message
@@ -181,27 +181,27 @@ class Scheduler:
                 events.append((d.slot, job_id, message))
                 if job_id:
                     recorded.append(job_id)
-            orch.schedule_done(s["id"], last_slot=d.slot, next_at=d.next_at, events=events)
+            orch.schedule_done(s.id, last_slot=d.slot, next_at=d.next_at, events=events)
             for _, _, message in events:
-                log.info("schedule %s (%s): %s", s["id"], s["name"], message)
+                log.info("schedule %s (%s): %s", s.id, s.name, message)
         if recorded:
             self.wake()
         return recorded
 
-    def _submit_slot(self, orch: Orch, s: dict, slot: float) -> tuple[Optional[str], str]:
+    def _submit_slot(self, orch: Orch, s: ScheduleRow, slot: float) -> tuple[Optional[str], str]:
         from orchestrator.spec import load_spec_text
 
-        key = f"cron:{s['id']}:{iso(slot)}"
+        key = f"cron:{s.id}:{iso(slot)}"
         try:
-            spec = load_spec_text(s["source_text"], s["source_file"] or "<job>")
-            rec, _, existing = orch.record(spec, key, owner=s["owner"], priority=s["priority"],
-                                                 info=queue_info(spec, schedule=s["id"], slot=iso(slot)))
+            spec = load_spec_text(s.source_text, s.source_file or "<job>")
+            rec, _, existing = orch.record(spec, key, owner=s.owner, priority=s.priority,
+                                                 info=queue_info(spec, schedule=s.id, slot=iso(slot)))
         except OrchError as e:  # the slot is used up: a job that cannot run now never will
             return None, f"slot {iso(slot)} not run: {e.message}"
         if existing:
             return rec.id, f"slot {iso(slot)}: {rec.id} was recorded for it before; not run again"
-        orch.set_status(rec.id, "PENDING", f"queued by schedule {s['id']} "
-                                    f"({s['name']}) for its slot {iso(slot)}")
+        orch.set_status(rec.id, "PENDING", f"queued by schedule {s.id} "
+                                    f"({s.name}) for its slot {iso(slot)}")
         return rec.id, f"slot {iso(slot)}: queued {rec.id}"
 
     # -- 2. reconcile ---------------------------------------------------------------------

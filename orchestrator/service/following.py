@@ -17,6 +17,7 @@ from orchestrator.base import redact
 from orchestrator.base.errors import BackendError, OrchError
 from orchestrator.decision import reconcile
 from orchestrator.records import JobRow, with_info
+from orchestrator.records.metrics import RunMetrics
 from orchestrator.service import job_groups, pipelines, preemption, run_metrics
 from orchestrator.service.budgets import enforce_budget
 from orchestrator.service.core import Core
@@ -152,11 +153,11 @@ def finish(core: Core, rec: JobRow, status: str, message: Optional[str]) -> JobR
         own = explain(said, message) if said and "\n" in said.strip() else None
         message = (said if said and "\n" not in said.strip()
                    else message_with(own if own and own.get("error") else failure, said or message))
-    stopped = metrics.get("stopped")
+    stopped = RunMetrics.read(metrics).stopped
     if status == "SUCCEEDED" and stopped:  # the runner stopped itself at its budget
         status = "CANCELLED"
-        message = (f"stopped at its budget after epoch {stopped.get('epoch')}: "
-                   f"{stopped.get('detail')}; last checkpoint {metrics.get('checkpoint')}")
+        message = (f"stopped at its budget after epoch {stopped.epoch}: "
+                   f"{stopped.detail}; last checkpoint {RunMetrics.read(metrics).checkpoint}")
     if status == "SUCCEEDED":
         scaling(core, rec, metrics)
     clean = redactor(core, rec)  # what was decoded from its text too (JSON escapes)
@@ -183,9 +184,9 @@ def forget_secrets(core: Core, rec: JobRow) -> None:
 def trust(core: Core, rec: JobRow) -> dict:
     """Which of its log's events may set a job's outcome (run_metrics.from_log): the
     state events signed with its event key; `stopped` only where it has a budget."""
-    budget = (rec.spec.get("budget") or {}).get("max_cost") or core.settings.monthly_budget
+    budget = rec.stored.budget.max_cost or core.settings.monthly_budget
     return {"key": rec.info.event_key or None,
-            "budgeted": bool(rec.spec.get("train") and budget)}
+            "budgeted": bool(rec.stored.train and budget)}
 
 
 def phases(rec: JobRow, text: str) -> dict:
@@ -201,7 +202,7 @@ def phases(rec: JobRow, text: str) -> dict:
 
 def scaling(core: Core, rec: JobRow, metrics: dict) -> None:
     """With N workers, what they bought, against earlier one-worker runs of the same job."""
-    add_scaling(metrics, [r.metrics for r in
+    add_scaling(metrics, [r.metrics.to_dict() for r in
                           core.store.runs_for_fingerprint(rec.fingerprint or "")
                           if r.status == "SUCCEEDED" and r.id != rec.id])
 

@@ -13,6 +13,7 @@ from orchestrator.records import JobRow
 from orchestrator.records.placement import Placement
 from orchestrator.service.budgets import run_budget
 from orchestrator.service.core import Core
+from orchestrator.service.resume import ResumePoint
 from orchestrator.spec import JobSpec, UtilizationPolicy
 from providers.base import Launch
 
@@ -41,9 +42,9 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
                            reach(core.settings))
     storage = spec.checkpoint.storage or backend.default_storage(core.settings)
     resume = resume_point(core, spec, before=job_id)
-    run_name = resume["run_name"] if resume else job_id
+    run_name = resume.run_name if resume else job_id
     if resume:
-        storage = resume["storage_path"]
+        storage = resume.storage_path
     # The preemption contract (docs/preemption.md): the code that asks for another run, and
     # where this job's checkpoints live across its runs (a `run:` job's own choice to use).
     env[EXIT_VAR] = str(PREEMPTED_EXIT)
@@ -57,7 +58,7 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
     if use_gpu == "auto" and choice is not None:
         use_gpu = holds.gpus > 0  # as placed and priced, not what the target happens to have
     if spec.train is not None:
-        from jobs.request import ENV_VAR, Budget, RunRequest
+        from jobs.request import ENV_VAR, RunRequest
 
         train_target = spec.train.job or spec.train.entrypoint
         assert train_target is not None  # the spec holds exactly one of them
@@ -71,7 +72,7 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
             storage_path=storage, num_to_keep=spec.checkpoint.num_to_keep,
             max_failures=spec.checkpoint.max_failures, placement=spec.scaling.placement,
             s3_endpoint_url=endpoint if endpoint and storage and storage.startswith("s3://") else None,
-            budget=Budget(**budget) if budget else None,
+            budget=budget,
             telemetry_interval_s=core.settings.telemetry_interval_seconds,
             utilization_policy=_idle_policy(spec.utilization_policy or core.settings.utilization_policy),
             telemetry_point_s=core.settings.telemetry_point_seconds)
@@ -192,7 +193,7 @@ def own_folder(workspace: str, job_id: str, command: str, root: Optional[str],
     return f"{workspace} {' '.join(args)} -- bash -c {shlex.quote(command)}"
 
 
-def resume_point(core: Core, spec: JobSpec, before: Optional[str] = None) -> Optional[dict]:
+def resume_point(core: Core, spec: JobSpec, before: Optional[str] = None) -> Optional[ResumePoint]:
     """The run `checkpoint.resume_from` continues (see orchestrator.service.resume); `before` is
     the job being launched: neither it nor a later job is a candidate. `submit` calls
     it before recording anything."""

@@ -23,6 +23,7 @@ from orchestrator.decision import job_ledger as ledger
 from orchestrator.decision.demand import job_demand
 from orchestrator.records import JobRow
 from orchestrator.records.cost import CostEntry
+from orchestrator.records.metrics import WorkerPoint
 from orchestrator.service.core import Core
 from orchestrator.settings import Settings
 from orchestrator.store import JobCount
@@ -125,29 +126,27 @@ def _queue(queued: Sequence[JobRow], now: float) -> tuple[QueueLine, ...]:
 
 
 def _running(rec: JobRow, entry: CostEntry) -> RunningJob:
-    metrics = rec.metrics or {}
+    metrics = rec.metrics
     return RunningJob(id=rec.id, name=rec.name, target=rec.target or "none", kind=rec.kind or "none",
                       gpus=job_demand(rec.spec, rec.choice).gpus, cost_usd=entry.cost_usd,
                       cash_usd=ledger.spend(entry, "cash"),
-                      samples_per_second=_number(metrics.get("samples_per_sec")),
-                      devices=_points(metrics.get("device_now")))
+                      samples_per_second=_number(metrics.number("samples_per_sec")),
+                      devices=_points(metrics.device_now or {}))
 
 
-def _points(device_now: Any) -> tuple[DevicePoint, ...]:
+def _points(device_now: dict[str, WorkerPoint]) -> tuple[DevicePoint, ...]:
     """The workers' latest points, as far as they are well formed: they come from lines the
     job's own workers print, so a rank is a small number and a figure a finite one, or the
     point is left out; a utilization is held within 0-100%, memory and power at 0 or more."""
-    if not isinstance(device_now, dict):
-        return ()
     out = []
-    for rank, p in sorted(device_now.items(), key=lambda kv: (len(str(kv[0])), str(kv[0]))):
-        if not (isinstance(rank, str) and rank.isdigit() and int(rank) < _MAX_RANKS and isinstance(p, dict)):
+    for rank, p in sorted(device_now.items(), key=lambda kv: (len(kv[0]), kv[0])):
+        if not (rank.isdigit() and int(rank) < _MAX_RANKS):
             continue
-        util, mem = _number(p.get("util")), _number(p.get("mem_gb"))
+        util, mem = _number(p.util), _number(p.mem_gb)
         if util is None or mem is None:
             continue
-        source = str(p["source"]) if p.get("source") in SOURCES else "unknown"
-        power = _number(p.get("power_w"))
+        source = p.source if p.source in SOURCES and p.source else "unknown"
+        power = _number(p.power_w)
         out.append(DevicePoint(rank, source, min(100.0, max(0.0, util)), max(0.0, mem) * GiB,
                                None if power is None else max(0.0, power)))
     return tuple(out)

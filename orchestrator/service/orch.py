@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from orchestrator.records.cost import CostReport
     from orchestrator.records.page import Fleet, JobProgress, SpendingPage
     from orchestrator.records.placement import Placement
+    from orchestrator.records.replica import ReplicaRow
+    from orchestrator.records.schedule import ScheduleRow
     from orchestrator.service.doctor.check import Check
     from orchestrator.service.metrics_snapshot import Snapshot
     from orchestrator.settings import Settings
@@ -212,7 +214,7 @@ class Orch:
     def state_counts(self, since: float) -> dict[str, dict[str, int]]:
         return self.core.store.state_counts(since)
 
-    def replicas(self) -> list[dict]:
+    def replicas(self) -> list[ReplicaRow]:
         return self.core.store.replicas()
 
     # -- schedules (service/schedule_rules.py) ----------------------------------------------
@@ -265,7 +267,7 @@ class Orch:
     def replica_alive(self, launcher: str) -> Optional[bool]:
         return self.core.store.replica_alive(launcher)
 
-    def schedule_rows(self) -> list[dict]:
+    def schedule_rows(self) -> list[ScheduleRow]:
         """Every schedule as the store keeps it (its job file's text too): for the cron step."""
         return self.core.store.schedules()
 

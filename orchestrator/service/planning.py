@@ -329,7 +329,7 @@ def _holds(store, settings, now: float, name: Optional[str] = None,
 
     if store is None:
         return ()
-    schedules = [s for s in store.schedules() if s.get("name") != name]
+    schedules = [s for s in store.schedules() if s.name != name]
     ahead = settings.cron_lookahead_hours if horizon_h is None else horizon_h
     return schedule_reservations(schedules, now, ahead, settings.max_wait_minutes / 60.0)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from orchestrator.records import JobRow
@@ -9,9 +10,17 @@ from orchestrator.spec import JobSpec
 from orchestrator.store import TERMINAL
 
 
-def resume_point(spec: JobSpec, earlier_jobs: Sequence[JobRow]) -> Optional[dict]:
+@dataclass(frozen=True)
+class ResumePoint:
+    """The earlier run a job continues: its job, its run's folder under its storage."""
+    job_id: str
+    run_name: str
+    storage_path: str
+
+
+def resume_point(spec: JobSpec, earlier_jobs: Sequence[JobRow]) -> Optional[ResumePoint]:
     """The run `checkpoint.resume_from` continues (a `train:` job's checkpoints, a `run:`
-    job's folder): {job_id, run_name, storage_path}, or None
+    job's folder), or None
     when the spec resumes nothing. `earlier_jobs` are the candidates, newest first. Raises
     SpecError at checkpoint.resume_from when the reference names no job, an unfinished one,
     or one whose storage differs."""
@@ -49,5 +58,5 @@ def resume_point(spec: JobSpec, earlier_jobs: Sequence[JobRow]) -> Optional[dict
         raise spec.error(key, f"job {earlier.id} kept its checkpoints in {storage}, "
                               f"not in this job's checkpoint.storage {mine}",
                          f"set checkpoint.storage to {storage}, or leave it out")
-    return {"job_id": earlier.id, "run_name": info.run_name or earlier.id,
-            "storage_path": storage}
+    return ResumePoint(job_id=earlier.id, run_name=info.run_name or earlier.id,
+                       storage_path=storage)

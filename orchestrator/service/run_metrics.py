@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 from jobs import events
 from jobs.telemetry import combine
 from jobs.verdict import diagnose
+from orchestrator.records.metrics import RunMetrics
 
 # What orch derives a job's outcome, device figures and run window from: a metric of that name
 # (a report's, which the job's code chooses) never stands in for one.
@@ -26,7 +27,7 @@ def _fields(ev: dict) -> dict:
     return {k: v for k, v in ev.items() if k not in ("event", "t", events.SIG)}
 
 
-def from_log(text: str, previous: Optional[dict] = None, *, key: Optional[str] = None,
+def from_log(text: str, previous: Optional[RunMetrics] = None, *, key: Optional[str] = None,
              budgeted: bool = True) -> dict:
     """The last report's metrics, the run's chosen settings and the result, from events.
     The `result` event's fields are left under `_result` for the caller to judge the run by.
@@ -39,7 +40,7 @@ def from_log(text: str, previous: Optional[dict] = None, *, key: Optional[str] =
     worker, where the job's code runs, so no key can vouch for it: it is read only for a
     job with a budget (`budgeted`), where all it can do is end a run that succeeded as
     CANCELLED rather than SUCCEEDED."""
-    metrics = dict(previous or {})
+    metrics = previous.to_dict() if previous is not None else {}
     found, dropped = events.read(text or "")
     if dropped:  # the log is read whole each time: the count is this log's
         metrics["dropped_events"] = {"count": len(dropped), "first": dropped[:DROPPED_SHOWN]}

@@ -17,10 +17,12 @@ from typing import Optional
 
 from orchestrator.base.errors import Forbidden
 from orchestrator.decision import cron_slots
+from orchestrator.records import Schedule
 from orchestrator.records.caller import Caller, may_change
+from orchestrator.records.schedule import ScheduleRow
 from orchestrator.service import placing
 from orchestrator.service.core import Core
-from orchestrator.store import Store, iso, public_schedule
+from orchestrator.store import Store, iso
 
 
 def literal_secrets(spec) -> list[str]:
@@ -59,13 +61,13 @@ def register(core: Core, spec, text: str, file: Optional[str], owner: Optional[s
         spec=redact.redact_spec(spec.model_dump(mode="json")), source_text=text,
         source_file=file, next_at=cron_slots.next_slot(expr, core.clock() if now is None else now),
         priority=priority, idempotency_key=idempotency_key)
-    return public_schedule(rec, store.schedule_events(rec["id"]), existing)
+    return Schedule.from_row(rec, store.schedule_events(rec.id), existing=existing).to_json()
 
 
-def _check_may_change(s: dict, who: Optional[Caller]) -> None:
+def _check_may_change(s: ScheduleRow, who: Optional[Caller]) -> None:
     """`who` None: the store itself, on the server's machine (as `orch token` does)."""
-    if who is not None and not may_change(who, s["owner"]):
-        raise Forbidden(f"{s['id']} belongs to {s['owner'] or 'the server'}: {who.name} "
+    if who is not None and not may_change(who, s.owner):
+        raise Forbidden(f"{s.id} belongs to {s.owner or 'the server'}: {who.name} "
                         "may not change it", "only its owner or an admin token (`orch token "
                         "create NAME --admin`) can")
 
@@ -89,26 +91,26 @@ def set_paused(store: Store, sched_id: str, paused: bool, who: Optional[Caller] 
     ("unchanged": True)."""
     s = store.schedule(sched_id)
     _check_may_change(s, who)
-    if s["paused"] == paused:
-        return {**public_schedule(s, store.schedule_events(s["id"])), "unchanged": True}
+    if s.paused == paused:
+        return Schedule.from_row(s, store.schedule_events(s.id), unchanged=True).to_json()
     now = time.time() if now is None else now
-    s = store.pause_schedule(s["id"], paused, cron_slots.next_slot(s["cron"], now),
+    s = store.pause_schedule(s.id, paused, cron_slots.next_slot(s.cron, now),
                              f"{'paused' if paused else 'resumed'} by {by_name(who)}")
-    return public_schedule(s, store.schedule_events(s["id"]))
+    return Schedule.from_row(s, store.schedule_events(s.id)).to_json()
 
 
 def remove(store: Store, sched_id: str, who: Optional[Caller] = None) -> dict:
     """Delete a schedule and its log; the jobs it ran are kept. Returns what it was."""
     s = store.schedule(sched_id)
     _check_may_change(s, who)
-    gone = public_schedule(s, store.schedule_events(s["id"]))
-    store.remove_schedule(s["id"])
+    gone = Schedule.from_row(s, store.schedule_events(s.id)).to_json()
+    store.remove_schedule(s.id)
     return gone
 
 
 def listed(store: Store) -> list[dict]:
     """Every schedule with its recent log."""
-    return [public_schedule(s, store.schedule_events(s["id"])) for s in store.schedules()]
+    return [Schedule.from_row(s, store.schedule_events(s.id)).to_json() for s in store.schedules()]
 
 
 def upcoming(store: Store, count: int = 3) -> dict[str, list[Optional[str]]]:
@@ -116,15 +118,15 @@ def upcoming(store: Store, count: int = 3) -> dict[str, list[Optional[str]]]:
     out: dict[str, list[Optional[str]]] = {}
     for s in store.schedules():
         slots: list[float] = []
-        if not s["paused"] and s["next_at"] is not None:
-            slots = [s["next_at"]]
+        if not s.paused and s.next_at is not None:
+            slots = [s.next_at]
             while len(slots) < count:
-                slots.append(cron_slots.next_slot(s["cron"], slots[-1]))
-        out[s["id"]] = [iso(t) for t in slots]
+                slots.append(cron_slots.next_slot(s.cron, slots[-1]))
+        out[s.id] = [iso(t) for t in slots]
     return out
 
 
 def shown(store: Store, sched_id: str) -> dict:
     """One schedule (an id or a unique prefix) with its recent log."""
     s = store.schedule(sched_id)
-    return public_schedule(s, store.schedule_events(s["id"]))
+    return Schedule.from_row(s, store.schedule_events(s.id)).to_json()

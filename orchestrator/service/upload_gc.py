@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from orchestrator.records import JobRow
+from orchestrator.records.schedule import ScheduleRow
 from orchestrator.service.upload import DIGEST_PATTERN, human, owners, uploads_root
 from orchestrator.store import TERMINAL, iso
 
@@ -141,12 +142,12 @@ def job_uses(records: Iterable[JobRow]) -> list[Use]:
     return out
 
 
-def schedule_uses(schedules: Iterable[dict]) -> list[Use]:
+def schedule_uses(schedules: Iterable[ScheduleRow]) -> list[Use]:
     """Every upload a schedule's stored job file (or spec) names: each of its runs needs it."""
     out = []
     for s in schedules:
-        digests = digests_in(s.get("source_text")) | _workdirs(s.get("spec"), s.get("source_file"))
-        out += [Use(d, f"schedule {s['id']} ({s['name']})", True) for d in sorted(digests)]
+        digests = digests_in(s.source_text) | _workdirs(s.spec, s.source_file)
+        out += [Use(d, f"schedule {s.id} ({s.name})", True) for d in sorted(digests)]
     return out
 
 

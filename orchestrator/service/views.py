@@ -8,10 +8,11 @@ import time
 from typing import Optional
 
 from orchestrator.base.errors import BackendError
-from orchestrator.records import CancelledJob, JobDetail, JobRecord, JobRow
+from orchestrator.records import CancelledJob, JobDetail, JobRecord, JobRow, Schedule
+from orchestrator.records.metrics import RunMetrics
 from orchestrator.service import following, spending
 from orchestrator.service.core import Core
-from orchestrator.store import TERMINAL, JobQuery, iso, public_schedule
+from orchestrator.store import TERMINAL, JobQuery, iso
 
 
 def shown(core: Core, rec: JobRow) -> JobRow:
@@ -22,7 +23,7 @@ def shown(core: Core, rec: JobRow) -> JobRow:
         return rec
     clean = following.redactor(core, rec)
     return rec.model_copy(update={"message": clean(rec.message) if rec.message else rec.message,
-                                  "metrics": clean.tree(rec.metrics)})
+                                  "metrics": RunMetrics.read(clean.tree(rec.metrics.to_dict()))})
 
 
 def job_records(core: Core, limit: int = 50) -> list[JobRecord]:
@@ -89,12 +90,12 @@ def summary(core: Core, limit: int = 50) -> dict:
     for rec in following.list_jobs(core, limit):  # each checked with its backend, as `orch status` does
         pub = JobRecord.from_row(shown(core, rec))
         entry = ledger.current(rec, now)
-        verdict = (pub.metrics or {}).get("verdict") or {}
+        verdict = pub.metrics.verdict
         jobs.append({"id": pub.id, "name": pub.name, "status": pub.status,
                      "target": pub.target, "kind": pub.kind, "owner": pub.owner,
                      "created_at": pub.created_at, "message": pub.message,
-                     "cost": entry.cost_usd * rate, "verdict": verdict.get("kind"),
-                     "advice": verdict.get("advice") or []})
+                     "cost": entry.cost_usd * rate, "verdict": verdict.kind if verdict else None,
+                     "advice": verdict.advice if verdict else []})
     queue: list[dict] = []
     line: dict[Optional[str], int] = {}
     for i, r in enumerate(store.queued()):  # each target starts its own line in order
@@ -108,4 +109,4 @@ def summary(core: Core, limit: int = 50) -> dict:
     return {"now": iso(now), "currency": settings.currency, "jobs": jobs, "queue": queue,
             "month": {"month": time.strftime("%Y-%m", time.gmtime(now)), "spent": spent,
                       "budget": settings.monthly_budget, "basis": basis},
-            "schedules": [public_schedule(s) for s in store.schedules()]}
+            "schedules": [Schedule.from_row(s).to_json() for s in store.schedules()]}

@@ -20,7 +20,7 @@ from orchestrator.store.base import DOCTOR_HINT, iso
 from orchestrator.store.job_pages import SORTS, JobQuery
 from orchestrator.store.jobs import STATUSES, TERMINAL, JobCount, Jobs, new_job_id
 from orchestrator.store.location import database_url, is_database_url, shown_url, store_exists, store_location
-from orchestrator.store.schedules import Schedules, public_schedule
+from orchestrator.store.schedules import Schedules
 from orchestrator.store.schema import MIGRATIONS as _MIGRATIONS
 from orchestrator.store.schema import SCHEMA_VERSION, migrate, refuse_foreign, stored_version
 from orchestrator.store.shared import REPLICA_STALE_S, Shared
@@ -30,7 +30,7 @@ from orchestrator.store.tokens import NameTaken, Tokens
 
 __all__ = ["DOCTOR_HINT", "SCHEMA_VERSION", "SORTS", "STATUSES", "TERMINAL", "JobCount", "JobQuery", "NameTaken", "REPLICA_STALE_S", "Store",
            "access_problem", "database_url", "is_database_url", "iso", "new_job_id",
-           "open_store", "public_schedule", "shown_url", "store_error", "store_exists",
+           "open_store", "shown_url", "store_error", "store_exists",
            "store_location", "stored_version"]
 
 

@@ -7,6 +7,7 @@ import time
 import uuid
 from typing import Optional, Sequence
 
+from orchestrator.records.schedule import ScheduleRow
 from orchestrator.store.base import Row, StoreBase, iso
 
 # One line of a schedule's log: its slot (epoch seconds; None: no slot), its job's id, the text.
@@ -16,7 +17,7 @@ Event = tuple[Optional[float], Optional[str], str]
 class Schedules(StoreBase):
     def add_schedule(self, *, name: str, owner: Optional[str], cron: str, spec: dict,
                      source_text: str, source_file: Optional[str], next_at: float,
-                     priority: int = 0) -> dict:
+                     priority: int = 0) -> ScheduleRow:
         """Register a schedule; `spec` redacted, `source_text` free of secret values (the
         caller refuses any), `next_at` its first slot."""
         return self.keyed_schedule(name=name, owner=owner, cron=cron, spec=spec,
@@ -26,7 +27,7 @@ class Schedules(StoreBase):
     def keyed_schedule(self, *, name: str, owner: Optional[str], cron: str, spec: dict,
                        source_text: str, source_file: Optional[str], next_at: float,
                        priority: int = 0, idempotency_key: Optional[str] = None
-                       ) -> tuple[dict, bool]:
+                       ) -> tuple[ScheduleRow, bool]:
         """`add_schedule` under an idempotency key: (the schedule, whether it was there
         already, registered under the same key)."""
         sched_id, now = "sched-" + uuid.uuid4().hex[:8], time.time()
@@ -45,17 +46,17 @@ class Schedules(StoreBase):
                        (sched_id, now, f"registered: cron {cron!r}"))
         return self.schedule(sched_id), False
 
-    def schedule(self, sched_id: str) -> dict:
+    def schedule(self, sched_id: str) -> ScheduleRow:
         """A schedule by id, or by a unique prefix of it."""
         return _schedule(self._one("schedules", sched_id, "schedule",
                                    "`orch schedule list` shows the schedules with their ids"))
 
-    def schedules(self) -> list[dict]:
+    def schedules(self) -> list[ScheduleRow]:
         return [_schedule(r) for r in
                 self._db.execute("SELECT * FROM schedules ORDER BY created_at, id")]
 
     def schedule_done(self, sched_id: str, *, last_slot: Optional[float], next_at: float,
-                      events: Sequence[Event] = ()) -> Optional[dict]:
+                      events: Sequence[Event] = ()) -> Optional[ScheduleRow]:
         """Advance a schedule past a slot, with its log lines, in one write: the log never
         says a slot ran that the schedule has not moved past. None when the schedule was
         removed meanwhile (its slot's job, if any, stays)."""
@@ -73,10 +74,11 @@ class Schedules(StoreBase):
                            "VALUES (?, ?, ?, ?, ?)", (sched_id, now, slot, job_id, message))
         return self.schedule(sched_id)
 
-    def pause_schedule(self, sched_id: str, paused: bool, next_at: float, message: str) -> dict:
+    def pause_schedule(self, sched_id: str, paused: bool, next_at: float,
+                       message: str) -> ScheduleRow:
         """Pause or resume a schedule; a resumed one starts again from `next_at`, so the
         slots it missed while paused are not caught up."""
-        sched_id = self.schedule(sched_id)["id"]  # NotFound; a prefix resolved
+        sched_id = self.schedule(sched_id).id  # NotFound; a prefix resolved
         with self._write() as db:
             db.execute("UPDATE schedules SET paused = ?, next_at = ? WHERE id = ?",
                        (int(paused), next_at, sched_id))
@@ -94,29 +96,15 @@ class Schedules(StoreBase):
 
     def remove_schedule(self, sched_id: str) -> None:
         """Delete a schedule and its log in one transaction; the jobs it ran are kept."""
-        sched_id = self.schedule(sched_id)["id"]  # NotFound; a prefix resolved
+        sched_id = self.schedule(sched_id).id  # NotFound; a prefix resolved
         with self._write() as db:
             db.execute("DELETE FROM schedule_events WHERE schedule_id = ?", (sched_id,))
             db.execute("DELETE FROM schedules WHERE id = ?", (sched_id,))
 
 
-def _schedule(row: Row) -> dict:
+def _schedule(row: Row) -> ScheduleRow:
     rec = {k: row[k] for k in row.keys()}
-    rec["spec"] = json.loads(rec.pop("spec_json"))
+    rec["spec"] = json.loads(rec.pop("spec_json") or "{}")
     rec["paused"] = bool(rec["paused"])
     rec.pop("idempotency_key", None)  # the store's own: a user sees the schedule
-    return rec
-
-
-def public_schedule(rec: dict, events: Optional[list] = None, existing: bool = False) -> dict:
-    """The JSON a user sees for a schedule: no job file text; `existing`: a registration
-    found it under its idempotency key."""
-    out = {"id": rec["id"], "name": rec["name"], "owner": rec["owner"], "cron": rec["cron"],
-           "priority": rec["priority"], "source_file": rec["source_file"],
-           "created_at": iso(rec["created_at"]), "next_at": iso(rec["next_at"]),
-           "last_slot": iso(rec["last_slot"]), "paused": rec["paused"]}
-    if existing:
-        out["existing"] = True
-    if events is not None:
-        out["log"] = events
-    return out
+    return ScheduleRow.model_validate(rec)

@@ -19,6 +19,7 @@ import time
 import zlib
 from typing import Optional
 
+from orchestrator.records.replica import ReplicaRow
 from orchestrator.store.base import StoreBase
 
 LOG_KEEP_BYTES = 32 << 20  # the end of a longer log is kept (its start stays in its file)
@@ -129,14 +130,15 @@ class Shared(StoreBase):
     def replica_gone(self, replica: str) -> None:
         self._db.execute("DELETE FROM replicas WHERE id = ?", (replica,))
 
-    def replicas(self, stale_s: float = REPLICA_STALE_S) -> list[dict]:
+    def replicas(self, stale_s: float = REPLICA_STALE_S) -> list[ReplicaRow]:
         """Every replica that looked within `stale_s` (the others are dropped on the way),
         the holder of the lease first."""
         now = time.time()
         self._db.execute("DELETE FROM replicas WHERE seen_at < ?", (now - 24 * 3600,))
-        rows = [dict(r) for r in self._db.execute("SELECT * FROM replicas ORDER BY started_at")]
-        live = [r for r in rows if now - float(r["seen_at"]) <= stale_s]
-        return sorted(live, key=lambda r: r["role"] != "leading")
+        rows = [ReplicaRow.model_validate(dict(r))
+                for r in self._db.execute("SELECT * FROM replicas ORDER BY started_at")]
+        live = [r for r in rows if now - r.seen_at <= stale_s]
+        return sorted(live, key=lambda r: r.role != "leading")
 
     def replica_alive(self, replica: str, stale_s: float = REPLICA_STALE_S) -> Optional[bool]:
         """Whether a replica looked within `stale_s`; None when the store never saw it."""

@@ -153,7 +153,7 @@ def test_the_sky_task_of_a_two_node_job_trains_on_two_ray_nodes(tmp_path, monkey
     fake._logs = log
     rec = orch.refresh(orch.get(rec.id))
     assert rec.status == "SUCCEEDED", rec
-    assert rec.metrics.get("accuracy") is not None, rec.metrics
+    assert rec.metrics.number("accuracy") is not None, rec.metrics
     print(f"two-node run: {wall:.1f} s")
 
 

@@ -102,8 +102,8 @@ def test_plan_shows_the_ratio_two_measured_runs_give(ray_home, tmp_path):
             runs = []
             for job_id, name in zip(ids, ("NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3")):
                 rec = store.get(job_id)
-                metrics = {**rec.metrics, "run_settings": {**rec.metrics.get("run_settings", {}),
-                                                           "gpu_name": name}}
+                stored = rec.metrics.to_dict()
+                metrics = {**stored, "run_settings": {**stored.get("run_settings", {}), "gpu_name": name}}
                 assert rec.choice is not None and rec.decision is not None
                 choice = rec.choice.model_copy(update={"gpu": name.split()[1][:4], "count": 1})  # the faked device
                 decision = rec.decision.model_copy(update={"choice": choice})

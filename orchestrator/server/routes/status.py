@@ -30,10 +30,10 @@ def replicas(who: Caller = Depends(caller), srv: Server = Depends(server)):
     only; a user sees each as `replica N`, its role and times."""
     with srv.service() as orch:
         rows = orch.replicas()
-    return [Replica(id=r["id"] if who.admin else f"replica {i}",
-                    url=r["url"] if who.admin else None, role=r["role"],
-                    started_at=str(iso(r["started_at"])), seen_at=str(iso(r["seen_at"])),
-                    this=r["id"] == srv.scheduler.me) for i, r in enumerate(rows, 1)]
+    return [Replica(id=r.id if who.admin else f"replica {i}",
+                    url=r.url if who.admin else None, role=r.role,
+                    started_at=str(iso(r.started_at)), seen_at=str(iso(r.seen_at)),
+                    this=r.id == srv.scheduler.me) for i, r in enumerate(rows, 1)]
 
 
 @router.get("/healthz")

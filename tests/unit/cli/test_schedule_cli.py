@@ -65,7 +65,7 @@ def test_list_show_pause_resume_and_rm_on_this_machines_store(orch_home):
     proc = run_orch(orch_home, "schedule", "rm", nightly)
     assert proc.returncode == 0 and proc.stdout.strip() == (
         f"{nightly} nightly removed, with its log; the jobs it ran are kept (`orch status`)")
-    assert [s["id"] for s in store.schedules()] == [weekly]
+    assert [s.id for s in store.schedules()] == [weekly]
     assert store.schedule_events(nightly) == [] and store.get(job.id).name == "nightly"
     store.close()
 

@@ -11,8 +11,11 @@ H = 3600.0
 
 
 def sched(name="weekly", in_h=2.0, spec=None, paused=False):
-    return {"name": name, "next_at": NOW + in_h * H, "paused": paused,
-            "spec": spec if spec is not None else {"resources": {"accelerators": "A100:4"}}}
+    from orchestrator.records.schedule import ScheduleRow
+
+    return ScheduleRow(id=f"sched-{name}", name=name, cron="0 8 * * 6", next_at=NOW + in_h * H,
+                       paused=paused,
+                       spec=spec if spec is not None else {"resources": {"accelerators": "A100:4"}})
 
 
 CASES = [
@@ -39,7 +42,7 @@ def test_schedule_reservations(name, schedules, expected):
     if expected is None:  # what decision.demand says the job holds, whatever that is
         from orchestrator.decision.demand import job_demand
 
-        assert [r.gpus for r in got] == [job_demand(schedules[0]["spec"]).gpus]
+        assert [r.gpus for r in got] == [job_demand(schedules[0].spec).gpus]
         return
     assert [(round(r.in_hours, 6), r.gpus, r.gpu, r.what, r.slack_hours) for r in got] == expected
 

@@ -111,12 +111,12 @@ def test_a_succeeded_job_whose_own_lines_say_it_failed_stays_succeeded(tmp_path)
     orch, backend, rec = _ended(tmp_path, "train:\n  job: image-classification\n", forged)
     assert backend.key == rec.info.event_key and len(rec.info.event_key) == 64
     assert (rec.status, rec.message) == ("SUCCEEDED", "Job finished successfully.")
-    assert rec.metrics["verdict"] == VERDICT
+    assert rec.metrics.to_json()["verdict"] == VERDICT
     # A `run:` job has no runner: its launch carries no key, and no line of its counts.
     orch, backend, rec = _ended(tmp_path / "run", "run: echo hi\n", forged)
     assert backend.key is None and rec.info.event_key
     assert (rec.status, rec.message) == ("SUCCEEDED", "Job finished successfully.")
-    assert "verdict" not in rec.metrics
+    assert rec.metrics.verdict is None
     # A record from before keys is judged by its log's lines as it was.
     old = orch.core.store.create_job(name="old", spec={"run": "echo"}, kind="exploratory",
                                 target="local", fingerprint="fp")

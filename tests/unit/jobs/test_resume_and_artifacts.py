@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Optional
 
 import pytest
 
@@ -13,6 +14,7 @@ from orchestrator.base.errors import BackendError, NotFound, SpecError
 from orchestrator.records import JobRow
 from orchestrator.service.launch_spec import resume_point
 from orchestrator.service.orch import Orch
+from orchestrator.service.resume import ResumePoint
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
 from providers import artifacts as arts
@@ -58,7 +60,11 @@ def test_resume_from_a_job_id_and_a_unique_prefix(tmp_path):
     _ran(orch, "other", storage="/elsewhere")
     for ref in (a.id, a.id[:9]):
         point = resume_point(orch.core, _spec(resume=ref))
-        assert point == {"job_id": a.id, "run_name": a.id, "storage_path": "s3://b/ckpt"}
+        assert point == ResumePoint(job_id=a.id, run_name=a.id, storage_path="s3://b/ckpt")
+
+
+def _id(point: Optional[ResumePoint]) -> Optional[str]:
+    return point.job_id if point else None
 
 
 def test_resume_latest_is_the_newest_earlier_job_of_the_name_with_storage(tmp_path):
@@ -67,14 +73,15 @@ def test_resume_latest_is_the_newest_earlier_job_of_the_name_with_storage(tmp_pa
     newest = _ran(orch, "digits", storage="/new", ago=2)
     _ran(orch, "digits", storage=None, ago=3)  # a run: job or a failed launch: no checkpoints
     _ran(orch, "other", storage="/other", ago=4)  # another name
-    assert resume_point(orch.core, _spec(resume="latest"))["job_id"] == newest.id
+    assert _id(resume_point(orch.core, _spec(resume="latest"))) == newest.id
 
 
 def test_a_resumed_run_keeps_its_first_jobs_run_name(tmp_path):
     orch = _orch(tmp_path)
     first = _ran(orch, "digits", ago=1)
     _ran(orch, "digits", run_name=first.id, ago=2)  # itself a resume of `first`
-    assert resume_point(orch.core, _spec(resume="latest"))["run_name"] == first.id
+    point = resume_point(orch.core, _spec(resume="latest"))
+    assert point is not None and point.run_name == first.id
 
 
 def test_the_job_being_launched_and_later_jobs_are_never_resumed(tmp_path):
@@ -82,7 +89,7 @@ def test_the_job_being_launched_and_later_jobs_are_never_resumed(tmp_path):
     earlier = _ran(orch, "digits", ago=1)
     me = _ran(orch, "digits", status="PENDING", ago=2)
     _ran(orch, "digits", ago=3)  # submitted while `me` was launching
-    assert resume_point(orch.core, _spec(resume="latest"), before=me.id)["job_id"] == earlier.id
+    assert _id(resume_point(orch.core, _spec(resume="latest"), before=me.id)) == earlier.id
 
 
 @pytest.mark.parametrize("ref,problem", [

@@ -192,7 +192,11 @@ def test_a_runs_workers_combine_and_orch_keeps_them_from_the_log():
 
 
 def test_orch_status_says_how_busy_the_devices_were_or_are():
-    from orchestrator.cli.render import device_summary
+    from orchestrator.cli import render
+    from orchestrator.records.metrics import RunMetrics
+
+    def device_summary(metrics: dict):
+        return render.device_summary(RunMetrics.read(metrics))
 
     ended = {"telemetry": {"summary": {"source": "nvml", "device": "NVIDIA H100", "workers": 2,
                                        "mean_util": 58.2, "p10_util": 21.0, "peak_mem_gb": 31.0,

@@ -104,7 +104,7 @@ def test_pending_starting_running_succeeded(orch):
     ledger = rec.info.ledger
     assert len(ledger.launches) == 1 and ledger.launches[0].price_per_hour == 1.75
     assert ledger.cost_usd == pytest.approx(1.75 * (0.5 + 0.1))
-    assert rec.metrics["accuracy"] == 0.95
+    assert rec.metrics.number("accuracy") == 0.95
 
 
 def test_recovery_cost_is_summed_over_both_runs(orch):

@@ -84,8 +84,8 @@ def test_a_malformed_line_costs_its_job_alone(settings, monkeypatch, line):
         assert {r.id for r in rows} >= {hostile}
         rec = orch.get(hostile)
     assert rec.status == "RUNNING"
-    dropped = rec.metrics.get("dropped_events") or {}
-    assert dropped.get("count", 0) >= 1, rec.metrics  # the job carries a note of it
+    dropped = rec.metrics.dropped_events
+    assert dropped is not None and dropped.count >= 1, rec.metrics  # the job carries a note of it
 
 
 VALUE = "hf_Secret_Value_9x"

@@ -47,7 +47,7 @@ def test_a_launcher_on_another_host_is_alive_while_its_replica_beats(tmp_path, p
     beat = Heartbeat(settings, far, lambda: "standby", "http://10.1.2.3:8765")
     beat.beat()
     assert launcher_alive(far, store) is True
-    assert [r["url"] for r in store.replicas()] == ["http://10.1.2.3:8765"]
+    assert [r.url for r in store.replicas()] == ["http://10.1.2.3:8765"]
     store._db.execute("UPDATE replicas SET seen_at = seen_at - 60")
     assert launcher_alive(far, store) is False  # stopped beating: dead
     beat.stop()  # never started: it removes its row all the same

@@ -117,7 +117,7 @@ def test_every_minute_runs_each_slot_once_across_restarts_crashes_and_downtime(s
     assert log[3] == ("skipped 7 slot(s), 2027-01-15T08:03:00Z to 2027-01-15T08:09:00Z: missed "
                       "while the server was down or busy (only the latest missed slot runs)")
     assert log[4] == f"slot 2027-01-15T08:10:00Z: queued {jobs[2].id}"
-    assert store.schedule(s["id"])["next_at"] == T0 + 660
+    assert store.schedule(s["id"]).next_at == T0 + 660
 
 
 def test_a_cron_job_never_stores_a_secret_value(settings, monkeypatch):
@@ -370,7 +370,7 @@ def test_a_heartbeat_stopped_from_another_thread_leaves_its_row_without_an_error
     deadline = time.monotonic() + 10
     while not api.store.replicas() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert [r["id"] for r in api.store.replicas()] == ["me/1/1.0"]
+    assert [r.id for r in api.store.replicas()] == ["me/1/1.0"]
     errors: list = []
     stopper = threading.Thread(target=lambda: _catching(beat.stop, errors))
     stopper.start()

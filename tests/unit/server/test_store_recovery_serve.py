@@ -40,14 +40,14 @@ def serve_store(path) -> dict:
                                source_text=f"# SCHED{i}\n{BIG}", source_file=None, next_at=NIGHT)
         events = []
         if i < 2:  # these two recorded a job for their slot; weekly's slot could not run
-            job = _job(store, f"MARKC{i}", name, "alice", key=f"cron:{s['id']}:{iso(NIGHT)}",
-                       info={"queued": True, "schedule": s["id"], "slot": iso(NIGHT)})
+            job = _job(store, f"MARKC{i}", name, "alice", key=f"cron:{s.id}:{iso(NIGHT)}",
+                       info={"queued": True, "schedule": s.id, "slot": iso(NIGHT)})
             events.append((NIGHT, job, f"slot {iso(NIGHT)}: queued {job}"))
         else:
             events.append((NIGHT, None, f"slot {iso(NIGHT)} not run: no such GPU"))
-        s = store.schedule_done(s["id"], last_slot=NIGHT, next_at=NIGHT + DAY, events=events)
+        s = store.schedule_done(s.id, last_slot=NIGHT, next_at=NIGHT + DAY, events=events)
         if paused:
-            s = store.pause_schedule(s["id"], True, NIGHT + DAY, "paused by alice")
+            s = store.pause_schedule(s.id, True, NIGHT + DAY, "paused by alice")
         scheds.append(s)
     for i, owner in enumerate(("alice", "bob", None, "root")):
         _job(store, f"MARK{i:04d}", f"job{i}", owner)
@@ -114,9 +114,9 @@ def test_repair_keeps_tokens_revocations_schedules_and_their_logs(orch_home, mon
         assert store.token_by_hash(auth.hash_token(made["tokens"]["root"]))["admin"] is True
         assert store.token_by_hash(auth.hash_token(made["tokens"]["bob"])) is None  # revoked
         assert store.token("bob")["revoked_at"] is not None
-        got = {s["name"]: s for s in store.schedules()}
+        got = {s.name: s for s in store.schedules()}
         for name, paused in SCHEDULES:
-            assert (got[name]["last_slot"], got[name]["next_at"], got[name]["paused"]) == (
+            assert (got[name].last_slot, got[name].next_at, got[name].paused) == (
                 NIGHT, NIGHT + DAY, paused)
         # New rows after the salvaged ones get new ids, not reused ones.
         store.add_token("dave", auth.new_token()[1])
@@ -159,16 +159,16 @@ def test_a_damaged_schedules_page_loses_only_that_schedule_and_says_which(orch_h
         "schedule_events": {"salvaged": 4, "unreadable": 0, "dropped": 3,
                             "more_may_be_lost": False}}
     assert (repair["jobs"], repair["events"], repair["unreadable_jobs"]) == (6, 18, 0)
-    assert repair["lost_schedules"] == [{"id": hourly["id"], "name": "hourly"}]
+    assert repair["lost_schedules"] == [{"id": hourly.id, "name": "hourly"}]
     assert repair["lost_token_names"] == []
     store = Store(path)
     try:
-        assert sorted(s["name"] for s in store.schedules()) == ["nightly", "weekly"]
-        assert all(s["next_at"] == NIGHT + DAY for s in store.schedules())
-        assert store.schedule_events(hourly["id"]) == []
+        assert sorted(s.name for s in store.schedules()) == ["nightly", "weekly"]
+        assert all(s.next_at == NIGHT + DAY for s in store.schedules())
+        assert store.schedule_events(hourly.id) == []
         # Its job is kept, under its idempotency key: the slot it ran is still taken.
         job = store.list(limit=10, statuses=("SUCCEEDED",))
-        assert f"cron:{hourly['id']}:{iso(NIGHT)}" in {j.idempotency_key for j in job}
+        assert f"cron:{hourly.id}:{iso(NIGHT)}" in {j.idempotency_key for j in job}
     finally:
         store.close()
 
@@ -178,7 +178,7 @@ def test_a_damaged_schedules_page_loses_only_that_schedule_and_says_which(orch_h
             "schedule log events into a new store at "
             f"{text_home / 'orch.db'}; unreadable: 1 schedule rows\n") in out
     assert ("lost schedules: they no longer run; send their job files to `orch serve` again "
-            f"(each starts at its next slot); salvaged jobs and logs name these: {hourly['id']} "
+            f"(each starts at its next slot); salvaged jobs and logs name these: {hourly.id} "
             "(hourly); their 3 log events stay only in the file kept aside\n") in out
     assert "lost API tokens" not in out
 

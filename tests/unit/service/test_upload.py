@@ -293,7 +293,7 @@ def test_a_schedule_registered_with_an_upload_runs_its_slots_from_it(api, workdi
     s = r.json()["schedule"]
     store = store_at(api.settings.home)
     try:
-        stored = store.schedule(s["id"])["source_text"]
+        stored = store.schedule(s["id"]).source_text
         assert stored == text.replace("workdir: .", f'workdir: "{folder}"')
         with api.sched.session() as orch:
             (job_id,) = api.sched.run_cron(orch, time.time() + 2 * 86_400)

@@ -105,10 +105,13 @@ def test_what_jobs_and_schedules_refer_to():
                               Use(D("c"), "job orch-3 (SUCCEEDED)", False, 90.0),
                               Use(D("a"), "job orch-5 (SUCCEEDED)", False, 70.0)]
     text = f'name: nightly\nworkdir: "{folder}"  # the client\'s folder\nrun: python t.py\n'
-    schedules = [{"id": "sched-1", "name": "nightly", "source_text": text,
-                  "spec": {"workdir": folder}, "source_file": "/home/me/nightly.yaml"},
-                 {"id": "sched-2", "name": "plain", "source_text": "workdir: /srv/code\nrun: x\n",
-                  "spec": {"workdir": "/srv/code"}, "source_file": None}]
+    from orchestrator.records.schedule import ScheduleRow
+
+    schedules = [ScheduleRow(id="sched-1", name="nightly", cron="0 3 * * *", source_text=text,
+                             spec={"workdir": folder}, source_file="/home/me/nightly.yaml"),
+                 ScheduleRow(id="sched-2", name="plain", cron="0 3 * * *",
+                             source_text="workdir: /srv/code\nrun: x\n",
+                             spec={"workdir": "/srv/code"}, source_file=None)]
     assert schedule_uses(schedules) == [Use(D("a"), "schedule sched-1 (nightly)", True)]
 
 
@@ -167,7 +170,7 @@ def test_the_collector_removes_exactly_the_uploads_nobody_needs(tmp_path, caplog
         # With upload_keep_hours 0 nothing more goes, however old.
         assert collect(home, store, 0, now + 1000 * HOUR) == []
         # The schedule removed and the jobs finished long ago: all of orch's go.
-        store.remove_schedule(store.schedules()[0]["id"])
+        store.remove_schedule(store.schedules()[0].id)
         for rec in store.list(limit=100, statuses=("PENDING", "RUNNING")):
             store.set_status(rec.id, "CANCELLED")
         assert collect(home, store, 24, time.time() + 48 * HOUR) == [D(c) for c in "8abcd"]

@@ -58,7 +58,7 @@ def test_a_replica_is_alive_while_it_looks_and_gone_once_stopped(tmp_path, monke
     store.replica_seen("host/1/2.0", "standby", "http://10.0.0.1:8765")
     store.replica_seen("host/3/4.0", "leading", "http://10.0.0.2:8765")
     store.replica_seen("host/1/2.0", "standby")  # a later look keeps the URL
-    assert [(r["id"], r["role"], r["url"]) for r in store.replicas()] == [
+    assert [(r.id, r.role, r.url) for r in store.replicas()] == [
         ("host/3/4.0", "leading", "http://10.0.0.2:8765"),
         ("host/1/2.0", "standby", "http://10.0.0.1:8765")]
     assert store.replica_alive("host/1/2.0") is True

@@ -32,7 +32,7 @@ def test_record_lifecycle_and_history(tmp_path):
     store.set_status(rec.id, "RUNNING", "started", metrics={"epoch": 1})
     store.set_status(rec.id, "RUNNING", "still running", metrics={"epoch": 2})
     done = store.set_status(rec.id, "SUCCEEDED", "done", metrics={"epoch": 3})
-    assert done.status == "SUCCEEDED" and done.metrics == {"epoch": 3}
+    assert done.status == "SUCCEEDED" and done.metrics.to_json() == {"epoch": 3}
     assert done.started_at <= done.finished_at
     # A finished job stays finished: a late RUNNING or FAILED changes nothing.
     again = store.set_status(rec.id, "FAILED", "late")
@@ -161,11 +161,11 @@ def test_a_schedule_removed_during_a_scheduler_pass_is_left_gone(tmp_path):
     store = store_at(tmp_path)
     s = store.add_schedule(name="n", owner="ann", cron="* * * * *", spec={}, source_text="run: x",
                            source_file=None, next_at=60.0)
-    store.remove_schedule(s["id"])
+    store.remove_schedule(s.id)
     # The pass that read it before the removal moves it on: nothing to move, and no error.
-    assert store.schedule_done(s["id"], last_slot=60.0, next_at=120.0,
+    assert store.schedule_done(s.id, last_slot=60.0, next_at=120.0,
                                events=[(60.0, "orch-1", "slot ran")]) is None
-    assert store.schedules() == [] and store.schedule_events(s["id"]) == []
+    assert store.schedules() == [] and store.schedule_events(s.id) == []
 
 
 def test_a_newer_store_that_only_added_is_used_and_one_that_changed_is_refused(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ next process that import again, never an error.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -21,7 +22,8 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "orch"
 
 
-def sky_version() -> str:
+@functools.cache  # read once a process: importlib parses the package's METADATA each call
+def sky_version() -> str:  # (14 ms here; a plan looked it up 6 times, a writer test 150 times)
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from providers.local_ray import processes_matching
-from tests.conftest import run_json, run_orch
+from tests.conftest import run_orch, status_in_process
 from tests.integration.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -70,7 +70,7 @@ def test_every_port_of_the_local_ray_is_on_loopback(ray_home, tmp_path):
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip()
     try:
-        wait_until("the job to run", lambda: run_json(ray_home, "status", job_id)["status"]
+        wait_until("the job to run", lambda: status_in_process(ray_home, job_id)["status"]
                    == "RUNNING", timeout=120)
         # Its processes' servers start as it does: until its supervisor's listens.
         pids, sockets = wait_until("the job's supervisor to listen", lambda: _with_supervisor(state),

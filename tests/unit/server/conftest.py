@@ -16,19 +16,20 @@ from tests.conftest import store_at
 @pytest.fixture
 def settings(tmp_path, monkeypatch):
     for k in list(os.environ):
-        if k.startswith("ORCH_"):
+        if k.startswith("ORCH_") and k != "ORCH_DATABASE_URL":  # the PostgreSQL pass's schema
             monkeypatch.delenv(k)
     return Settings(home=tmp_path / "home", mode="local", serve_local_trusted=True)
 
 
 @pytest.fixture
-def api(settings):
+def api(settings, job_store):
     """The app with its scheduler stopped, a store with three tokens, and a request helper."""
     from fastapi.testclient import TestClient
 
     from orchestrator.server.app import create_app
 
     store = store_at(settings.home)
+    assert (store.url is None) == (job_store is None)  # the PostgreSQL pass is on PostgreSQL
     tokens = {}
     for name, admin in (("alice", False), ("bob", False), ("root", True)):
         tokens[name], digest = auth.new_token()

@@ -35,7 +35,7 @@ LEDGER = {"launches": [{"cloud": "runpod", "started_at": T0, "ended_at": T0 + 60
 def home(tmp_path, monkeypatch):
     """A store with one ended cloud job whose info holds every public and internal key."""
     for k in list(os.environ):
-        if k.startswith(("ORCH_", "RAY_")):
+        if k.startswith(("ORCH_", "RAY_")) and k != "ORCH_DATABASE_URL":  # the PostgreSQL pass's
             monkeypatch.delenv(k)
     home = tmp_path / "home"
     store = store_at(home)

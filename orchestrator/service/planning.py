@@ -14,10 +14,9 @@ from contextvars import ContextVar
 from typing import Collection, Iterator, Optional, Sequence
 
 from orchestrator.base.targets import CLOUD, ONPREM, rented
-from orchestrator.decision.classify import classify
+from orchestrator.decision.facts import Facts, decide_on
 from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
-from orchestrator.decision.placement import decide
-from orchestrator.decision.pricing import HoursEstimator, onprem_offer
+from orchestrator.decision.pricing import onprem_offer
 from orchestrator.records import JobRow
 from orchestrator.records.placement import Placement
 
@@ -59,24 +58,6 @@ def _server_keeps_jobs_off(settings) -> bool:
 
     return (serves_clients(settings) and not settings.serve_local_trusted
             and settings.serve_isolation != "per-user")
-
-
-@dataclasses.dataclass(frozen=True)
-class Facts:
-    """What one plan is made from, gathered once (`gather`): the offers, the capacity of
-    the owned hardware (with the schedules due on it), the history and the month's spend,
-    and what the plan says about the cluster it read."""
-    offers: Sequence[Offer]
-    capacity: Optional[Capacity]
-    history: Sequence[PastRun]
-    spent_this_month: float
-    notes: Sequence[str] = ()
-
-    def with_credentials(self, enabled: Collection[str]) -> Facts:
-        """The same facts, each cloud offer saying whether this machine has its credentials."""
-        return dataclasses.replace(self, offers=[
-            o if o.owned else dataclasses.replace(o, credentials=o.cloud in enabled)
-            for o in self.offers])
 
 
 @contextmanager
@@ -125,33 +106,6 @@ def gather(spec, settings, now: float, *, fingerprint: str,
     history = [h if isinstance(h, PastRun) else PastRun.from_record(h) for h in history]
     return Facts(offers=list(offers), capacity=capacity, history=history,
                  spent_this_month=spent_this_month, notes=cluster_notes(settings, cluster, offers))
-
-
-def decide_on(spec, settings, facts: Facts, *, fingerprint: str, now: float,
-              code_dirty: bool = False, owner: Optional[str] = None) -> Decision:
-    """Classify the job and decide where it runs, from `facts` alone (decision.placement)."""
-    est = HoursEstimator(spec, fingerprint, facts.history, settings.default_job_hours,
-                         settings.gpu_speeds, owner=owner)
-    kind = classify(spec, fingerprint, facts.history, now, settings, code_dirty,
-                    est.reference.hours)
-    return decide(spec, kind, facts.offers, facts.capacity, settings, estimator=est,
-                  spent_this_month=facts.spent_this_month, notes=facts.notes)
-
-
-def plan_job(spec, settings, *, fingerprint: str, history: Sequence = (),
-             code_dirty: bool = False, capacity: Optional[Capacity] = None,
-             offers: Optional[Sequence[Offer]] = None, now: Optional[float] = None,
-             spent_this_month: Optional[float] = None,
-             enabled: Optional[Collection[str]] = None, owner: Optional[str] = None) -> Decision:
-    """Classify the job and decide where it runs; `offers=None` gathers them (`enabled`: the
-    clouds with credentials here, see gather_offers), and `spent_this_month=None` reads the
-    month's spend from the store when a monthly budget is set."""
-    now = time.time() if now is None else now
-    facts = gather(spec, settings, now, fingerprint=fingerprint, history=history,
-                   offers=offers, capacity=capacity, spent_this_month=spent_this_month,
-                   enabled=enabled)
-    return decide_on(spec, settings, facts, fingerprint=fingerprint, now=now,
-                     code_dirty=code_dirty, owner=owner)
 
 
 def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,
@@ -314,16 +268,6 @@ def cluster_capacity(spec, settings, now: float, cluster=None,
     return dataclasses.replace(load.start(job_demand(spec), source), load=load)
 
 
-def schedule_holds(settings, now: float, name: Optional[str] = None,
-                   horizon_h: Optional[float] = None, store=None) -> tuple:
-    """The cron schedules (`orch serve`'s, in the store) due in the next `horizon_h`
-    (default: the cron_lookahead_hours setting), as the
-    owned GPUs they will claim; none before the store exists. A job's own schedule (same
-    name) is left out: its next slot follows this run."""
-    with _session(settings, store) as db:
-        return _holds(db, settings, now, name, horizon_h)
-
-
 def _holds(store, settings, now: float, name: Optional[str] = None,
            horizon_h: Optional[float] = None) -> tuple:
     from orchestrator.decision.reservations import schedule_reservations
@@ -371,14 +315,6 @@ def month_rows(store, now: float) -> list[JobRow]:
 # The team's runs that teach a job's speed on other GPU models (decision.estimates): the
 # recent successful ones, enough to learn from without slowing a plan down.
 TEAM_DAYS, TEAM_RUNS = 90, 2000
-
-
-def history_for(fingerprint: str, settings, now: Optional[float] = None, store=None) -> list[PastRun]:
-    """Past runs of this fingerprint from the job store, then the team's recent successful
-    runs of other jobs; none before the store exists."""
-    now = time.time() if now is None else now
-    with _session(settings, store) as db:
-        return _history(db, fingerprint, now)
 
 
 def _history(store, fingerprint: str, now: float) -> list[PastRun]:

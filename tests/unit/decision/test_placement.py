@@ -9,9 +9,9 @@ import random
 import pytest
 
 from orchestrator.decision import Capacity, Offer, OfferIndex, PastRun, classify, decide
+from orchestrator.decision.facts import Facts, decide_on
 from orchestrator.decision.models import Reservation
 from orchestrator.decision.pricing import local_offer, onprem_offer
-from orchestrator.service.planning import plan_job
 from orchestrator.settings import LocalMachine, OwnedGpus, Settings
 from orchestrator.spec import load_spec_text
 
@@ -52,8 +52,8 @@ def runs(n: int) -> list[PastRun]:
 def plan(extra: str = "", history=(), capacity=None, offers=OFFERS, **settings):
     spec = load_spec_text("name: t\nrun: python train.py\n" + extra)
     s = Settings(**{**HYBRID, **settings})
-    return plan_job(spec, s, fingerprint=FP, history=history, capacity=capacity, offers=offers,
-                    now=NOW)
+    facts = Facts(offers=list(offers), capacity=capacity, history=list(history), spent_this_month=0.0)
+    return decide_on(spec, s, facts, fingerprint=FP, now=NOW)
 
 
 BUSY = Capacity(onprem_free={"A100": 0}, wait_minutes=120, source="test")

@@ -13,42 +13,29 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Collection, Iterator, Optional, Sequence
 
-from orchestrator.base.targets import CLOUD, ONPREM, rented
+from orchestrator.base.targets import ONPREM, rented
 from orchestrator.decision.facts import Facts, decide_on
 from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
-from orchestrator.decision.pricing import onprem_offer
 from orchestrator.records import JobRow
 from orchestrator.records.placement import Placement
 
 
-def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None,
-                  cluster=None, enabled: Optional[Collection[str]] = None) -> list[Offer]:
-    """Every offer worth pricing. Catalogs are read only when the job may go to a cloud,
-    so a local-only plan never needs them. On-prem offers are the [[onprem]] inventory's;
-    without one, the cluster's own nodes at power only (`cluster`: the read this plan made,
-    see providers.onprem.read_cluster; None reads it here). `enabled`: the clouds with
-    credentials here, when they were checked; each cloud offer then says if it has them."""
-    from orchestrator.offers.local import local_offers
+def gather_offers(spec, settings, cluster=None,
+                  enabled: Optional[Collection[str]] = None) -> list[Offer]:
+    """Every offer worth pricing: each backend's, asked through the registry (its folder's
+    offers.py). On-prem offers are the [[onprem]] inventory's; without one, the cluster's
+    own nodes at power only (`cluster`: the read this plan made, see read_cluster; None
+    reads it here). `enabled`: the clouds with credentials here, when they were checked;
+    each cloud offer then says if it has them."""
+    from providers import registry
+    from providers.offering import Seen
 
-    offers: list[Offer] = []
-    if settings.effective_mode != "local" and settings.clouds and CLOUD in spec.placement.allow:
-        from orchestrator.offers.catalog import cloud_offers
-
-        rented = cloud_offers(settings.clouds, settings.catalog_dir)
-        if enabled is not None:
-            rented = [dataclasses.replace(o, credentials=o.cloud in enabled) for o in rented]
-        offers.extend(rented)
-    offers.extend(onprem_offer(inv, settings.electricity_price) for inv in settings.onprem)
-    if not settings.onprem and wants_cluster(spec, settings):
-        from orchestrator.base.errors import BackendError
-        from orchestrator.decision.cluster_offers import cluster_offers
-
-        cluster = _read_cluster(settings) if cluster is None else cluster
-        if not isinstance(cluster, BackendError):  # unreachable: capacity says so
-            offers.extend(cluster_offers(cluster.nodes, settings.electricity_price))
-    if not _server_keeps_jobs_off(settings):
-        offers.extend(local_offers(settings) if local is None else local)
-    return offers
+    wanted = not settings.onprem and wants_cluster(spec, settings)
+    if wanted and cluster is None:
+        cluster = _read_cluster(settings)
+    seen = Seen(cluster=cluster if wanted else None, enabled=enabled,
+                server_keeps_jobs_off=_server_keeps_jobs_off(settings))
+    return registry.offers(spec, settings, seen)
 
 
 def _server_keeps_jobs_off(settings) -> bool:
@@ -203,13 +190,14 @@ def _read_cluster(settings):
     given = _CLUSTER_AS.get()
     if given is not None:
         return given
-    from providers.onprem import read_cluster
+    from providers.registry import read_capacity
 
-    return read_cluster(settings.ray_address, settings.ray_token_file)
+    return read_capacity(ONPREM, settings)
 
 
 def read_cluster(settings):
-    """The on-prem cluster as a plan reads it (a ClusterSnapshot, or the BackendError)."""
+    """The on-prem cluster as a plan reads it, through its backend's capacity (a
+    ClusterSnapshot, or the BackendError)."""
     return _read_cluster(settings)
 
 
@@ -238,7 +226,7 @@ def cluster_capacity(spec, settings, now: float, cluster=None,
     """Whether the on-prem cluster can start this job now, else about when; never raises.
     `load` lets placement ask again for each offer, with what the job would hold there
     (decision.demand); the answer here is for the job file's own accelerators. `cluster`:
-    the read this plan made (providers.onprem.read_cluster); None reads it here. Only the
+    the read this plan made (read_cluster); None reads it here. Only the
     Ray jobs whose `orch_job` is one of `known` (this store's unfinished jobs) count by what
     their metadata says they hold: any job on the cluster can submit a Ray job with made-up
     metadata; the others hold what Ray reports used."""

@@ -124,18 +124,20 @@ STEADY = ("name: nightly\nschedule: {kind: steady}\nplacement: {allow: [onprem]}
 
 @pytest.fixture
 def cluster_reads(monkeypatch):
-    """The cluster planning reads, counted; set `.answer` to a snapshot or a BackendError."""
-    import providers.onprem
+    """The cluster planning reads (through the registry), counted; set `.answer` to a
+    snapshot or a BackendError."""
+    import providers.registry
 
     class Reads:
         answer: object = None
         count = 0
 
-    def read(address, token_file=None):
+    def read(target, settings):
+        assert target == "onprem"
         Reads.count += 1
         return Reads.answer
 
-    monkeypatch.setattr(providers.onprem, "read_cluster", read)
+    monkeypatch.setattr(providers.registry, "read_capacity", read)
     return Reads
 
 

@@ -181,7 +181,7 @@ def test_the_cluster_estimate_reads_each_jobs_holdings_from_its_ray_metadata(tmp
                     "metadata": {k: str(v) for k, v in meta.items()}})
     snap = ClusterSnapshot("http://head:8265", (), {"CPU": 64.0, "GPU": 8.0},
                            {"CPU": 0.0, "GPU": 0.0}, (running,), now)
-    monkeypatch.setattr(OnPremProvider, "snapshot", lambda self: snap)
+    monkeypatch.setattr(OnPremProvider, "capacity", lambda self: snap)  # as a plan reads it
     settings = Settings(home=tmp_path / "home", ray_address="http://head:8265")
     cap = cluster_capacity(spec, settings, now, known={"orch-old"})  # a job of this store
     assert cap.can_start_now is False and cap.wait_minutes == pytest.approx(10.0)

@@ -334,7 +334,7 @@ def test_the_congestion_charge_defaults_to_renting_what_is_pushed_out():
 
 def test_ties_in_cost_go_to_owned_hardware():
     # No start-up billed: a cloud hour at exactly the owned power's price costs the same per job.
-    owned = Offer("onprem", "A100", 1, 1.0, amortized_per_hour=0.0, power_per_hour=1.0)
+    owned = Offer("onprem", "A100", 1, 1.0, amortized_per_hour=0.0, power_per_hour=1.0, pooled=True)
     twin = Offer("cloud", "A100", 1, 1.0, cloud="c", region="r")
     for offers in ([owned, twin], [twin, owned]):
         d = plan(JOB, (), FREE, offers, cloud_startup_minutes=0)
@@ -343,7 +343,7 @@ def test_ties_in_cost_go_to_owned_hardware():
 
 
 def test_an_unpriced_cluster_is_named_once():
-    unpriced = Offer("onprem", "A100", 2, 0.09, power_per_hour=0.09,
+    unpriced = Offer("onprem", "A100", 2, 0.09, power_per_hour=0.09, pooled=True,
                      unpriced="the on-prem cluster's full cost is unknown: add [[onprem]] ...")
     d = plan(JOB + STEADY, (), FREE, [unpriced, RUNPOD])
     assert d.target == "onprem"

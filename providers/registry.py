@@ -1,23 +1,58 @@
 """Which backend serves a target: the one place a target's name picks a backend class, and
-where the backend is built from the settings."""
+where the backend is built from the settings, what it offers a job is asked, and the
+capacity of one with a fixed size is read (docs/backends.md)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
-from orchestrator.base.errors import InputError
+from orchestrator.base.errors import BackendError, InputError
 from orchestrator.base.targets import CLOUD, LOCAL, ONPREM
-from providers.base import Backend
+from providers.base import Backend, HasCapacity
 from providers.cloud import CloudProvider
+from providers.cloud import offers as cloud_offers
 from providers.local import LocalProvider, local_ray
+from providers.local import offers as local_offers
+from providers.offering import OffersOf, Seen
 from providers.onprem import OnPremProvider
+from providers.onprem import offers as onprem_offers
 
 if TYPE_CHECKING:
+    from orchestrator.decision.models import Offer
     from orchestrator.settings import Settings
+    from orchestrator.spec import JobSpec
+    from providers.ray_cluster import ClusterSnapshot
+
 
 # Every backend by the target it serves; their capabilities are the mixins they subclass.
 BACKENDS: dict[str, type[Backend]] = {
     LOCAL: LocalProvider, ONPREM: OnPremProvider, CLOUD: CloudProvider}
+# What each offers a job (its folder's offers.py), asked in this order: a plan lists the
+# offers so, and two that cost the same are then ranked by base.targets.TIE_ORDER.
+OFFERS: dict[str, OffersOf] = {
+    CLOUD: cloud_offers.offers, ONPREM: onprem_offers.offers, LOCAL: local_offers.offers}
+
+
+def offers(spec: JobSpec, settings: Settings, seen: Seen) -> list[Offer]:
+    """Every backend's offers for `spec`, in OFFERS' order."""
+    return [o for of in OFFERS.values() for o in of(spec, settings, seen)]
+
+
+def read_capacity(target: str, settings: Settings) -> Union[ClusterSnapshot, BackendError]:
+    """What `target` holds and runs now, read through its `HasCapacity` as `orch serve`
+    reads it, or why it could not be read; never raises, so a plan can go on without it
+    (placement says the target is unreachable). InputError for a target without a fixed
+    size or not configured, which a caller asks only after checking."""
+    backend = backend_for(target, settings)
+    if not isinstance(backend, HasCapacity):
+        raise InputError(f"target {target!r} has no fixed size to read")
+    try:
+        return backend.capacity()
+    except BackendError as e:
+        return e
+    except (KeyError, TypeError, AttributeError, ValueError) as e:  # an answer of another shape
+        return BackendError(f"{target} at {backend.address} answered in a shape orch does not "
+                            f"know ({type(e).__name__}: {e})", getattr(backend, "hint", None))
 
 
 def unavailable(target: str) -> InputError:

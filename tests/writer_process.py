@@ -31,7 +31,7 @@ def main(home: str, writer: int, jobs: int) -> None:
     for j in range(jobs):
         spec = load_spec_text(JOB.format(w=writer, j=j), f"w{writer}-{j}.yaml")
         fp, _ = fingerprint(spec)
-        planning.plan_job(spec, settings, fingerprint=fp, history=planning.history_for(fp, settings))
+        planning.plan(spec, settings, fingerprint=fp)  # reads this job's history and the month
         fake = FakeSky([{"status": "RUNNING", "start_at": 1.0, **WHERE},
                         {"status": "SUCCEEDED", "start_at": 1.0, "end_at": 61.0, **WHERE}])
         orch.core.providers["cloud"] = CloudProvider(sdk=fake, startup_minutes=6)

@@ -84,7 +84,7 @@ def cluster_offers(nodes: Iterable, electricity_price: float) -> list[Offer]:
 def _offer(gpu: Optional[str], count: float, cpus: float, watts: float,
            electricity_price: float, note: str) -> Offer:
     _, power = owned_hourly(0.0, 1.0, 1.0, watts, electricity_price)
-    return Offer(target=ONPREM, gpu=gpu, count=count, cpus=cpus, price_per_hour=power,
+    return Offer(target=ONPREM, pooled=True, gpu=gpu, count=count, cpus=cpus, price_per_hour=power,
                  amortized_per_hour=0.0, power_per_hour=power, unpriced=note,
                  kwh_price=electricity_price)
 
@@ -98,7 +98,7 @@ def unread_offers(needs: Needs, capacity: Optional[Capacity], has_onprem: bool, 
             or ONPREM not in allow):
         return []
     gpu, count = needs.choices[0] if needs.choices else (None, 0.0)
-    o = Offer(target=ONPREM, gpu=gpu, count=count, price_per_hour=0.0,
+    o = Offer(target=ONPREM, pooled=True, gpu=gpu, count=count, price_per_hour=0.0,
               unread=capacity.unreachable)
     return [] if misfit(o, needs) else [o]
 

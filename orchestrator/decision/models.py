@@ -48,6 +48,9 @@ class Offer:
     # A stand-in for a backend that did not answer (the cluster at ORCH_RAY_ADDRESS): why.
     # Its shape and price are unknown; it is never chosen, only shown with the reason.
     unread: Optional[str] = None
+    # Owned hardware of a fixed size whose load the plan's `Capacity` describes (the on-prem
+    # cluster): a job waits for it, or queues for it. What placement asks, not the target's name.
+    pooled: bool = False
 
     @property
     def owned(self) -> bool:

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Iterable, Optional, Sequence, Union
 
-from orchestrator.base.targets import CLOUD, LOCAL, ONPREM
+from orchestrator.base.targets import CLOUD, LOCAL
 from orchestrator.decision import explain as ex
 from orchestrator.decision.cluster_offers import unread_offers
 from orchestrator.decision.demand import demand_on
@@ -34,7 +34,7 @@ __all__ = ["Needs", "OfferIndex", "decide"]
 
 
 def _wait(o: Offer, used: float, capacity: Optional[Capacity], spec) -> float:
-    if o.target != ONPREM or capacity is None:
+    if not o.pooled or capacity is None:
         return 0.0
     if capacity.load is not None:
         # What the job would hold on this offer: what its record, its Ray metadata and
@@ -75,7 +75,7 @@ def _price(offers: Sequence[Offer], used: float, est: HoursEstimator, needs: Nee
             shared.append((Block.SPOT, "spot needs checkpoint.storage: a preemption would lose the work"))
     if hours is None:
         shared.append((Block.SPEED, basis))
-    if o.target == ONPREM and capacity is not None and capacity.unreachable:
+    if o.pooled and capacity is not None and capacity.unreachable:
         shared.append((Block.UNREACHABLE, capacity.unreachable))
     budgets = (rules.max_hourly, rules.max_cost, rules.monthly) != (None, None, None)
     ties, tie_break, owned, rows = index.ties, index.tie_break, o.owned, []
@@ -189,7 +189,7 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
                   notes=tuple(dict.fromkeys(tuple(notes) + ex.notes(
                       index, len(alts), capacity, rules.local_only, alts))))
 
-    queueable = [a for a, r in zip(alts, rows) if a.offer.target == ONPREM and r.blockers
+    queueable = [a for a, r in zip(alts, rows) if a.offer.pooled and r.blockers
                  and all(code == Block.WAIT for code, _ in r.blockers)] if not eligible else []
     if not eligible and queueable and classification.kind == "steady" and not rules.local_only:
         # Nothing can start in time and no cloud may take it: wait for the owned GPUs.
@@ -200,7 +200,7 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
                    f"would wait), and no cloud offer is allowed ({ex.why_not(ranked, CLOUD)}), "
                    "so the job waits for the owned GPUs",
                    ex.estimate_line(choice, money), ex.full_words(choice, money))
-        return Decision(target=ONPREM, choice=choice, reasons=reasons, **common)
+        return Decision(target=choice.offer.target, choice=choice, reasons=reasons, **common)
 
     if not eligible:
         refusal = ex.refusal(needs, index, alts, [r.blockers for r in rows], settings, money,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Optional
 
-from orchestrator.base.targets import LOCAL, ONPREM
+from orchestrator.base.targets import LOCAL
 from orchestrator.decision import explain as ex
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.models import Capacity, Offer, Reservation
@@ -107,7 +107,7 @@ def guard_crons(rows: list[Row], capacity: Optional[Capacity], spread: float) ->
     rent = min((r.full for r in rows if not r.owned and r.full is not None
                 and not any(c in (Block.FIT, Block.SPEED) for c, _ in r.blockers)), default=None)
     for r in rows:
-        if r.offer.target != ONPREM or r.offer.gpu is None or r.hours is None:
+        if not r.offer.pooled or r.offer.gpu is None or r.hours is None:
             continue
         end_h = r.wait / 60.0 + r.hours * spread
         r.conflicts = _conflicts(r, capacity, end_h)
@@ -191,7 +191,7 @@ def apply_kind(rows: list[Row], kind: str, rules: Rules) -> str:
         return LOCAL
     if kind == "steady":
         for r in rows:
-            if r.owned and r.offer.target == ONPREM:
+            if r.owned and r.offer.pooled:
                 limit, by = rules.wait_limit(r.hours)
                 if rules.deadline_h is not None and r.hours is not None and r.hours > rules.deadline_h:
                     r.blockers.append((Block.WAIT, f"{r.hours:.3g} h on {r.used:g} GPUs ends after "

@@ -193,7 +193,7 @@ def onprem_offer(inv, electricity_price: float) -> Offer:
     am, pw = owned_hourly(inv.purchase_price, inv.lifetime_years, inv.utilization,
                           inv.watts * inv.count, electricity_price)
     cpu_pool = inv.cpu_pool
-    return Offer(target=ONPREM, gpu=None if cpu_pool else canonical_gpu(inv.gpu),
+    return Offer(target=ONPREM, pooled=True, gpu=None if cpu_pool else canonical_gpu(inv.gpu),
                  count=0 if cpu_pool else inv.count, cpus=getattr(inv, "cpus", None),
                  price_per_hour=am + pw, amortized_per_hour=am, power_per_hour=pw,
                  kwh_price=electricity_price)

@@ -13,42 +13,28 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Collection, Iterator, Optional, Sequence
 
-from orchestrator.base.targets import CLOUD, ONPREM, rented
-from orchestrator.decision.classify import classify
+from orchestrator.base.targets import ONPREM, rented
+from orchestrator.decision.facts import Facts, decide_on
 from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
-from orchestrator.decision.placement import decide
-from orchestrator.decision.pricing import HoursEstimator, onprem_offer
 from orchestrator.records.placement import Placement
 
 
-def gather_offers(spec, settings, local: Optional[Sequence[Offer]] = None,
-                  cluster=None, enabled: Optional[Collection[str]] = None) -> list[Offer]:
-    """Every offer worth pricing. Catalogs are read only when the job may go to a cloud,
-    so a local-only plan never needs them. On-prem offers are the [[onprem]] inventory's;
-    without one, the cluster's own nodes at power only (`cluster`: the read this plan made,
-    see providers.onprem.read_cluster; None reads it here). `enabled`: the clouds with
-    credentials here, when they were checked; each cloud offer then says if it has them."""
-    from orchestrator.offers.local import local_offers
+def gather_offers(spec, settings, cluster=None,
+                  enabled: Optional[Collection[str]] = None) -> list[Offer]:
+    """Every offer worth pricing: each backend's, asked through the registry (its folder's
+    offers.py). On-prem offers are the [[onprem]] inventory's; without one, the cluster's
+    own nodes at power only (`cluster`: the read this plan made, see read_cluster; None
+    reads it here). `enabled`: the clouds with credentials here, when they were checked;
+    each cloud offer then says if it has them."""
+    from providers import registry
+    from providers.offering import Seen
 
-    offers: list[Offer] = []
-    if settings.effective_mode != "local" and settings.clouds and CLOUD in spec.placement.allow:
-        from orchestrator.offers.catalog import cloud_offers
-
-        rented = cloud_offers(settings.clouds, settings.catalog_dir)
-        if enabled is not None:
-            rented = [dataclasses.replace(o, credentials=o.cloud in enabled) for o in rented]
-        offers.extend(rented)
-    offers.extend(onprem_offer(inv, settings.electricity_price) for inv in settings.onprem)
-    if not settings.onprem and wants_cluster(spec, settings):
-        from orchestrator.base.errors import BackendError
-        from orchestrator.decision.cluster_offers import cluster_offers
-
-        cluster = _read_cluster(settings) if cluster is None else cluster
-        if not isinstance(cluster, BackendError):  # unreachable: capacity says so
-            offers.extend(cluster_offers(cluster.nodes, settings.electricity_price))
-    if not _server_keeps_jobs_off(settings):
-        offers.extend(local_offers(settings) if local is None else local)
-    return offers
+    wanted = not settings.onprem and wants_cluster(spec, settings)
+    if wanted and cluster is None:
+        cluster = _read_cluster(settings)
+    seen = Seen(cluster=cluster if wanted else None, enabled=enabled,
+                server_keeps_jobs_off=_server_keeps_jobs_off(settings))
+    return registry.offers(spec, settings, seen)
 
 
 def _server_keeps_jobs_off(settings) -> bool:
@@ -58,24 +44,6 @@ def _server_keeps_jobs_off(settings) -> bool:
 
     return (serves_clients(settings) and not settings.serve_local_trusted
             and settings.serve_isolation != "per-user")
-
-
-@dataclasses.dataclass(frozen=True)
-class Facts:
-    """What one plan is made from, gathered once (`gather`): the offers, the capacity of
-    the owned hardware (with the schedules due on it), the history and the month's spend,
-    and what the plan says about the cluster it read."""
-    offers: Sequence[Offer]
-    capacity: Optional[Capacity]
-    history: Sequence[PastRun]
-    spent_this_month: float
-    notes: Sequence[str] = ()
-
-    def with_credentials(self, enabled: Collection[str]) -> Facts:
-        """The same facts, each cloud offer saying whether this machine has its credentials."""
-        return dataclasses.replace(self, offers=[
-            o if o.owned else dataclasses.replace(o, credentials=o.cloud in enabled)
-            for o in self.offers])
 
 
 @contextmanager
@@ -124,33 +92,6 @@ def gather(spec, settings, now: float, *, fingerprint: str,
     history = [h if isinstance(h, PastRun) else PastRun.from_record(h) for h in history]
     return Facts(offers=list(offers), capacity=capacity, history=history,
                  spent_this_month=spent_this_month, notes=cluster_notes(settings, cluster, offers))
-
-
-def decide_on(spec, settings, facts: Facts, *, fingerprint: str, now: float,
-              code_dirty: bool = False, owner: Optional[str] = None) -> Decision:
-    """Classify the job and decide where it runs, from `facts` alone (decision.placement)."""
-    est = HoursEstimator(spec, fingerprint, facts.history, settings.default_job_hours,
-                         settings.gpu_speeds, owner=owner)
-    kind = classify(spec, fingerprint, facts.history, now, settings, code_dirty,
-                    est.reference.hours)
-    return decide(spec, kind, facts.offers, facts.capacity, settings, estimator=est,
-                  spent_this_month=facts.spent_this_month, notes=facts.notes)
-
-
-def plan_job(spec, settings, *, fingerprint: str, history: Sequence = (),
-             code_dirty: bool = False, capacity: Optional[Capacity] = None,
-             offers: Optional[Sequence[Offer]] = None, now: Optional[float] = None,
-             spent_this_month: Optional[float] = None,
-             enabled: Optional[Collection[str]] = None, owner: Optional[str] = None) -> Decision:
-    """Classify the job and decide where it runs; `offers=None` gathers them (`enabled`: the
-    clouds with credentials here, see gather_offers), and `spent_this_month=None` reads the
-    month's spend from the store when a monthly budget is set."""
-    now = time.time() if now is None else now
-    facts = gather(spec, settings, now, fingerprint=fingerprint, history=history,
-                   offers=offers, capacity=capacity, spent_this_month=spent_this_month,
-                   enabled=enabled)
-    return decide_on(spec, settings, facts, fingerprint=fingerprint, now=now,
-                     code_dirty=code_dirty, owner=owner)
 
 
 def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,
@@ -248,13 +189,14 @@ def _read_cluster(settings):
     given = _CLUSTER_AS.get()
     if given is not None:
         return given
-    from providers.onprem import read_cluster
+    from providers.registry import read_capacity
 
-    return read_cluster(settings.ray_address, settings.ray_token_file)
+    return read_capacity(ONPREM, settings)
 
 
 def read_cluster(settings):
-    """The on-prem cluster as a plan reads it (a ClusterSnapshot, or the BackendError)."""
+    """The on-prem cluster as a plan reads it, through its backend's capacity (a
+    ClusterSnapshot, or the BackendError)."""
     return _read_cluster(settings)
 
 
@@ -283,7 +225,7 @@ def cluster_capacity(spec, settings, now: float, cluster=None,
     """Whether the on-prem cluster can start this job now, else about when; never raises.
     `load` lets placement ask again for each offer, with what the job would hold there
     (decision.demand); the answer here is for the job file's own accelerators. `cluster`:
-    the read this plan made (providers.onprem.read_cluster); None reads it here. Only the
+    the read this plan made (read_cluster); None reads it here. Only the
     Ray jobs whose `orch_job` is one of `known` (this store's unfinished jobs) count by what
     their metadata says they hold: any job on the cluster can submit a Ray job with made-up
     metadata; the others hold what Ray reports used."""
@@ -313,16 +255,6 @@ def cluster_capacity(spec, settings, now: float, cluster=None,
     return dataclasses.replace(load.start(job_demand(spec), source), load=load)
 
 
-def schedule_holds(settings, now: float, name: Optional[str] = None,
-                   horizon_h: Optional[float] = None, store=None) -> tuple:
-    """The cron schedules (`orch serve`'s, in the store) due in the next `horizon_h`
-    (default: the cron_lookahead_hours setting), as the
-    owned GPUs they will claim; none before the store exists. A job's own schedule (same
-    name) is left out: its next slot follows this run."""
-    with _session(settings, store) as db:
-        return _holds(db, settings, now, name, horizon_h)
-
-
 def _holds(store, settings, now: float, name: Optional[str] = None,
            horizon_h: Optional[float] = None) -> tuple:
     from orchestrator.decision.reservations import schedule_reservations
@@ -345,14 +277,6 @@ def _month_spend(store, settings, now: float) -> float:
 # The team's runs that teach a job's speed on other GPU models (decision.estimates): the
 # recent successful ones, enough to learn from without slowing a plan down.
 TEAM_DAYS, TEAM_RUNS = 90, 2000
-
-
-def history_for(fingerprint: str, settings, now: Optional[float] = None, store=None) -> list[PastRun]:
-    """Past runs of this fingerprint from the job store, then the team's recent successful
-    runs of other jobs; none before the store exists."""
-    now = time.time() if now is None else now
-    with _session(settings, store) as db:
-        return _history(db, fingerprint, now)
 
 
 def _history(store, fingerprint: str, now: float) -> list[PastRun]:

@@ -125,18 +125,20 @@ STEADY = ("name: nightly\nschedule: {kind: steady}\nplacement: {allow: [onprem]}
 
 @pytest.fixture
 def cluster_reads(monkeypatch):
-    """The cluster planning reads, counted; set `.answer` to a snapshot or a BackendError."""
-    import providers.onprem
+    """The cluster planning reads (through the registry), counted; set `.answer` to a
+    snapshot or a BackendError."""
+    import providers.registry
 
     class Reads:
         answer: object = None
         count = 0
 
-    def read(address, token_file=None):
+    def read(target, settings):
+        assert target == "onprem"
         Reads.count += 1
         return Reads.answer
 
-    monkeypatch.setattr(providers.onprem, "read_cluster", read)
+    monkeypatch.setattr(providers.registry, "read_capacity", read)
     return Reads
 
 
@@ -147,13 +149,18 @@ def snap(*nodes):
                            {"CPU": 0.0, "GPU": 0.0}, (), 1_700_000_000.0)
 
 
-def plan(tmp_path, text=STEADY, **settings):
-    from orchestrator.service.planning import plan_job
+def plan(tmp_path, text=STEADY, offers=None, capacity=None, **settings):
+    """The job planned on what the service gathers (the cluster read once, through the
+    `cluster_reads` fixture's answer), unless `offers` and `capacity` are given."""
+    from orchestrator.decision.facts import decide_on
+    from orchestrator.service.planning import gather
 
     s = Settings(home=tmp_path / "home", mode="hybrid", ray_address="http://head:8265",
                  **settings)
-    return plan_job(load_spec_text(text), s, fingerprint="fp", now=1_700_000_000.0,
-                    spent_this_month=0.0)
+    spec, now = load_spec_text(text), 1_700_000_000.0
+    facts = gather(spec, s, now, fingerprint="fp", history=(), offers=offers,
+                   capacity=capacity, spent_this_month=0.0)
+    return decide_on(spec, s, facts, fingerprint="fp", now=now)
 
 
 def test_without_an_inventory_the_cluster_is_a_place_to_run(tmp_path, cluster_reads):
@@ -207,12 +214,9 @@ def test_the_inventory_prices_and_a_mismatch_is_noted(tmp_path, cluster_reads):
 
 def test_given_offers_and_capacity_the_cluster_is_not_read(tmp_path, cluster_reads):
     from orchestrator.decision.models import Capacity
-    from orchestrator.service.planning import plan_job
 
-    s = Settings(home=tmp_path / "home", mode="hybrid", ray_address="http://head:8265")
     offers = cluster_offers([node(cpus=4)], 0.15)
-    d = plan_job(load_spec_text(STEADY), s, fingerprint="fp", offers=offers,
-                 capacity=Capacity(source="test"), now=1_700_000_000.0, spent_this_month=0.0)
+    d = plan(tmp_path, offers=offers, capacity=Capacity(source="test"))
     assert cluster_reads.count == 0 and d.target == "onprem"
     assert list(d.notes).count(offers[0].unpriced) == 1
 

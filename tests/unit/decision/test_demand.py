@@ -11,12 +11,13 @@ import pytest
 from orchestrator.base import redact
 from orchestrator.decision.capacity import ClusterLoad, Running
 from orchestrator.decision.demand import Demand, job_demand
+from orchestrator.decision.facts import Facts, decide_on
 from orchestrator.decision.models import Capacity
 from orchestrator.decision.pricing import onprem_offer
 from orchestrator.records.placement import PlacedOffer, Placement
 from orchestrator.server.scheduler import queued_job
 from orchestrator.service.orch import Orch
-from orchestrator.service.planning import cluster_capacity, plan_job
+from orchestrator.service.planning import cluster_capacity
 from orchestrator.settings import OwnedGpus, Settings
 from orchestrator.spec import load_spec_text
 from providers.onprem import OnPremProvider
@@ -124,8 +125,8 @@ def _plan(tmp_path, text: str):
                           "estimate: {hours: 1}\n" + text)
     capacity = Capacity(source="test", load=LOAD)
     offers = [onprem_offer(inv, 0.15) for inv in (GPUS, CPUS)]
-    return spec, settings, plan_job(spec, settings, fingerprint="fp", capacity=capacity,
-                                    offers=offers, now=1_700_000_000.0, spent_this_month=0.0)
+    facts = Facts(offers=offers, capacity=capacity, history=(), spent_this_month=0.0)
+    return spec, settings, decide_on(spec, settings, facts, fingerprint="fp", now=1_700_000_000.0)
 
 
 def test_placement_estimates_each_offers_wait_with_what_the_job_would_hold_there(tmp_path):
@@ -180,7 +181,7 @@ def test_the_cluster_estimate_reads_each_jobs_holdings_from_its_ray_metadata(tmp
                     "metadata": {k: str(v) for k, v in meta.items()}})
     snap = ClusterSnapshot("http://head:8265", (), {"CPU": 64.0, "GPU": 8.0},
                            {"CPU": 0.0, "GPU": 0.0}, (running,), now)
-    monkeypatch.setattr(OnPremProvider, "snapshot", lambda self: snap)
+    monkeypatch.setattr(OnPremProvider, "capacity", lambda self: snap)  # as a plan reads it
     settings = Settings(home=tmp_path / "home", ray_address="http://head:8265")
     cap = cluster_capacity(spec, settings, now, known={"orch-old"})  # a job of this store
     assert cap.can_start_now is False and cap.wait_minutes == pytest.approx(10.0)

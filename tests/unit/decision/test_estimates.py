@@ -171,8 +171,11 @@ def test_speed_estimate_is_pure_and_says_one_to_itself():
 
 
 def test_a_plan_reads_this_jobs_runs_and_the_teams_successes(tmp_path):
-    from orchestrator.service.planning import history_for
+    import time
+
+    from orchestrator.service.planning import gather
     from orchestrator.settings import Settings
+    from orchestrator.spec import load_spec_text
     from tests.conftest import store_at, store_url
 
     store = store_at(tmp_path)
@@ -183,7 +186,9 @@ def test_a_plan_reads_this_jobs_runs_and_the_teams_successes(tmp_path):
         store.set_status(rec.id, "RUNNING", "started")
         store.set_status(rec.id, status, "done", metrics={"run_settings": {"gpu_name": seen}})
     store.close()
-    got = history_for("me", Settings(home=tmp_path, database_url=store_url(tmp_path)))
+    settings = Settings(home=tmp_path, database_url=store_url(tmp_path))
+    got = gather(load_spec_text("name: j\nrun: x\n"), settings, time.time(), fingerprint="me",
+                 offers=[]).history
     assert sorted((r.fingerprint, r.status, r.gpu) for r in got) == [
         ("me", "FAILED", None), ("me", "SUCCEEDED", "A100"), ("other", "SUCCEEDED", "H100")]
     assert all(r.estimate_hours == 2.0 and r.duration_s is not None for r in got)

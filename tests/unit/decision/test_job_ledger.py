@@ -12,9 +12,9 @@ from jobs.context import over_budget
 from jobs.request import Budget
 from orchestrator.decision import Offer
 from orchestrator.decision import job_ledger as ledger
+from orchestrator.decision.facts import Facts, decide_on
 from orchestrator.decision.pricing import local_offer
 from orchestrator.records.placement import PlacedOffer
-from orchestrator.service.planning import plan_job
 from orchestrator.settings import LocalMachine, Settings
 from orchestrator.spec import load_spec_text
 from tests.conftest import job_row, run_orch, store_at
@@ -209,24 +209,28 @@ CLOUD = Offer("cloud", "RTX4090", 1, 0.40, cloud="runpod", region="CA", cpus=16,
 STEP = "name: t\nrun: python train.py\nresources: {accelerators: RTX4090}\nestimate: {hours: 10}\n"
 
 
+def facts(offers, spent: float = 0.0) -> Facts:
+    return Facts(offers=offers, capacity=None, history=(), spent_this_month=spent)
+
+
 def test_a_plan_over_the_jobs_budget_is_refused():
     spec = load_spec_text(STEP + "budget: {max_cost: 1}\n")
     full = Settings(mode="hybrid", clouds=["runpod"], budget_basis="full")
-    d = plan_job(spec, full, fingerprint="f", offers=[CLOUD, LOCAL], now=T0, spent_this_month=0.0)
+    d = decide_on(spec, full, facts([CLOUD, LOCAL]), fingerprint="f", now=T0)
     assert d.target is None  # 4.04 rented, 4.48 owned in full
     assert "budget.max_cost" in d.refusal and "raise budget.max_cost to at least" in d.refusal
     # In cash the workstation costs its power, 0.68: within the budget.
     cash = Settings(mode="hybrid", clouds=["runpod"])
-    d = plan_job(spec, cash, fingerprint="f", offers=[CLOUD, LOCAL], now=T0, spent_this_month=0.0)
+    d = decide_on(spec, cash, facts([CLOUD, LOCAL]), fingerprint="f", now=T0)
     assert d.target == "local"
 
 
 def test_a_plan_over_the_monthly_budget_is_refused_and_says_how_much_is_spent():
     spec = load_spec_text(STEP)
     s = Settings(mode="hybrid", clouds=["runpod"], monthly_budget=50)
-    ok = plan_job(spec, s, fingerprint="f", offers=[CLOUD], now=T0, spent_this_month=40.0)
+    ok = decide_on(spec, s, facts([CLOUD], spent=40.0), fingerprint="f", now=T0)
     assert ok.target == "cloud"  # 10 h x 0.40 + start-up = 4.04; 40 + 4.04 <= 50
-    over = plan_job(spec, s, fingerprint="f", offers=[CLOUD], now=T0, spent_this_month=46.5)
+    over = decide_on(spec, s, facts([CLOUD], spent=46.5), fingerprint="f", now=T0)
     assert over.target is None
     assert "46.50 USD spent this month" in over.refusal and "monthly_budget 50.00 USD" in over.refusal
     assert "raise monthly_budget" in over.refusal

@@ -9,9 +9,9 @@ import random
 import pytest
 
 from orchestrator.decision import Capacity, Offer, OfferIndex, PastRun, classify, decide
+from orchestrator.decision.facts import Facts, decide_on
 from orchestrator.decision.models import Reservation
 from orchestrator.decision.pricing import local_offer, onprem_offer
-from orchestrator.service.planning import plan_job
 from orchestrator.settings import LocalMachine, OwnedGpus, Settings
 from orchestrator.spec import load_spec_text
 
@@ -52,8 +52,8 @@ def runs(n: int) -> list[PastRun]:
 def plan(extra: str = "", history=(), capacity=None, offers=OFFERS, **settings):
     spec = load_spec_text("name: t\nrun: python train.py\n" + extra)
     s = Settings(**{**HYBRID, **settings})
-    return plan_job(spec, s, fingerprint=FP, history=history, capacity=capacity, offers=offers,
-                    now=NOW)
+    facts = Facts(offers=list(offers), capacity=capacity, history=list(history), spent_this_month=0.0)
+    return decide_on(spec, s, facts, fingerprint=FP, now=NOW)
 
 
 BUSY = Capacity(onprem_free={"A100": 0}, wait_minutes=120, source="test")
@@ -334,7 +334,7 @@ def test_the_congestion_charge_defaults_to_renting_what_is_pushed_out():
 
 def test_ties_in_cost_go_to_owned_hardware():
     # No start-up billed: a cloud hour at exactly the owned power's price costs the same per job.
-    owned = Offer("onprem", "A100", 1, 1.0, amortized_per_hour=0.0, power_per_hour=1.0)
+    owned = Offer("onprem", "A100", 1, 1.0, amortized_per_hour=0.0, power_per_hour=1.0, pooled=True)
     twin = Offer("cloud", "A100", 1, 1.0, cloud="c", region="r")
     for offers in ([owned, twin], [twin, owned]):
         d = plan(JOB, (), FREE, offers, cloud_startup_minutes=0)
@@ -343,7 +343,7 @@ def test_ties_in_cost_go_to_owned_hardware():
 
 
 def test_an_unpriced_cluster_is_named_once():
-    unpriced = Offer("onprem", "A100", 2, 0.09, power_per_hour=0.09,
+    unpriced = Offer("onprem", "A100", 2, 0.09, power_per_hour=0.09, pooled=True,
                      unpriced="the on-prem cluster's full cost is unknown: add [[onprem]] ...")
     d = plan(JOB + STEADY, (), FREE, [unpriced, RUNPOD])
     assert d.target == "onprem"

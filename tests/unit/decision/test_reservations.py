@@ -57,13 +57,24 @@ def test_a_schedule_that_may_not_rent_says_so():
     assert [r.cloud_cost for r in got] == [math.inf, None, None]
 
 
+def schedule_holds(settings, name: str = "j"):
+    """The schedules a plan of job `name` finds due on the owned GPUs (the [[onprem]]
+    inventory's), as the service gathers them from the store."""
+    from orchestrator.service.planning import gather
+    from orchestrator.spec import load_spec_text
+
+    facts = gather(load_spec_text(f"name: {name}\nrun: x\n"), settings, NOW, fingerprint="f",
+                   history=(), offers=[], spent_this_month=0.0)
+    return facts.capacity.reservations if facts.capacity else ()
+
+
 def test_schedule_holds_reads_the_stores_schedules(tmp_path):
-    from orchestrator.service.planning import schedule_holds
-    from orchestrator.settings import Settings
+    from orchestrator.settings import OwnedGpus, Settings
     from orchestrator.store import open_store
 
-    settings = Settings(home=tmp_path / "home")
-    assert schedule_holds(settings, NOW) == ()  # no store yet: nothing due, nothing created
+    owned = [OwnedGpus(gpu="A100", count=4, purchase_price=40000, watts=400)]
+    settings = Settings(home=tmp_path / "home", onprem=owned)
+    assert schedule_holds(settings) == ()  # no store yet: nothing due, nothing created
     assert not (tmp_path / "home").exists()
     store = open_store(settings)
     try:
@@ -73,10 +84,10 @@ def test_schedule_holds_reads_the_stores_schedules(tmp_path):
                                source_text="", source_file=None, next_at=NOW + in_h * H)
     finally:
         store.close()
-    held = schedule_holds(settings, NOW, name="self")
+    held = schedule_holds(settings, name="self")
     assert [(r.what, r.in_hours, r.gpus, r.gpu) for r in held] == [
         ("cron schedule 'weekly'", 3.0, 4.0, "A100")]
     # The look-ahead is one setting, cron_lookahead_hours (the simulator reads it too).
-    wide = Settings(home=tmp_path / "home", cron_lookahead_hours=120)
-    assert [r.what for r in schedule_holds(wide, NOW, name="self")] == [
+    wide = Settings(home=tmp_path / "home", onprem=owned, cron_lookahead_hours=120)
+    assert [r.what for r in schedule_holds(wide, name="self")] == [
         "cron schedule 'weekly'", "cron schedule 'monthly'"]

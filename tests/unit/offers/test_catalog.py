@@ -141,11 +141,12 @@ def test_default_directory_is_skypilots():
 def test_planning_reads_the_catalog_dir_setting(catalogs):
     spec = load_spec_text("name: t\nrun: x\nresources: {accelerators: 'RTX4090:1'}\n")
     s = Settings(clouds=["runpod"], catalog_dir=catalogs)
-    clouds = [o for o in gather_offers(spec, s, local=[]) if o.target == "cloud"]
+    clouds = [o for o in gather_offers(spec, s) if o.target == "cloud"]
     assert {o.instance_type for o in clouds} == {"1x_RTX4090_SECURE", "1x_A100-80GB_SECURE"}
     no_cloud = load_spec_text("name: t\nrun: x\nplacement: {allow: [local]}\n")
     # Not allowed in the cloud: the catalogs are not even read.
-    assert gather_offers(no_cloud, Settings(clouds=["vast"], catalog_dir=catalogs), local=[]) == []
+    s = Settings(clouds=["vast"], catalog_dir=catalogs)
+    assert [o for o in gather_offers(no_cloud, s) if o.target != "local"] == []
 
 
 # What a new process reads: the offers (sorted), whether it imported SkyPilot, and pandas.

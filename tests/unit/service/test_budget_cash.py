@@ -8,10 +8,11 @@ import time
 
 import pytest
 
+from orchestrator.decision.facts import decide_on
 from orchestrator.records.placement import PlacedOffer
 from orchestrator.service.budgets import budget_limit, run_budget
 from orchestrator.service.orch import Orch
-from orchestrator.service.planning import plan_job
+from orchestrator.service.planning import gather
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
 from tests.conftest import run_orch, store_at
@@ -64,9 +65,10 @@ def settings(home, basis: str, budget: float = 10.0) -> Settings:
 
 
 def plan(s: Settings, offers=(CLOUD,), extra: str = ""):
-    # spent_this_month is left out: plan_job reads the month from the store, as submit does.
-    return plan_job(load_spec_text(STEP + extra), s, fingerprint="f", offers=list(offers),
-                    now=time.time())
+    # spent_this_month is left out: gather reads the month from the store, as submit does.
+    spec, now = load_spec_text(STEP + extra), time.time()
+    facts = gather(spec, s, now, fingerprint="f", history=(), offers=list(offers))
+    return decide_on(spec, s, facts, fingerprint="f", now=now)
 
 
 @pytest.mark.parametrize("basis, target, spent", [

@@ -104,7 +104,7 @@ HOURS = [0.5, 0.4, 0.6, 0.5, 1.8, 0.3, 0.7, 0.5, 0.4, 1.6, 0.2, 0.5]
 def team(tmp_path, monkeypatch):
     """An orch in hybrid mode whose on-prem cluster has 2 A100s (each launched run holds
     one, as Ray reports it) and whose cloud is the fake."""
-    import providers.onprem
+    import providers.registry
     from orchestrator.service.orch import Orch
     from orchestrator.settings import Settings
     from providers.cloud import CloudProvider
@@ -138,7 +138,8 @@ def team(tmp_path, monkeypatch):
         def cancel(self, backend_id):
             pass
 
-    def read(address, token_file=None):
+    def read(target, settings):
+        address = settings.ray_address
         jobs = tuple(ClusterJob(x.job_id, "RUNNING", x.job_id, x.metadata["name"], T0,
                                 x.metadata.get("est_hours"), 1.0, float(x.metadata["gpus"]))
                      for x in launched)
@@ -147,7 +148,7 @@ def team(tmp_path, monkeypatch):
         return ClusterSnapshot(address, nodes, {"CPU": 16.0, "GPU": 2.0},
                                {"CPU": float(len(jobs)), "GPU": used}, jobs, T0)
 
-    monkeypatch.setattr(providers.onprem, "read_cluster", read)
+    monkeypatch.setattr(providers.registry, "read_capacity", read)
     monkeypatch.setattr("providers.cloud.enabled_clouds", lambda clouds: (list(clouds), {}))
     orch = Orch(Settings(home=tmp_path / "home", mode="hybrid", ray_address="http://head:8265",
                          clouds=["lambda", "runpod", "aws"], catalog_dir=ROOT / "examples" / "catalog"))

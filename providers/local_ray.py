@@ -40,9 +40,19 @@ _WARM_WORKERS = 4
 
 
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return _free_ports(1)[0]
+
+
+def _free_ports(n: int) -> list[int]:
+    """`n` distinct free ports: each socket is held until all are picked (picked one by one
+    and let go, the kernel handed out one port twice under load, and `ray start` refused)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(n):
+            s = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return ports
 
 
 def ray_executable() -> str:
@@ -152,8 +162,8 @@ class LocalRay:
         temp_dir = self.temp_dir()
         temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._prepare(temp_dir)
-        ports = {name: _free_port() for name in ("gcs", "dashboard", "client", "agent_http",
-                                                   "agent_grpc", "runtime_env", "metrics")}
+        names = ("gcs", "dashboard", "client", "agent_http", "agent_grpc", "runtime_env", "metrics")
+        ports = dict(zip(names, _free_ports(len(names))))
         cpus = self.cpus or os.cpu_count() or 1
         cmd = [
             *self._ray_command(), "start", "--head",

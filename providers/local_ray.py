@@ -34,8 +34,8 @@ _MAX_TEMP_DIR_LEN = 36
 
 
 # Warm worker processes the runner host starts with (one per CPU, at most this many: about
-# 0.4 GiB each while idle). After a run it starts again as many as the run took, so the
-# pool grows to the largest job's worker count.
+# 0.4 GiB each while idle). Once the jobs pause it refills the pool to what ran lately,
+# within `local.warm_pool_mb` (jobs/warm.py).
 _WARM_WORKERS = 4
 
 
@@ -62,8 +62,10 @@ def ray_executable() -> str:
 
 class LocalRay:
     def __init__(self, home: Path, cpus: Optional[int] = None, object_store_mb: int = 1024,
-                 runner_host: bool = True, pass_env: Sequence[str] = ()):
+                 runner_host: bool = True, pass_env: Sequence[str] = (),
+                 warm_pool_mb: Optional[int] = None):
         self.home = Path(home)
+        self.warm_pool_mb = warm_pool_mb
         self.pass_env = tuple(pass_env)
         self.runner_host = runner_host
         self.dir = self.home / "local"
@@ -278,7 +280,9 @@ class LocalRay:
             # of orch there, or a job's modules, would be first on its path and its workers').
             proc = subprocess.Popen([self._python(), "-m", module("host"), "--socket", sock,
                                      "--workers", str(min(state["cpus"], _WARM_WORKERS)),
-                                     "--address", state["address"]],
+                                     "--address", state["address"],
+                                     *(["--pool-mb", str(self.warm_pool_mb)]
+                                       if self.warm_pool_mb is not None else [])],
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=env, cwd=env["PYTHONPATH"].split(os.pathsep)[0],
                                     start_new_session=True, **self._spawn_as())

@@ -20,7 +20,9 @@ With `--baseline DIR`, (a) and (b) run first with an earlier orch: DIR holds its
 <rev> | tar -x -C DIR`) and DIR/.venv a venv of the same Python whose site-packages has a
 .pth naming DIR and this checkout's .venv site-packages, and whose bin/ has `orch`, `ray` and
 `torchrun` scripts started by that venv's python: the same packages, the earlier code, both
-sides measured in one run on one machine. The direct runs go before and after the orch
+sides measured in one run on one machine. Byte-compile DIR first (`python -m compileall -q
+orchestrator providers jobs` there) where PYTHONDONTWRITEBYTECODE is set: otherwise each
+of its commands compiles orch anew. The direct runs go before and after the orch
 runs; their median is the reference.
 """
 

@@ -38,6 +38,7 @@ from . import events, secret_env
 from .controller import LIGHT_ENV, SETUP_HOOK_VAR, abort
 from .hosted import pid_file
 from .request import BadRequest, RunRequest
+from .warm import DEFAULT_POOL_MB, IDLE_S, SPARE_AFTER_S, Stock
 
 
 def preload() -> None:
@@ -135,11 +136,27 @@ class WarmPool:
 
 
 class Host:
-    def __init__(self, pool: WarmPool, env: dict):
+    def __init__(self, pool: WarmPool, env: dict, stock: Optional[Stock] = None,
+                 idle_s: float = IDLE_S):
         self.pool = pool
         self.env = env
+        self.stock = stock or Stock(initial_workers=1)
+        self.idle_s = idle_s
         self.running = 0
         self.lock = threading.Lock()
+
+    def add_spare(self) -> None:
+        """A second run's warm processes (jobs/warm.py), once the first run's are warm."""
+        with self.lock:
+            runs, workers = self.stock.spare()
+        self.pool.add(runs, workers)
+
+    def refill_if_idle(self) -> None:
+        """The pool brought back to what the next jobs need, once no run has started or
+        ended for `idle_s` (jobs/warm.py); nothing while a burst of jobs goes on."""
+        with self.lock:
+            runs, workers = self.stock.idle(time.monotonic(), self.idle_s * 0.95)
+        self.pool.add(runs, workers)
 
     def serve(self, conn: socket.socket) -> None:
         """One job: its request in, its run, its exit code out; the connection closing
@@ -190,6 +207,12 @@ class Host:
         threading.Thread(target=watch, daemon=True, name=f"watch-{req.job_id}").start()
         with self.lock:
             self.running += 1
+            missing = self.stock.missing(req.num_workers)
+            self.stock.take(req.num_workers, time.monotonic())
+        if any(missing):  # started now, side by side, for this run (jobs/warm.py)
+            print(f"orch host: {req.job_id} found too few warm processes; the rest start cold",
+                  file=sys.stderr, flush=True)
+            self.pool.add(*missing)
         try:
             with open(log, "a") as out, events.redirect(out), events.signing(key):
                 try:
@@ -204,14 +227,17 @@ class Host:
             done.set()
             with self.lock:
                 self.running -= 1
+                self.stock.done(time.monotonic())
             _release(controllers)
             if cancelled.is_set():  # the runner was killed before it could remove the log
                 with contextlib.suppress(OSError):
                     os.unlink(log)
-            # What the run took from the pool, started again once it is over: started
-            # beside the run, their imports would slow its first steps and skew the
-            # precision trial it times then.
-            self.pool.add(1, req.num_workers)
+            # The pool is refilled once the jobs pause (jobs/warm.py): started beside a
+            # run, their imports would slow its first steps and skew the precision trial
+            # it times then.
+            refill = threading.Timer(self.idle_s, self.refill_if_idle)
+            refill.daemon = True
+            refill.start()
 
 
 def _release(controllers: list) -> None:
@@ -243,6 +269,8 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--socket", required=True)
     parser.add_argument("--workers", type=int, default=2, help="warm worker processes to keep")
     parser.add_argument("--address", required=True)
+    parser.add_argument("--pool-mb", type=int, default=DEFAULT_POOL_MB,
+                        help="memory the warm processes may hold, MiB (jobs/warm.py)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     with open(pid_file(args.socket), "w") as f:
@@ -255,10 +283,14 @@ def main(argv: Optional[list] = None) -> int:
              **({"_node_ip_address": host} if host.startswith("127.") else {}))
     env = controller_env()
     pool = WarmPool(env)
-    pool.add(1, args.workers)
+    stock = Stock(initial_workers=args.workers, pool_mb=args.pool_mb)
+    pool.add(*stock.initial())
     server = listen(args.socket)
     print(f"orch host: ready in {time.monotonic() - started:.1f} s at {args.socket}", flush=True)
-    runner = Host(pool, env)
+    runner = Host(pool, env, stock)
+    spare = threading.Timer(SPARE_AFTER_S, runner.add_spare)
+    spare.daemon = True
+    spare.start()
     while True:
         conn, _ = server.accept()
         threading.Thread(target=runner.serve, args=(conn,), daemon=True).start()

@@ -34,15 +34,25 @@ _MAX_TEMP_DIR_LEN = 36
 
 
 # Warm worker processes the runner host starts with (one per CPU, at most this many: about
-# 0.4 GiB each while idle). After a run it starts again as many as the run took, so the
-# pool grows to the largest job's worker count.
+# 0.4 GiB each while idle). Once the jobs pause it refills the pool to what ran lately,
+# within `local.warm_pool_mb` (jobs/warm.py).
 _WARM_WORKERS = 4
 
 
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return _free_ports(1)[0]
+
+
+def _free_ports(n: int) -> list[int]:
+    """`n` distinct free ports: each socket is held until all are picked (picked one by one
+    and let go, the kernel handed out one port twice under load, and `ray start` refused)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(n):
+            s = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return ports
 
 
 def ray_executable() -> str:
@@ -52,8 +62,10 @@ def ray_executable() -> str:
 
 class LocalRay:
     def __init__(self, home: Path, cpus: Optional[int] = None, object_store_mb: int = 1024,
-                 runner_host: bool = True, pass_env: Sequence[str] = ()):
+                 runner_host: bool = True, pass_env: Sequence[str] = (),
+                 warm_pool_mb: Optional[int] = None):
         self.home = Path(home)
+        self.warm_pool_mb = warm_pool_mb
         self.pass_env = tuple(pass_env)
         self.runner_host = runner_host
         self.dir = self.home / "local"
@@ -152,8 +164,8 @@ class LocalRay:
         temp_dir = self.temp_dir()
         temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._prepare(temp_dir)
-        ports = {name: _free_port() for name in ("gcs", "dashboard", "client", "agent_http",
-                                                   "agent_grpc", "runtime_env", "metrics")}
+        names = ("gcs", "dashboard", "client", "agent_http", "agent_grpc", "runtime_env", "metrics")
+        ports = dict(zip(names, _free_ports(len(names))))
         cpus = self.cpus or os.cpu_count() or 1
         cmd = [
             *self._ray_command(), "start", "--head",
@@ -268,7 +280,9 @@ class LocalRay:
             # of orch there, or a job's modules, would be first on its path and its workers').
             proc = subprocess.Popen([self._python(), "-m", module("host"), "--socket", sock,
                                      "--workers", str(min(state["cpus"], _WARM_WORKERS)),
-                                     "--address", state["address"]],
+                                     "--address", state["address"],
+                                     *(["--pool-mb", str(self.warm_pool_mb)]
+                                       if self.warm_pool_mb is not None else [])],
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=env, cwd=env["PYTHONPATH"].split(os.pathsep)[0],
                                     start_new_session=True, **self._spawn_as())

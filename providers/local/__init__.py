@@ -21,7 +21,8 @@ def local_ray(settings: Settings) -> LocalRay:
     """The local Ray instance of these settings (started or not)."""
     return LocalRay(settings.home, cpus=settings.local.cpus,
                     object_store_mb=settings.local.object_store_mb,
-                    runner_host=settings.local.runner_host, pass_env=settings.local.pass_env)
+                    runner_host=settings.local.runner_host, pass_env=settings.local.pass_env,
+                    warm_pool_mb=settings.local.warm_pool_mb)
 
 
 class LocalProvider(RayJobsProvider, KeepsLogs):

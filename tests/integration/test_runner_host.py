@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from datetime import datetime
 
@@ -140,3 +141,52 @@ def test_a_run_whose_host_dies_fails_with_why_and_the_next_submit_starts_a_new_h
     new = host_pid(ray_home)
     assert new != old and psutil.pid_exists(new)
     wait_ready(ray_home)  # and it answers, for the tests after this one
+
+
+def test_two_jobs_back_to_back_both_start_on_warm_processes_submitted_without_ray(
+        ray_home, tmp_path):
+    # The host keeps two one-worker runs' processes (jobs/warm.py, the default memory): the
+    # second of two jobs submitted one right after the other finds its own warm too, its
+    # controller and synchronization actor included (the pool is refilled only once jobs
+    # pause, after both have started). And `orch submit` of a job with no workdir of its
+    # own imports no Ray (its secret file packed and the job posted as plain HTTP).
+    wait_ready(ray_home)
+    ray_dir = local_ray_dir(ray_home)
+    wait_warm(ray_dir, n=6)  # two runs' controllers and synchronization actors, two workers
+    seen: dict = {}  # pid -> (title, when its process started)
+    finished = threading.Event()
+
+    def watch() -> None:
+        while not finished.is_set():
+            for p in actor_processes(ray_dir, "ray::TrainController", "ray::SynchronizationActor"):
+                with contextlib.suppress(psutil.Error):
+                    seen.setdefault(p.pid, (p.name(), p.create_time()))
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    before = time.time()
+    watcher.start()
+    try:
+        recs = []
+        for name in ("first", "second"):
+            job = tmp_path / f"{name}.yaml"
+            job.write_text(SHORT.replace("name: short", f"name: {name}")
+                           .replace("num_workers: 2", "num_workers: 1"))
+            proc = run_orch(ray_home, "submit", str(job), "--json", PYTHONPROFILEIMPORTTIME="1")
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            recs.append(json.loads(proc.stdout))
+            imported = [ln.rsplit("|", 1)[-1].strip() for ln in proc.stderr.splitlines()
+                        if ln.startswith("import time:")]
+            assert "orchestrator.cli" in imported  # what this looks at is there
+            assert not [m for m in imported if m.split(".")[0] == "ray"], imported
+    finally:
+        finished.set()
+        watcher.join(5)
+    assert [r["status"] for r in recs] == ["SUCCEEDED", "SUCCEEDED"], recs
+    assert len(seen) == 4, seen  # each run's controller and synchronization actor
+    assert all(started < before for _, started in seen.values()), (before, seen)
+    for rec in recs:
+        log = run_orch(ray_home, "logs", rec["id"], "--events").stdout
+        workers = [e for e in events.parse(log) if e["event"] == "worker"]
+        assert [w["rank"] for w in workers] == [0], log[-2000:]
+        assert workers[0]["t"] - workers[0]["process_age_s"] < before, (workers, before)

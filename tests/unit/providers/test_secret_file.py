@@ -4,12 +4,14 @@ file, the step that reads and removes it, and what the Ray Jobs provider submits
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pickle
 import stat
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
 from providers.base import Launch, split_env
 from providers.onprem import OnPremProvider
-from providers.ray_jobs import RayJobsProvider
+from providers.ray_jobs import RayJobsProvider, _Refused
 from tests.conftest import ROOT
 
 TOKEN, KEY, PASS = "hf_" + "q7" * 10, "wandb-" + "k3" * 12, "pw-" + "x9" * 8
@@ -122,10 +124,13 @@ def test_the_step_execs_the_command_with_the_values_and_removes_the_file(tmp_pat
 
 
 class FakeJobs:
-    """A JobSubmissionClient that keeps what it was given, and what the working_dir held."""
+    """Ray's Jobs API as the provider reaches it: through Ray's client (`submit_job`, for a
+    folder it packs) or as plain HTTP (`send`, the provider's `_send`: a package PUT, then
+    the job POSTed). Keeps what it was given, and what the working_dir held."""
 
     def __init__(self):
         self.calls = []
+        self.packages = {}
 
     def submit_job(self, entrypoint, submission_id, runtime_env, metadata):
         wd = runtime_env.get("working_dir")
@@ -137,10 +142,26 @@ class FakeJobs:
                            "metadata": metadata, "files": files})
         return submission_id
 
+    def send(self, method, path, data, content_type, what):
+        if method == "PUT":
+            self.packages["gcs://" + path.rsplit("/", 1)[-1]] = data
+            return None
+        assert (method, path) == ("POST", "/api/jobs/")
+        body = json.loads(data)
+        files = {}
+        wd = body["runtime_env"].get("working_dir")
+        if wd:
+            with zipfile.ZipFile(io.BytesIO(self.packages[wd])) as z:
+                files = {i.filename: (stat.S_IMODE(i.external_attr >> 16), z.read(i).decode())
+                         for i in z.infolist()}
+        self.calls.append({**body, "files": files})
+        return {"submission_id": body["submission_id"]}
+
 
 def _provider():
     p = RayJobsProvider("local", "http://127.0.0.1:1")
     p._client = FakeJobs()
+    p._send = p._client.send
     return p
 
 
@@ -163,7 +184,7 @@ def test_submit_without_a_workdir_ships_the_file_in_a_temporary_working_dir():
     assert set(call["files"]) == {name} and call["files"][name][0] == 0o600
     assert secret_env.loads(call["files"][name][1]) == {"HF_TOKEN": TOKEN, "DB_PASSWORD": PASS}
     assert call["entrypoint"] == f"{sys.executable} -m _orch_runner.secret_env -- bash -c 'echo hi'"
-    assert not Path(renv["working_dir"]).exists()  # removed once submitted
+    assert renv["working_dir"].startswith("gcs://_ray_pkg_")  # packed by orch, no Ray client
 
 
 def test_submit_with_a_workdir_puts_the_file_there_for_the_upload_only(tmp_path):
@@ -171,7 +192,7 @@ def test_submit_with_a_workdir_puts_the_file_there_for_the_upload_only(tmp_path)
     p = _provider()
     p.submit(_launch(workdir=str(tmp_path)))
     call = p._client.calls[0]
-    assert call["runtime_env"]["working_dir"] == str(tmp_path)
+    assert call["runtime_env"]["working_dir"].startswith("gcs://_ray_pkg_")
     name = call["runtime_env"]["env_vars"][secret_env.FILE_VAR]
     assert set(call["files"]) == {"train.py", name}
     assert sorted(x.name for x in tmp_path.iterdir()) == ["train.py"]
@@ -180,10 +201,10 @@ def test_submit_with_a_workdir_puts_the_file_there_for_the_upload_only(tmp_path)
 def test_submit_that_fails_still_removes_the_file(tmp_path):
     p = _provider()
 
-    def refuse(**kw):
-        raise RuntimeError("boom")
+    def refuse(*args):
+        raise _Refused(500, "boom")
 
-    p._client.submit_job = refuse
+    p._send = refuse
     from orchestrator.base.errors import BackendError
 
     with pytest.raises(BackendError, match="rejected job orch-s"):

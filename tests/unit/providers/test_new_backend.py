@@ -4,6 +4,7 @@ submitted, followed to its end and cancelled through orch's service."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -23,12 +24,12 @@ REPO = Path(__file__).resolve().parents[3]
 FOLDER = "tests/backends/toy/"
 
 
-@pytest.fixture
-def toy():
+@pytest.fixture(params=[False, True], ids=["rented", "owned"])
+def toy(request):
     # The two lines a backend adds outside its folder: in base/targets.py and providers/registry.py.
-    declare("toy", owned=False, tie=3)
+    declare("toy", owned=request.param, tie=3)
     register("toy", ToyBackend, toy_offers.offers, lambda s: ToyBackend(s.home / "toy"))
-    yield
+    yield request.param
     unregister("toy")
     forget("toy")
 
@@ -61,7 +62,10 @@ def test_a_backend_known_to_the_registry_alone_plans_runs_and_cancels(tmp_path, 
         _until(orch, long.id, "RUNNING")
         orch.cancel_job(long.id)
         _until(orch, long.id, "CANCELLED")
-        assert "toy" in {q.target for q in orch.metrics_snapshot().queue}  # a line of its own
+        shown = orch.metrics_snapshot()  # lines of its own
+        assert "toy" in {q.target for q in shown.queue}
+        assert ("toy" in {o.target for o in shown.owned}) is toy
+        assert ("toy" in {o.target for o in orch.fleet().owned}) is toy
     finally:
         orch.close()
 
@@ -74,8 +78,10 @@ def test_an_undeclared_target_is_refused_naming_the_known_ones():
 
 
 def test_no_file_outside_its_folder_names_the_toy_backend_but_its_registration():
+    # Its module or its target's name, quoted: a fifth file the backend needed would name it.
+    names = re.compile(r"tests[./]backends[./]toy|[\"']toy[\"']")
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
                            capture_output=True, text=True, check=True).stdout.split("\0")
     naming = sorted(f for f in files if f and not f.startswith(FOLDER) and (REPO / f).is_file()
-                    and "tests.backends.toy" in (REPO / f).read_text(errors="replace"))
-    assert naming == ["tests/unit/providers/test_new_backend.py"]
+                    and names.search((REPO / f).read_text(errors="replace")))
+    assert naming == ["docs/backends.md", "tests/unit/providers/test_new_backend.py"]  # its example

@@ -33,6 +33,24 @@ OFFERS: dict[str, OffersOf] = {
     CLOUD: cloud_offers.offers, ONPREM: onprem_offers.offers, LOCAL: local_offers.offers}
 
 
+# How a backend other than the three above is built from the settings (`register`).
+BUILDERS: dict[str, Callable[[Settings], Backend]] = {}
+
+
+def register(name: str, kind: type[Backend], offers_of: OffersOf,
+             build: Callable[[Settings], Backend]) -> None:
+    """One more backend, serving the target `name` (declared in base.targets): its class,
+    what it offers a job and how it is built from the settings. The one line a backend adds
+    here (docs/backends.md); a backend under tests/ calls it the same way."""
+    BACKENDS[name], OFFERS[name], BUILDERS[name] = kind, offers_of, build
+
+
+def unregister(name: str) -> None:
+    """Undo `register` (a test backend, at its end)."""
+    for table in (BACKENDS, OFFERS, BUILDERS):
+        table.pop(name, None)
+
+
 def offers(spec: JobSpec, settings: Settings, seen: Seen) -> list[Offer]:
     """Every backend's offers for `spec`, in OFFERS' order."""
     return [o for of in OFFERS.values() for o in of(spec, settings, seen)]
@@ -89,4 +107,6 @@ def backend_for(target: str, settings: Settings,
         return OnPremProvider(settings.ray_address, settings.ray_token_file)
     if kind is CloudProvider:
         return CloudProvider(startup_minutes=settings.cloud_startup_minutes)
+    if target in BUILDERS:
+        return BUILDERS[target](settings)
     raise unavailable(target)

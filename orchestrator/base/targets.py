@@ -9,19 +9,63 @@ one target's own behaviour is meant (the on-prem cluster's capacity, the local R
 
 from __future__ import annotations
 
-from typing import Final, Literal, Optional
+from dataclasses import dataclass
+from typing import Final, Optional
 
-Target = Literal["local", "onprem", "cloud"]
+# A target's name: one that `declare` was given (a job file's `placement.allow` is checked
+# against them at load, before any backend is imported).
+Target = str
 
 LOCAL: Final = "local"  # this machine's Ray
 ONPREM: Final = "onprem"  # the on-prem Ray cluster at ORCH_RAY_ADDRESS
 CLOUD: Final = "cloud"  # SkyPilot managed jobs on rented VMs
 
-TARGETS: tuple[Target, ...] = (LOCAL, ONPREM, CLOUD)
-OWNED: frozenset[str] = frozenset({LOCAL, ONPREM})
 
-# Order of preference when two options cost exactly the same: owned hardware first.
-TIE_ORDER: dict[str, int] = {ONPREM: 0, LOCAL: 1, CLOUD: 2}
+@dataclass(frozen=True)
+class Declared:
+    """What orch knows of a target before its backend is imported: whether its hardware is
+    the team's, its place when two options cost exactly the same (owned hardware first), and
+    whether a choice of it needs a SkyPilot cloud's credentials here."""
+
+    name: str
+    owned: bool
+    tie: int
+    cloud_credentials: bool = False
+
+
+# The declared targets, kept live by `declare` (these are the objects every importer holds).
+TARGETS: list[Target] = []
+OWNED: set[str] = set()
+TIE_ORDER: dict[str, int] = {}
+CLOUD_CREDENTIALS: set[str] = set()
+DECLARED: dict[str, Declared] = {}
+
+
+def declare(name: str, *, owned: bool, tie: int, cloud_credentials: bool = False) -> None:
+    """Make `name` a target (docs/backends.md): one line here per backend, as below; a
+    backend under tests/ declares itself the same way. Declaring it again replaces it."""
+    forget(name)
+    DECLARED[name] = Declared(name, owned, tie, cloud_credentials)
+    TARGETS.append(name)
+    TIE_ORDER[name] = tie
+    if owned:
+        OWNED.add(name)
+    if cloud_credentials:
+        CLOUD_CREDENTIALS.add(name)
+
+
+def forget(name: str) -> None:
+    """Undo `declare` (a test backend, at its end)."""
+    if DECLARED.pop(name, None) is not None:
+        TARGETS.remove(name)
+        TIE_ORDER.pop(name, None)
+        OWNED.discard(name)
+        CLOUD_CREDENTIALS.discard(name)
+
+
+declare(LOCAL, owned=True, tie=1)
+declare(ONPREM, owned=True, tie=0)
+declare(CLOUD, owned=False, tie=2, cloud_credentials=True)
 
 
 def owned(target: Optional[str]) -> bool:
@@ -32,6 +76,11 @@ def owned(target: Optional[str]) -> bool:
 def rented(target: Optional[str]) -> bool:
     """Whether `target` rents its machines (False for None: not placed)."""
     return target is not None and target not in OWNED
+
+
+def needs_cloud_credentials(target: Optional[str]) -> bool:
+    """Whether a choice of `target` launches on a SkyPilot cloud that needs credentials here."""
+    return target in CLOUD_CREDENTIALS
 
 
 # How the jobs of one Ray cluster (the local Ray, the on-prem cluster) share it: the default;

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Collection, Optional, Sequence
 
+from orchestrator.base.targets import needs_cloud_credentials
 from orchestrator.decision.classify import classify
 from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
 from orchestrator.decision.placement import decide
@@ -27,7 +28,8 @@ class Facts:
     def with_credentials(self, enabled: Collection[str]) -> Facts:
         """The same facts, each cloud offer saying whether this machine has its credentials."""
         return dataclasses.replace(self, offers=[
-            o if o.owned else dataclasses.replace(o, credentials=o.cloud in enabled)
+            dataclasses.replace(o, credentials=o.cloud in enabled)
+            if needs_cloud_credentials(o.target) else o
             for o in self.offers])
 
 

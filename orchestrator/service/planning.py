@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Collection, Iterator, Optional, Sequence
 
-from orchestrator.base.targets import ONPREM, rented
+from orchestrator.base.targets import ONPREM, needs_cloud_credentials, rented
 from orchestrator.decision.facts import Facts, decide_on
 from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
 from orchestrator.records.placement import Placement
@@ -124,7 +124,7 @@ def _plan(spec, settings, facts: Facts, fingerprint: str, code_dirty: bool,
           owner: Optional[str], now: float) -> tuple[Decision, list[str]]:
     decision = decide_on(spec, settings, facts, fingerprint=fingerprint, now=now,
                          code_dirty=code_dirty, owner=owner)
-    if not rented(decision.target) or decision.choice is None:
+    if not needs_cloud_credentials(decision.target) or decision.choice is None:
         return decision, []
     from providers.cloud import enabled_clouds
 
@@ -150,7 +150,7 @@ def _plan(spec, settings, facts: Facts, fingerprint: str, code_dirty: bool,
 def _credentials_checked(decision: Decision) -> Decision:
     """The decision with each cloud offer marked as having credentials here: all did."""
     def mark(a):
-        if a is None or a.offer.owned:
+        if a is None or not needs_cloud_credentials(a.offer.target):
             return a
         return dataclasses.replace(a, offer=dataclasses.replace(a.offer, credentials=True))
 

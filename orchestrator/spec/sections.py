@@ -8,6 +8,7 @@ import re
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     Discriminator,
     Field,
@@ -149,14 +150,22 @@ class BudgetSection(Strict):
     max_hourly: Optional[PositiveFloat] = None
 
 
+def _declared(target: str) -> str:
+    """A target base.targets declares (a backend's own line there: docs/backends.md)."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}: use one of {', '.join(TARGETS)}")
+    return target
+
+
 class PlacementSection(Strict):
-    allow: list[Target] = Field(default_factory=lambda: list(TARGETS))
+    allow: list[Annotated[Target, AfterValidator(_declared)]] = Field(
+        default_factory=lambda: list(TARGETS))
 
     @field_validator("allow")
     @classmethod
     def _check_allow(cls, v: list[str]) -> list[str]:
         if not v:
-            raise ValueError("allow at least one of local, onprem, cloud")
+            raise ValueError(f"allow at least one of {', '.join(TARGETS)}")
         if len(set(v)) != len(v):
             raise ValueError("each target may appear once")
         return v

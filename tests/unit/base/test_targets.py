@@ -6,7 +6,19 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from orchestrator.base.targets import CLOUD, LOCAL, ONPREM, TARGETS, owned, rented
+from orchestrator.base.targets import (
+    CLOUD,
+    LOCAL,
+    ONPREM,
+    OWNED,
+    TARGETS,
+    TIE_ORDER,
+    declare,
+    forget,
+    needs_cloud_credentials,
+    owned,
+    rented,
+)
 from orchestrator.decision.models import Offer
 from orchestrator.records.placement import PlacedOffer
 
@@ -22,6 +34,18 @@ def test_owned_and_rented():
     assert not owned(None) and not rented(None)  # not placed: neither
     assert Offer(CLOUD, "H100", 1, 2.0).owned is False and Offer(ONPREM, "A100", 8, 1.0).owned
     assert PlacedOffer(target=LOCAL).owned and not PlacedOffer(target=CLOUD).owned
+
+
+def test_the_declarations_are_the_tables_every_importer_holds():
+    assert TARGETS == [LOCAL, ONPREM, CLOUD] and TIE_ORDER == {ONPREM: 0, LOCAL: 1, CLOUD: 2}
+    assert [t for t in TARGETS if needs_cloud_credentials(t)] == [CLOUD]
+    declare("other", owned=True, tie=5)
+    try:
+        assert (TARGETS[-1], TIE_ORDER["other"], owned("other")) == ("other", 5, True)
+        assert not needs_cloud_credentials("other") and Offer("other", None, 0, 1.0).owned
+    finally:
+        forget("other")
+    assert TARGETS == [LOCAL, ONPREM, CLOUD] and "other" not in OWNED | set(TIE_ORDER)
 
 
 def test_no_module_spells_a_target_name_to_compare_it():

@@ -222,7 +222,10 @@ def worker_options(req: RunRequest, budget: Optional[Budget], values: dict,
     dashboard) prints their names only, and without the job's event key (the workers run
     the job's own code)."""
     values = secret_env.for_workers(values)
-    options = WorkerOptions.of(req, budget, secret_env.Hidden(values) if values else None)
+    hidden = secret_env.Hidden(values) if values else None
+    if hosted is not None and hosted.values is not None:
+        hidden = hosted.values  # fetched from the job's runner by each worker, not held here
+    options = WorkerOptions.of(req, budget, hidden)
     if hosted is not None:  # the host imports no job's code: its workers do, from its working_dir
         options = dataclasses.replace(options, log_path=hosted.log_path, cwd=hosted.cwd)
     return options

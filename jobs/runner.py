@@ -190,7 +190,7 @@ def run(req: RunRequest, hidden: Optional[dict] = None, hosted: Optional[Hosted]
     import ray
 
     started = time.monotonic()
-    key = None  # the runner host signs a hosted run's events with the key it was handed
+    key = None  # a hosted run: the host hands its state events to the job's runner, which signs them
     if hosted is None:
         # What jobs.secret_env took out of its file before this process started; or the
         # file itself, when the runner was started without that step.

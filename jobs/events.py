@@ -20,7 +20,7 @@ import math
 import sys
 import threading
 import time
-from typing import IO, Any, Iterator, Optional
+from typing import IO, Any, Callable, Iterator, Optional, Union
 
 from . import event_shapes
 
@@ -34,6 +34,11 @@ STATE_EVENTS = frozenset({"result", "verdict"})  # counted only when signed, for
 _OUT = threading.local()
 _WRITE = threading.Lock()  # one line at a time: a worker's telemetry thread emits too
 
+# What signs a thread's state events: the job's event key, or (in the runner host, which
+# holds no job's key) a function that hands each state event to the job's own runner,
+# which signs it (jobs/hosted.py).
+Signer = Union[str, Callable[[str, dict], None], None]
+
 
 def stream(err: bool = False) -> IO[str]:
     """This thread's output: its job's log under `redirect`, else stdout (or stderr)."""
@@ -43,16 +48,17 @@ def stream(err: bool = False) -> IO[str]:
     return sys.stderr if err else sys.stdout
 
 
-def current_key() -> Optional[str]:
-    """The key this thread signs its state events with (`signing`), for a thread it starts."""
-    key: Optional[str] = getattr(_OUT, "key", None)
+def current_key() -> Signer:
+    """What this thread signs its state events with (`signing`), for a thread it starts."""
+    key: Signer = getattr(_OUT, "key", None)
     return key
 
 
 @contextlib.contextmanager
-def signing(key: Optional[str]) -> Iterator[None]:
+def signing(key: Signer) -> Iterator[None]:
     """Sign this thread's state events with `key` (the job's event key) while the block
-    runs; None: leave them unsigned (a job recorded before keys, or none handed over)."""
+    runs; a function: hand them to it instead of printing them (the runner host's way);
+    None: leave them unsigned (a job recorded before keys, or none handed over)."""
     before = current_key()
     _OUT.key = key
     try:
@@ -123,7 +129,13 @@ def event_line(event: str, key: Optional[str], /, **fields: Any) -> str:
 def emit(event: str, /, **fields: Any) -> None:
     """Print one event line; flushed at once so a follower sees it live. A state event is
     signed with this thread's key (`signing`), where it has one."""
-    text = event_line(event, current_key(), **fields)
+    key = current_key()
+    if callable(key):
+        if event in STATE_EVENTS:
+            key(event, _clean(fields))
+            return
+        key = None
+    text = event_line(event, key, **fields)
     out = stream()
     with _WRITE:
         out.write(text + "\n")

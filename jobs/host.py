@@ -34,7 +34,7 @@ import time
 import traceback
 from typing import Any, Optional
 
-from . import events, secret_env
+from . import events, job_values
 from .controller import LIGHT_ENV, SETUP_HOOK_VAR, abort
 from .hosted import pid_file
 from .request import BadRequest, RunRequest
@@ -169,20 +169,21 @@ class Host:
                 message = json.loads(line)
                 req = RunRequest.from_dict(message["request"])
                 log = str(message["log"])
-                key = message.get("event_key")
-                if key is not None and not isinstance(key, str):
-                    raise TypeError("event_key is not a string")
-            except (ValueError, KeyError, TypeError, BadRequest) as e:
+                env = {str(k): str(v) for k, v in dict(message.get("env") or {}).items()}
+                values = message.get("values")
+                remote = None if values is None else job_values.Remote(
+                    env, str(values["socket"]), [str(n) for n in values["names"]])
+            except (ValueError, KeyError, TypeError, AttributeError, BadRequest) as e:
                 print(f"orch host: refused a request: {e}", file=sys.stderr, flush=True)
                 return
-            code = self.run(conn, req, dict(message.get("env") or {}), message.get("cwd"), log, key)
-            with contextlib.suppress(OSError):
-                conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
+            code = self.run(conn, req, env, message.get("cwd"), log, remote)
+            send(conn, {"exit": code})
 
     def run(self, conn: socket.socket, req: RunRequest, env: dict, cwd: Optional[str], log: str,
-            key: Optional[str] = None) -> int:
-        """Run one job in this thread: its events go to its log, its state events signed
-        with its event key `key` (its runner's alone: never in `env`, which its workers get)."""
+            remote: Optional[job_values.Remote] = None) -> int:
+        """Run one job in this thread: its events go to its log, its state events to its
+        runner, which signs them (this process holds no job's event key). `env`: its public
+        values; `remote`: where its workers fetch its secret ones (never held here)."""
         from .runner import run
         from .trainer import Hosted
 
@@ -214,11 +215,14 @@ class Host:
                   file=sys.stderr, flush=True)
             self.pool.add(*missing)
         try:
-            with open(log, "a") as out, events.redirect(out), events.signing(key):
+            def state(event: str, fields: dict) -> None:
+                send(conn, {"state": {"event": event, "fields": fields}})
+
+            with open(log, "a") as out, events.redirect(out), events.signing(state):
                 try:
-                    return run(req, hosted=Hosted(env=secret_env.for_workers(env), cwd=cwd,
-                                                  log_path=log, controller_env=self.env,
-                                                  on_controller=on_controller))
+                    return run(req, hosted=Hosted(env=env, cwd=cwd, log_path=log,
+                                                  controller_env=self.env,
+                                                  on_controller=on_controller, values=remote))
                 except Exception as e:  # noqa: BLE001  (one job's failure is not the host's)
                     events.say(traceback.format_exc(), err=True)
                     events.emit("result", ok=False, error=f"orch host: {type(e).__name__}: {e}")
@@ -238,6 +242,15 @@ class Host:
             refill = threading.Timer(self.idle_s, self.refill_if_idle)
             refill.daemon = True
             refill.start()
+
+
+_SEND = threading.Lock()
+
+
+def send(conn: socket.socket, message: dict) -> None:
+    """One line to a job's runner (its state events, then its exit code)."""
+    with _SEND, contextlib.suppress(OSError):
+        conn.sendall(json.dumps(message).encode() + b"\n")
 
 
 def _release(controllers: list) -> None:

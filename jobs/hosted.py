@@ -3,9 +3,12 @@
 On a target with a runner host, orch sets ORCH_RUNNER_HOST to the host's socket. The
 runner (`python -m _orch_runner.runner`, still one Ray job per orch job, so the Jobs API keeps
 each job's state, log, exit code and cancel) then imports neither Ray nor torch: it hands
-the request, the job's environment and its working_dir to the host (and, apart from the
-environment, the job's event key, with which the host signs this run's state events),
-relays the job's log to its own output, and exits with the run's exit code. Killing it
+the request, the job's public environment and its working_dir to the host, relays the
+job's log to its own output, and exits with the run's exit code. The host, where every
+job's driver runs and Ray Train unpickles what workers return, gets none of the job's
+secret values and not its event key: the run's workers fetch the values from this runner
+(jobs/job_values.py), and the host sends the run's state events (`result`, `verdict`) here
+over the socket, where this runner signs them into the log it relays. Killing it
 (a cancel) closes the connection, and the host aborts the run. When no host answers, the
 runner runs the job itself, as on a target without one. Standard library only: this runs on the target.
 """
@@ -23,7 +26,7 @@ import tempfile
 import time
 from typing import Optional
 
-from . import events, secret_env
+from . import events, job_values, secret_env
 from .request import RunRequest
 
 HOST_VAR = "ORCH_RUNNER_HOST"  # the host's unix socket, set by orch where the target has one
@@ -73,22 +76,36 @@ def delegate(req: RunRequest, hidden: dict) -> Optional[int]:
         events.say(f"orch runner: no runner host answers at {sock}; the job runs in this process", err=True)
         return None
     names = [n for n in os.environ.get(PUBLIC_VAR, "").split(",") if n]
-    env = {**{n: os.environ[n] for n in names if n in os.environ}, **secret_env.for_workers(hidden)}
+    secret = secret_env.for_workers(hidden)
+    env = {n: os.environ[n] for n in names if n in os.environ and n not in secret}
     fd, log = tempfile.mkstemp(prefix=f"{req.job_id}-", suffix=".log", dir=os.path.dirname(sock))  # 0600
     os.close(fd)
+    values = job_values.Server(secret, _host_pid(sock), os.path.dirname(sock)) if secret else None
     try:
         with conn:
-            message = {"request": dataclasses.asdict(req), "env": env, "cwd": os.getcwd(), "log": log,
-                       "event_key": secret_env.event_key(hidden)}
+            message = {"request": dataclasses.asdict(req), "env": env, "cwd": os.getcwd(), "log": log}
+            if values is not None:
+                message["values"] = {"socket": values.path, "names": sorted(secret)}
             conn.sendall(json.dumps(message).encode() + b"\n")
-            return relay(conn, log)
+            return relay(conn, log, key=secret_env.event_key(hidden))
     finally:
+        if values is not None:
+            values.close()
         with contextlib.suppress(OSError):
             os.unlink(log)
 
 
-def relay(conn: socket.socket, log: str, out=None) -> int:
-    """Copy the job's log to `out` (stdout) as it grows, until the host sends the exit code."""
+def _host_pid(sock: str) -> Optional[int]:
+    try:
+        with open(pid_file(sock)) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def relay(conn: socket.socket, log: str, out=None, key: Optional[str] = None) -> int:
+    """Copy the job's log to `out` (stdout) as it grows, and the run's state events the host
+    sends, signed here with the job's event key `key`, until the host sends the exit code."""
     out = out or sys.stdout.buffer
     reply = b""
     with open(log, "rb") as f, _Lines(out) as lines:
@@ -100,10 +117,14 @@ def relay(conn: socket.socket, log: str, out=None) -> int:
             data = conn.recv(4096)
             if data:
                 reply += data
-                if b"\n" not in reply:
-                    continue
-                lines.feed(f.read())
-                return int(json.loads(reply.split(b"\n", 1)[0])["exit"])
+                while b"\n" in reply:
+                    line, reply = reply.split(b"\n", 1)
+                    lines.feed(f.read())  # what the run wrote before it
+                    message = json.loads(line)
+                    if "exit" in message:
+                        return int(message["exit"])
+                    lines.state(message.get("state"), key)
+                continue
             lines.feed(f.read())  # the host is gone before the run ended
             error = "orch runner: the runner host stopped during the run (`orch local up` starts it again)"
             lines.close()
@@ -127,6 +148,15 @@ class _Lines:
         if kept:
             self.out.write(b"\n".join(kept) + b"\n")
             self.out.flush()
+
+    def state(self, event: object, key: Optional[str]) -> None:
+        """A state event the host sent, as one line of its own, signed with `key`."""
+        if not isinstance(event, dict) or event.get("event") not in events.STATE_EVENTS:
+            return
+        fields = event.get("fields")
+        fields = {k: v for k, v in fields.items() if k not in ("event", "t")} if isinstance(fields, dict) else {}
+        self.out.write(events.event_line(str(event["event"]), key, **fields).encode() + b"\n")
+        self.out.flush()
 
     def close(self) -> None:
         if self.rest and not self.rest.startswith(_RAY_MARKERS):

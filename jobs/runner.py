@@ -190,7 +190,7 @@ def run(req: RunRequest, hidden: Optional[dict] = None, hosted: Optional[Hosted]
     import ray
 
     started = time.monotonic()
-    key = None  # the runner host signs a hosted run's events with the key it was handed
+    key = None  # a hosted run: the host hands its state events to the job's runner, which signs them
     if hosted is None:
         # What jobs.secret_env took out of its file before this process started; or the
         # file itself, when the runner was started without that step.
@@ -222,7 +222,10 @@ def worker_options(req: RunRequest, budget: Optional[Budget], values: dict,
     dashboard) prints their names only, and without the job's event key (the workers run
     the job's own code)."""
     values = secret_env.for_workers(values)
-    options = WorkerOptions.of(req, budget, secret_env.Hidden(values) if values else None)
+    hidden = secret_env.Hidden(values) if values else None
+    if hosted is not None and hosted.values is not None:
+        hidden = hosted.values  # fetched from the job's runner by each worker, not held here
+    options = WorkerOptions.of(req, budget, hidden)
     if hosted is not None:  # the host imports no job's code: its workers do, from its working_dir
         options = dataclasses.replace(options, log_path=hosted.log_path, cwd=hosted.cwd)
     return options

@@ -35,10 +35,17 @@ class Hidden:
     that config in its run state and on the dashboard, stringified: this prints names only."""
 
     def __init__(self, values: Mapping[str, str]):
-        self.values = for_workers(values)
+        self._values = for_workers(values)
+
+    @property
+    def values(self) -> dict[str, str]:
+        return self._values
+
+    def names(self) -> list[str]:
+        return sorted(self._values)
 
     def __repr__(self) -> str:
-        return f"<hidden: {', '.join(sorted(self.values)) or 'nothing'}>"
+        return f"<hidden: {', '.join(self.names()) or 'nothing'}>"
 
     __str__ = __repr__
 

@@ -19,11 +19,12 @@ from .elastic import sized_from_free
 class Hosted:
     """A run inside the runner host (jobs/host.py): one long-lived driver with torch and Ray
     Train imported, whose warm worker processes each run takes its controller and workers from."""
-    env: dict  # the job's environment: its public values and its secrets
+    env: dict  # the job's public environment (its secret values never reach the host)
     cwd: Optional[str]  # the job's working_dir on this node
     log_path: str  # the job's log, which its controller and workers write to
     controller_env: dict  # the controller's env_vars, as the host's warm processes have them
     on_controller: Callable[[Any], None]  # handed the run's controller (to abort it on cancel)
+    values: Any = None  # job_values.Remote: where its workers fetch its secret values
 
 
 def reporter(where: Callable[[Any], Any] = lambda path: path):

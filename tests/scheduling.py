@@ -32,6 +32,7 @@ UNITS = {
     "tests/integration/test_crash_safety.py": "local-ray",
     "tests/integration/test_local_jobs.py": "local-ray",
     "tests/integration/test_job_reach.py": "local-ray",
+    "tests/integration/test_host_reach.py": "local-ray",
     "tests/integration/test_local_ports.py": "local-ray",
     "tests/integration/test_prometheus.py": "local-ray",
     "tests/integration/test_runner_host.py": "local-ray",

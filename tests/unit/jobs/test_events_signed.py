@@ -171,7 +171,7 @@ def test_the_runner_looks_up_the_jobs_module_without_running_it(tmp_path, monkey
         check_target("no_such_module:train")
 
 
-def test_through_the_runner_host_the_key_signs_and_stays_out_of_the_env(tmp_path, monkeypatch,
+def test_through_the_runner_host_the_runner_signs_and_the_host_holds_no_key(tmp_path, monkeypatch,
                                                                        capfdbinary):
     from jobs import hosted
     from tests.unit.jobs.test_runner_host import _serve
@@ -179,7 +179,7 @@ def test_through_the_runner_host_the_key_signs_and_stays_out_of_the_env(tmp_path
     seen: dict = {}
 
     def fake_run(req, hidden=None, hosted=None):
-        seen.update(env=hosted.env)
+        seen.update(env=hosted.env, key=events.current_key())
         events.emit("result", ok=True, metrics={})
         events.emit("verdict", **VERDICT)
         return 0
@@ -190,7 +190,7 @@ def test_through_the_runner_host_the_key_signs_and_stays_out_of_the_env(tmp_path
     monkeypatch.chdir(tmp_path)
     req = RunRequest(job_id="orch-3", target="image-classification")
     assert hosted.delegate(req, {"API_TOKEN": "s3cret", KEY_VAR: KEY}) == 0
-    assert seen["env"] == {"API_TOKEN": "s3cret"}  # what the run's workers get
+    assert seen["env"] == {} and callable(seen["key"])  # the host holds no value and no key
     out = capfdbinary.readouterr().out.decode()
     state = list(events.parse(out))
     assert [e["event"] for e in state] == ["result", "verdict"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -137,7 +138,7 @@ def test_a_job_through_the_host(tmp_path, monkeypatch, capfdbinary):
     seen = {}
 
     def fake_run(req, hidden=None, hosted=None):
-        seen.update(req=req, hosted=hosted)
+        seen.update(req=req, hosted=hosted, fetched=hosted.values.values)  # as a worker fetches them
         events.emit("start", num_workers=req.num_workers)
         hosted.on_controller("controller-handle")
         events.say("training")
@@ -155,7 +156,10 @@ def test_a_job_through_the_host(tmp_path, monkeypatch, capfdbinary):
     assert hosted.delegate(req, {"API_TOKEN": "s3cret"}) == 0
     assert seen["req"] == req
     h = seen["hosted"]
-    assert h.env == {"MY_VALUE": "public", "API_TOKEN": "s3cret"}
+    assert h.env == {"MY_VALUE": "public"}  # the secret value never reaches the host
+    assert h.values.names() == ["API_TOKEN", "MY_VALUE"] and "s3cret" not in pickle.dumps(h.values).decode("latin1")
+    assert seen["fetched"] == {"MY_VALUE": "public", "API_TOKEN": "s3cret"}  # from the job's runner
+    assert not os.path.exists(h.values.path)  # served while the run lasted
     assert h.cwd == str(tmp_path) and h.controller_env == {"E": "1"}
     out = capfdbinary.readouterr().out
     assert b"training\n" in out and [e["event"] for e in events.parse(out.decode())] == ["start"]

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
-import json
 import os
 import shlex
 import sys
@@ -25,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from providers.base import BackendState, Launch
+from providers.job_index import locked, read_index, write_index
 from providers.local import LocalProvider, local_ray
 from providers.user_ray import UserRay, ensure_user, os_user_name
 
@@ -214,25 +213,13 @@ class IsolatedLocalProvider(LocalProvider):
     # -- which instance ran a job -----------------------------------------------------
 
     def _index(self) -> dict[str, str]:
-        try:
-            return json.loads(self.index_file.read_text())
-        except (OSError, ValueError):
-            return {}
+        return read_index(self.index_file)
 
     def _write_index(self, index: dict) -> None:
-        tmp = self.index_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(index))
-        tmp.replace(self.index_file)
+        write_index(self.index_file, index)
 
-    @contextlib.contextmanager
     def _index_lock(self):
-        self.index_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(self.index_file.with_suffix(".lock"), "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        return locked(self.index_file.with_suffix(".lock"))
 
 
 def _touch(path: Path) -> None:

@@ -19,7 +19,6 @@ no owner (orch used on a node, not through its API) runs on the base cluster as 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import secrets
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Optional
 
 from orchestrator.base.errors import BackendError
 from providers.base import BackendState, Launch
+from providers.job_index import locked, read_index, write_index
 from providers.onprem import HINT, OnPremProvider
 from providers.ray_cluster import get_json
 from providers.user_ray import os_user_name
@@ -254,25 +254,13 @@ class OnPremUsersProvider(OnPremProvider):
         return sorted(p.name for p in self.dir.iterdir() if p.is_dir()) if self.dir.is_dir() else []
 
     def _index(self) -> dict[str, str]:
-        try:
-            return json.loads(self.index_file.read_text())
-        except (OSError, ValueError):
-            return {}
+        return read_index(self.index_file)
 
     def _write_index(self, index: dict) -> None:
-        tmp = self.index_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(index))
-        tmp.replace(self.index_file)
+        write_index(self.index_file, index)
 
-    @contextlib.contextmanager
     def _lock(self):
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(self.dir / "lock", "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        return locked(self.dir / "lock")
 
 
 def _idle_for(path: Path) -> float:

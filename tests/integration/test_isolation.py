@@ -98,6 +98,16 @@ def _user_python(root: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def attack_result(provider, backend_id: str, prefix: str) -> dict:
+    """What the attacker's job printed on its line starting `prefix`, once it has ended."""
+    wait_until("his job ended", lambda: provider.state(backend_id).status in (
+        "SUCCEEDED", "FAILED"), timeout=180)
+    out = provider.logs(backend_id)
+    line = next((x for x in out.splitlines() if x.startswith(prefix)), None)
+    assert line, out[-3000:]
+    return json.loads(line[len(prefix):])
+
+
 def test_another_users_job_reaches_nothing_of_a_running_job_nor_orchs_home(tmp_path):
     import psutil
 
@@ -158,12 +168,7 @@ def test_another_users_job_reaches_nothing_of_a_running_job_nor_orchs_home(tmp_p
         bob_rec = orch.launch(orch.record(bob_spec, owner=bob).rec, bob_spec)
         his = provider._for_job(bob_rec.backend_id)
         assert his is not None and his.ray.user.uid != her.ray.user.uid
-        wait_until("his job ended", lambda: provider.state(bob_rec.backend_id).status in (
-            "SUCCEEDED", "FAILED"), timeout=180)
-        out = provider.logs(bob_rec.backend_id)
-        line = next((x for x in out.splitlines() if x.startswith("ATTACK ")), None)
-        assert line, out[-3000:]
-        result = json.loads(line[len("ATTACK "):])
+        result = attack_result(provider, bob_rec.backend_id, "ATTACK ")
         assert result["reached"] == ["own environ"], result
         assert result["tried"] >= 2 * len(pids) + 12, result
         assert provider.state(rec.backend_id).status == "RUNNING"

@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import short_tmp
 from tests.integration.conftest import wait_until
-from tests.integration.test_isolation import ATTACK, _user_python
+from tests.integration.test_isolation import ATTACK, _user_python, attack_result
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("useradd") is None,
@@ -116,12 +116,7 @@ def test_another_users_job_reaches_nothing_of_a_two_node_job_on_the_owned_cluste
         bob_rec = orch.launch(orch.record(bob_spec, owner=bob).rec, bob_spec)
         his_name, his = provider._for_job(bob_rec.backend_id)
         assert his_name == users[1] and his is not None and his.address != her.address
-        wait_until("his job ended", lambda: provider.state(bob_rec.backend_id).status in (
-            "SUCCEEDED", "FAILED"), timeout=180)
-        out = provider.logs(bob_rec.backend_id)
-        line = next((x for x in out.splitlines() if x.startswith("MORE ")), None)
-        assert line, out[-3000:]
-        result = json.loads(line[len("MORE "):])
+        result = attack_result(provider, bob_rec.backend_id, "MORE ")
         assert result["reached"] == ["own environ"], result
         assert result["tried"] >= 2 * len(pids) + 18, result
         assert provider.state(rec.backend_id).status == "RUNNING"

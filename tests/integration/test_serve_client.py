@@ -115,7 +115,7 @@ def test_schedules_through_the_cli_with_each_users_rights(served, client_home, c
     assert proc.stdout.startswith(f"{sched_id} nightly: cron 0 3 * * *, next run ")
     # The schedule runs its slots from the server's copy of the workdir.
     store = store_at(home)
-    text = store.schedule(sched_id)["source_text"]
+    text = store.schedule(sched_id).source_text
     store.close()
     assert text.startswith(f'name: nightly\nworkdir: "{home}/uploads/')
 

@@ -23,10 +23,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from jobs.hosted import host_alive as _host_alive
 from jobs.hosted import pid_file
 from orchestrator.base.errors import BackendError
-from providers.runner_package import link_in, module
+from providers.runner_host import host_alive, host_state, stop_stale_host
+from providers.runner_package import link_in, module, runner_digest
 
 # Ray puts unix sockets at <temp>/session_<date>_<pid>/sockets/plasma_store (~70 chars
 # below <temp>), and a socket path must stay under 108 bytes.
@@ -141,6 +141,9 @@ class LocalRay:
                         "the local Ray was started by an earlier version of orch, whose Ray "
                         "does not have the runner on its path under the name jobs now start",
                         "`orch local down`, then `orch local up` (or the next job) starts a new one")
+                if (self.runner_host and host_alive(state.get("host_socket"))
+                        and state.get("host_runner") != runner_digest()):
+                    self._stop_old_host(state)  # started by another version of orch's runner
                 if self.runner_host and not host_alive(state.get("host_socket")):
                     # The runner host died (or this instance was started without one): a
                     # new one, so the next jobs start warm again.
@@ -274,6 +277,7 @@ class LocalRay:
         """Start the runner host (jobs/host.py) beside this Ray; it listens once it is ready
         (it imports torch and Ray Train first), and jobs that come before wait for it."""
         sock = str(Path(state["temp_dir"]) / "orch-host.sock")
+        state["host_runner"] = runner_digest()
         with open(self.dir / "host.log", "w") as out:
             # Its --address ends with this Ray's GCS port: `down` stops it with the rest. It
             # starts in the runner's folder: never where `orch local up` ran (another checkout
@@ -290,6 +294,25 @@ class LocalRay:
         Path(pid_file(sock)).write_text(str(proc.pid))
         self._give(Path(pid_file(sock)))
         return sock
+
+    def _stop_old_host(self, state: dict) -> None:
+        """Stop a runner host that another version of orch's runner started (an upgrade, or
+        an edited checkout): it would speak the old protocol to new jobs' drivers. Only while
+        no job runs on this Ray (providers/runner_host.py)."""
+        running = [j for j in self._jobs(state) if j.get("type", "SUBMISSION") == "SUBMISSION"
+                   and j.get("status") in ("PENDING", "RUNNING")]  # not the host's own driver
+        stop_stale_host(state["host_socket"], len(running))
+
+    def _jobs(self, state: dict) -> list[dict]:
+        """The Ray jobs of this instance, from its Jobs API (no Ray import)."""
+        req = urllib.request.Request(state["dashboard_url"] + "/api/jobs/", headers=self.headers())
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                jobs = json.loads(r.read())
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise BackendError(f"the local Ray did not list its jobs: {e}",
+                               "`orch local status`; `orch local down` and up again") from None
+        return [j for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else []
 
     def _give(self, path: Path) -> None:
         """Hand a file orch made to this instance's user: nothing to do here."""
@@ -336,28 +359,6 @@ class LocalRay:
                 p.kill()
         psutil.wait_procs(alive, timeout=5)
         return len(procs)
-
-
-def host_alive(sock: Optional[str]) -> bool:
-    """Whether the runner host of that socket runs (its pid file names a live process)."""
-    return bool(sock) and _host_alive(str(sock))
-
-
-def host_state(sock: Optional[str]) -> str:
-    """The runner host: ready (it answers), starting (it runs, importing torch), stopped,
-    or off (this instance was started without one)."""
-    if not sock:
-        return "off"
-    from jobs.hosted import connect
-
-    try:
-        conn = connect(sock, wait_s=0)
-    except Exception:  # noqa: BLE001  (a status line never fails the caller)
-        return "unknown"
-    if conn is not None:
-        conn.close()
-        return "ready"
-    return "starting" if host_alive(sock) else "stopped"
 
 
 def processes_matching(text: str, suffix: Optional[str] = None) -> list:

@@ -7,6 +7,8 @@ under that name, for a Python path (the local Ray) or a Ray py_modules upload (o
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import secrets
 from pathlib import Path
@@ -32,3 +34,13 @@ def link_in(parent: Path) -> Path:
         tmp.symlink_to(SOURCE, target_is_directory=True)
         tmp.replace(link)  # atomic: a process importing it sees the old link or the new
     return parent
+
+
+@functools.lru_cache(maxsize=1)
+def runner_digest() -> str:
+    """A digest of this install's runner (every module's name and text): a long-lived process
+    started from another version of it (the local Ray's runner host) is told apart by it."""
+    h = hashlib.sha256()
+    for path in sorted(SOURCE.rglob("*.py")):
+        h.update(str(path.relative_to(SOURCE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -249,3 +250,61 @@ def test_the_local_ray_starts_no_idle_workers_for_the_runner_hosts_job(tmp_path)
     from providers.local_ray import LocalRay
 
     assert LocalRay(tmp_path)._env()["RAY_prestart_worker_first_driver"] == "0"
+
+
+def _sleeper(tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    """A process standing for a runner host: its pid in the host's pid file."""
+    sock = str(tmp_path / "orch-host.sock")
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    Path(hosted.pid_file(sock)).write_text(str(proc.pid))
+    return proc, sock
+
+
+def test_a_host_of_another_runner_version_is_replaced_only_when_no_job_runs(tmp_path,
+                                                                          monkeypatch):
+    # An upgrade (or an edited checkout) leaves the local Ray's runner host on the old code,
+    # which speaks the old protocol to the new jobs' drivers: `up` stops it and starts a new
+    # one, unless jobs still run on it (then it says what to do and touches nothing).
+    from orchestrator.base.errors import BackendError
+    from providers import local_ray
+    from providers.runner_package import runner_digest
+
+    old, sock = _sleeper(tmp_path)
+    procs = [old]
+    ray = local_ray.LocalRay(tmp_path / "home")
+    state = {"runner": 1, "host_socket": sock, "host_runner": "an-older-runner",
+             "dashboard_url": "http://127.0.0.1:9"}
+    jobs = [{"status": "RUNNING", "type": "SUBMISSION"}, {"status": "RUNNING", "type": "DRIVER"}]
+    started = []
+    monkeypatch.setattr(ray, "status", lambda details=True: dict(state))
+    monkeypatch.setattr(ray, "_jobs", lambda st: jobs)
+    monkeypatch.setattr(ray, "_write", lambda st: None)
+    monkeypatch.setattr(ray, "_start_host", lambda st, env: started.append(1) or sock)
+    try:
+        with pytest.raises(BackendError, match="another version of orch, and 1 job"):
+            ray.up()
+        assert old.poll() is None and started == []  # its job keeps its host
+        jobs[:] = [{"status": "SUCCEEDED"}, {"status": "RUNNING", "type": "DRIVER"}]  # the host
+        ray.up()
+        assert old.wait(15) is not None and started == [1]  # stopped, and a new one started
+        now, sock = _sleeper(tmp_path)
+        procs.append(now)
+        state.update(host_socket=sock, host_runner=runner_digest())
+        ray.up()
+        assert now.poll() is None and started == [1]  # this version's host is kept
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_the_runner_digest_is_of_the_runners_modules():
+    import hashlib
+
+    from providers.runner_package import SOURCE, runner_digest
+
+    h = hashlib.sha256()
+    for path in sorted(SOURCE.rglob("*.py")):
+        h.update(str(path.relative_to(SOURCE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    assert runner_digest() == h.hexdigest()[:16] and (SOURCE / "host.py").exists()

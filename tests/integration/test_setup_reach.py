@@ -6,6 +6,7 @@ and the job still ends SUCCEEDED, its result signed by its runner."""
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 
@@ -24,8 +25,6 @@ def test_setup_dumps_everything_it_can_read_and_finds_no_event_key(ray_home, tmp
                    "scaling: {num_workers: 1}\nprecision: fp32\n")
     proc = run_orch(ray_home, "submit", str(job), "--json", A_SECRET="tok-setup-reach")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    import json
-
     rec = json.loads(proc.stdout)
     assert rec["status"] == "SUCCEEDED", rec  # counted only with its runner's signature
     key = _in_process(ray_home, {}, lambda local: local.orch.get(rec["id"]).info.event_key)

@@ -343,9 +343,12 @@ def main() -> int:
     try:
         # What jobs.secret_env took out of its file before this process started; or the
         # file itself, when the runner was started without that step.
-        hidden = {**secret_env.take(), **secret_env.from_environ()}
+        hidden = {**secret_env.take(), **secret_env.from_environ(), **secret_env.take_key()}
     except secret_env.MissingFile as e:
         return _refused(e)  # unsigned: the key was in the file
+    failed = secret_env.run_setup()  # the job's setup:, started without the key
+    if failed:
+        return failed  # as the shell's `set -e` failed the job before
     with events.signing(secret_env.event_key(hidden)):
         try:
             req = RunRequest.from_json(raw)

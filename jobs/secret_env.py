@@ -6,7 +6,9 @@ file's name in the runtime env (ORCH_ENV_FILE). The job's entrypoint is started 
 this module: `python -m _orch_runner.secret_env -- COMMAND...` reads the file, removes it, and
 execs COMMAND with the values in its environment (and their names, not values, in
 ORCH_ENV_NAMES, so orch's runner can hand them on to its Ray Train workers). A `train:`
-job's values hold its event key too (jobs/events.py), which the runner keeps to itself.
+job's values hold its event key too (jobs/events.py), which goes to the runner by a pipe,
+never an environment (hand_key); the runner takes it (take_key) before it runs the job's
+`setup:` (run_setup) as a child that never holds it.
 Imports nothing outside the standard library: it runs before anything else of the job.
 """
 
@@ -22,6 +24,8 @@ from .events import KEY_VAR  # standard library only, as this module
 
 FILE_VAR = "ORCH_ENV_FILE"  # the file's name, relative to the job's working_dir
 NAMES_VAR = "ORCH_ENV_NAMES"  # comma-separated names of the values the file held
+KEY_FD_VAR = "ORCH_EVENT_KEY_FD"  # the pipe the runner reads the job's event key from
+SETUP_VAR = "ORCH_SETUP"  # a `train:` job's setup: lines, which the runner runs (run_setup)
 VERSION = 1
 EXIT_NO_FILE = 2
 
@@ -127,6 +131,51 @@ def for_workers(values: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in values.items() if k != KEY_VAR}
 
 
+def hand_key(values: dict[str, str]) -> dict[str, str]:
+    """`values` without the event key, which goes into a pipe instead, whose read end (its
+    number in KEY_FD_VAR) the command inherits: never in an environment, which a process's
+    children inherit and /proc/<pid>/environ shows them; never in a file they could open."""
+    key = values.pop(KEY_VAR, None)
+    if not key:
+        return {}
+    read_end, write_end = os.pipe()
+    os.write(write_end, key.encode())  # 64 bytes: far below a pipe's buffer
+    os.close(write_end)
+    os.set_inheritable(read_end, True)
+    return {KEY_FD_VAR: str(read_end)}
+
+
+def take_key(environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:
+    """The event key from the pipe hand_key made, the pipe closed: {KEY_VAR: key}, or {}."""
+    fd = environ.pop(KEY_FD_VAR, "")
+    if not fd.isdigit():
+        return {}
+    try:
+        with os.fdopen(int(fd), "rb") as f:
+            key = f.read(4096).decode()
+    except OSError:
+        return {}
+    return {KEY_VAR: key} if key else {}
+
+
+def run_setup(environ: MutableMapping[str, str] = os.environ) -> int:
+    """Run the job's `setup:` lines (SETUP_VAR), when it has them, in a child shell as a
+    run: job's would (`set -e`; its output in the job's log): the exit code, 0 when none.
+    Call it after take_key: the child holds no event key, nor anything else only orch's
+    runner reads (its run request), so the job's own setup cannot sign its outcome."""
+    import subprocess
+
+    setup = environ.pop(SETUP_VAR, None)
+    if not setup:
+        return 0
+    drop = {KEY_VAR, KEY_FD_VAR, FILE_VAR, "ORCH_RUN"}  # ORCH_RUN: jobs/request.py ENV_VAR
+    env = {k: v for k, v in environ.items() if k not in drop}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    code = subprocess.run(["bash", "-c", f"set -e\n{setup}"], env=env, close_fds=True).returncode
+    return code if code >= 0 else 128 - code  # killed by a signal: as a shell reports it
+
+
 def apply(values: Mapping[str, str], environ: MutableMapping[str, str] = os.environ) -> None:
     environ.update(values)
 
@@ -155,8 +204,9 @@ def main(argv: list[str]) -> int:
             print(f"orch: the secret file is still in the cluster's copy of this job's "
                   f"working_dir (Ray's GCS), where other jobs can read it: {problem}",
                   file=sys.stderr)
+    passed = hand_key(values)  # the event key by a pipe, out of every environment
     sys.stdout.flush()
-    os.execvpe(argv[0], argv, child_env(values))
+    os.execvpe(argv[0], argv, {**child_env(values), **passed})
     return 0  # not reached
 
 

@@ -33,6 +33,7 @@ UNITS = {
     "tests/integration/test_local_jobs.py": "local-ray",
     "tests/integration/test_job_reach.py": "local-ray",
     "tests/integration/test_host_reach.py": "local-ray",
+    "tests/integration/test_setup_reach.py": "local-ray",
     "tests/integration/test_local_ports.py": "local-ray",
     "tests/integration/test_prometheus.py": "local-ray",
     "tests/integration/test_runner_host.py": "local-ray",

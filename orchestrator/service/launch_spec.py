@@ -81,7 +81,12 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
     else:
         assert spec.run is not None  # the spec holds exactly one of train: and run:
         command = spec.run
-    if spec.setup:
+    if spec.setup and spec.train is not None and backend.runs_once:
+        # The runner runs it, in a child that never holds the event key (jobs/secret_env.py).
+        from jobs.secret_env import SETUP_VAR
+
+        env[SETUP_VAR] = spec.setup
+    elif spec.setup:
         command = f"set -e\n{spec.setup}\nset +e\n{command}"
     kept = None
     if spec.run is not None:

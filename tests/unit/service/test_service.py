@@ -27,7 +27,7 @@ def test_launch_for_a_train_job(tmp_path):
     assert run.storage_path == str(tmp_path / "home" / "checkpoints")
     assert run.cpus_per_worker is None  # no resources.cpus: the node's CPUs, shared
     assert launch.env["SEED"] == "3" and launch.env["ORCH_JOB_ID"] == "orch-abc"
-    assert "-m _orch_runner.runner" in launch.entrypoint and "echo hi" in launch.entrypoint
+    assert "-m _orch_runner.runner" in launch.entrypoint and launch.env["ORCH_SETUP"] == "echo hi"
     assert launch.entrypoint.startswith("bash -c ")
     assert run.use_gpu == "auto"  # no placement: the runner looks at the target itself
     # Placed: the workers use GPUs exactly when the offer priced has one for each.

@@ -11,6 +11,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 _READ_TIMEOUT_S = 30.0
 # How long a package upload or a job's submission waits for it.
 _SEND_TIMEOUT_S = 120.0
+_AGENT_WAIT_S = 30.0  # a Ray started just now: its job agent registers within seconds
 
 # Ray's job states to orch's. STOPPED is what Ray calls a job stopped on request.
 _STATES = {"PENDING": "PENDING", "RUNNING": "RUNNING", "SUCCEEDED": "SUCCEEDED",
@@ -117,6 +119,17 @@ class RayJobsProvider(Backend, HasCapacity, ShipsSecrets):
         /api/packages/gcs/NAME): its URI."""
         name = f"_ray_pkg_{hashlib.sha256(package).hexdigest()[:32]}.zip"
         try:
+            # Asked first, as Ray's client asks: the question pins the package in Ray for a
+            # while (Ray's temporary reference), so it outlives a job that ends at once until
+            # orch has recorded that end; and one Ray holds already is not sent again.
+            self._send("GET", f"/api/packages/gcs/{name}", None, "application/octet-stream", what)
+            return f"gcs://{name}"
+        except _Refused as e:
+            if e.code != 404:
+                raise BackendError(f"Ray at {self.address} rejected {what}: "
+                                   f"{_short(RuntimeError(e.text)) or f'HTTP {e.code}'}",
+                                   self.hint) from None
+        try:
             self._send("PUT", f"/api/packages/gcs/{name}", package, "application/octet-stream", what)
         except _Refused as e:
             raise BackendError(f"Ray at {self.address} rejected {what}: "
@@ -130,8 +143,7 @@ class RayJobsProvider(Backend, HasCapacity, ShipsSecrets):
                 "runtime_env": runtime_env,
                 "metadata": {k: str(v) for k, v in launch.metadata.items()}}
         try:
-            doc = self._send("POST", "/api/jobs/", json.dumps(body).encode(), "application/json",
-                             f"job {launch.job_id}")
+            doc = self._post_until_an_agent_answers(body, f"job {launch.job_id}")
         except _Refused as e:
             if "already exists" in e.text:  # submitted before a crash: never launch twice
                 return submission_id
@@ -141,7 +153,21 @@ class RayJobsProvider(Backend, HasCapacity, ShipsSecrets):
         answer = doc.get("submission_id") if isinstance(doc, dict) else None
         return answer if isinstance(answer, str) and answer else submission_id
 
-    def _send(self, method: str, path: str, data: bytes, content_type: str, what: str):
+    def _post_until_an_agent_answers(self, body: dict, what: str):
+        """POST the job; while Ray's dashboard says it has no job agent yet (a Ray started a
+        moment ago: its agent registers a few seconds after the dashboard answers), again,
+        for up to _AGENT_WAIT_S. Ray's own client waited that out in its connection check."""
+        deadline = time.monotonic() + _AGENT_WAIT_S
+        while True:
+            try:
+                return self._send("POST", "/api/jobs/", json.dumps(body).encode(),
+                                  "application/json", what)
+            except _Refused as e:
+                if "No available agent" not in e.text or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def _send(self, method: str, path: str, data: Optional[bytes], content_type: str, what: str):
         """`method` `path` with `data` to Ray's dashboard; its JSON answer (None when it is
         not JSON). A refusal (HTTP 4xx/5xx) raises _Refused with Ray's text."""
         req = urllib.request.Request(self.address.rstrip("/") + path, data=data, method=method,

@@ -125,8 +125,8 @@ def test_the_step_execs_the_command_with_the_values_and_removes_the_file(tmp_pat
 
 class FakeJobs:
     """Ray's Jobs API as the provider reaches it: through Ray's client (`submit_job`, for a
-    folder it packs) or as plain HTTP (`send`, the provider's `_send`: a package PUT, then
-    the job POSTed). Keeps what it was given, and what the working_dir held."""
+    folder it packs) or as plain HTTP (`send`, the provider's `_send`: a package asked
+    for, PUT, then the job POSTed). Keeps what it was given, and what the working_dir held."""
 
     def __init__(self):
         self.calls = []
@@ -143,6 +143,10 @@ class FakeJobs:
         return submission_id
 
     def send(self, method, path, data, content_type, what):
+        if method == "GET":  # does Ray hold this package? (the question pins it there)
+            if "gcs://" + path.rsplit("/", 1)[-1] not in self.packages:
+                raise _Refused(404, "Package does not exist")
+            return None
         if method == "PUT":
             self.packages["gcs://" + path.rsplit("/", 1)[-1]] = data
             return None

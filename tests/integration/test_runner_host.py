@@ -150,6 +150,12 @@ def test_two_jobs_back_to_back_both_start_on_warm_processes_submitted_without_ra
     # controller and synchronization actor included (the pool is refilled only once jobs
     # pause, after both have started). And `orch submit` of a job with no workdir of its
     # own imports no Ray (its secret file packed and the job posted as plain HTTP).
+    # A host started now: its pool holds exactly what it started (one that served other
+    # tests may count a process Ray started beside its own, jobs/warm.py says so).
+    host = psutil.Process(host_pid(ray_home))
+    host.kill()
+    host.wait(10)
+    assert run_orch(ray_home, "local", "up").returncode == 0
     wait_ready(ray_home)
     ray_dir = local_ray_dir(ray_home)
     wait_warm(ray_dir, n=6)  # two runs' controllers and synchronization actors, two workers

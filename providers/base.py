@@ -23,6 +23,25 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class JobTags:
+    """What the cluster keeps with a job (Ray's job metadata), so that any orch can estimate
+    the queue from it (`providers.ray_cluster` reads it back) and find a run's artifacts."""
+
+    orch_job: str
+    name: str = "job"
+    cpus: float = 0.0
+    gpus: float = 0.0
+    nodes: int = 1
+    est_hours: Optional[float] = None
+    storage_path: Optional[str] = None  # where the run keeps its checkpoints or folder
+    run_name: Optional[str] = None
+
+    def as_strings(self) -> dict[str, str]:
+        """As Ray keeps job metadata: strings, the unset ones left out."""
+        return {k: str(v) for k, v in vars(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
 class Launch:
     """What to run on the target, independent of where that is."""
 
@@ -38,7 +57,7 @@ class Launch:
     # Paths in the workdir never sent with it ('/job.yaml': the job file, which may hold
     # secret values inline), as gitignore patterns from its top.
     excludes: tuple[str, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict)
+    tags: JobTags = field(default_factory=lambda: JobTags(orch_job=""))
     # The backend's name for this launch of the job: its id, or `<id>-r<n>` when a
     # preempted job is launched again (a backend never launches one id twice).
     submission_id: Optional[str] = None

@@ -112,7 +112,7 @@ class IsolatedLocalProvider(LocalProvider):
             super().prepare()
             return super().submit(launch)
         os_name = os_user_name(launch.owner, self.settings.serve_job_users)
-        need = int(float(launch.metadata.get("gpus") or 0))
+        need = int(launch.tags.gpus)
         p = self._delegate(os_name)
         with self._index_lock():
             state = p.ray.status() if p.ray.state_file.exists() else None

@@ -89,12 +89,12 @@ class OnPremUsersProvider(OnPremProvider):
         fd = os.open(token_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(token)
-        nodes = max(1, int(launch.metadata.get("nodes") or 1))
+        nodes = max(1, launch.tags.nodes)
         python = self.settings.serve_isolation_python
         spec = {"user": os_name, "root": str(self.settings.serve_isolation_root),
                 "token": token, "nodes": nodes,
-                "cpus": max(float(launch.metadata.get("cpus") or 1) / nodes, 0.01),
-                "gpus": float(launch.metadata.get("gpus") or 0) / nodes,
+                "cpus": max((launch.tags.cpus or 1) / nodes, 0.01),
+                "gpus": launch.tags.gpus / nodes,
                 "python": str(python) if python else None,
                 "object_store_mb": self.settings.local.object_store_mb}
         from jobs.user_cluster import FAILED, SPEC_VAR, UP
@@ -155,8 +155,8 @@ class OnPremUsersProvider(OnPremProvider):
         if launch.owner is None:
             return super().submit(launch)
         os_name = os_user_name(launch.owner, self.settings.serve_job_users)
-        nodes = max(1, int(launch.metadata.get("nodes") or 1))
-        gpus = float(launch.metadata.get("gpus") or 0) / nodes
+        nodes = max(1, launch.tags.nodes)
+        gpus = launch.tags.gpus / nodes
         with self._lock():
             p = self._cluster(os_name)
             if p is not None and (p.cluster["nodes_n"] < nodes or p.cluster["gpus"] < gpus) \

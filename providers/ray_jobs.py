@@ -107,7 +107,7 @@ class RayJobsProvider(Backend, HasCapacity, ShipsSecrets):
                 return client.submit_job(entrypoint=entrypoint,
                                          submission_id=launch.submission_id or launch.job_id,
                                          runtime_env=runtime_env,
-                                         metadata={k: str(v) for k, v in launch.metadata.items()})
+                                         metadata=launch.tags.as_strings())
             except Exception as e:
                 if "already exists" in str(e):  # submitted before a crash: never launch twice
                     return launch.submission_id or launch.job_id
@@ -141,7 +141,7 @@ class RayJobsProvider(Backend, HasCapacity, ShipsSecrets):
         """The job submitted as Ray's client submits it (POST /api/jobs/), as plain HTTP."""
         body = {"entrypoint": entrypoint, "submission_id": submission_id,
                 "runtime_env": runtime_env,
-                "metadata": {k: str(v) for k, v in launch.metadata.items()}}
+                "metadata": launch.tags.as_strings()}
         try:
             doc = self._post_until_an_agent_answers(body, f"job {launch.job_id}")
         except _Refused as e:

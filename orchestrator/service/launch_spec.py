@@ -15,7 +15,7 @@ from orchestrator.service.budgets import run_budget
 from orchestrator.service.core import Core
 from orchestrator.service.resume import ResumePoint
 from orchestrator.spec import JobSpec, UtilizationPolicy
-from providers.base import Launch
+from providers.base import JobTags, Launch
 
 # Ray Train's controller drains reports on its health check; 0.2 s keeps reports cheap.
 _RAY_TRAIN_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}
@@ -104,16 +104,14 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
     entrypoint = f"bash -c {shlex.quote(command)}"
     est_hours = decision.estimate.hours if decision else None
     # The cluster keeps these with the job, so any orch can estimate the queue from them.
-    metadata = {"orch_job": job_id, "name": spec.name or "job", "cpus": holds.cpus,
-                "gpus": holds.gpus, "nodes": spec.num_nodes}
-    if est_hours is not None:
-        metadata["est_hours"] = round(est_hours, 4)
-    if spec.train and storage:
-        metadata["storage_path"] = storage
-    if spec.train:
-        metadata["run_name"] = run_name
-    elif kept:  # a run: job's folder is kept there (jobs/workspace.py): its artifacts
-        metadata["storage_path"], metadata["run_name"] = kept, job_id
+    storage_path = storage if spec.train and storage else None
+    if spec.train is None and kept:  # a run: job's folder is kept there (jobs/workspace.py)
+        storage_path, run_name = kept, job_id
+    tags = JobTags(orch_job=job_id, name=spec.name or "job", cpus=holds.cpus, gpus=holds.gpus,
+                   nodes=spec.num_nodes,
+                   est_hours=round(est_hours, 4) if est_hours is not None else None,
+                   storage_path=storage_path,
+                   run_name=run_name if spec.train or storage_path else None)
     secrets = spec.secret_strings() if secrets is None else dict(secrets)
     if spec.train is not None and event_key:
         from jobs.events import KEY_VAR
@@ -123,7 +121,7 @@ def launch_for(core: Core, job_id: str, spec: JobSpec, target: str,
 
     hidden = split_env(env, secrets)[1]
     return Launch(job_id=job_id, entrypoint=entrypoint, env=env, secrets=secrets,
-                  workdir=str(workdir) if workdir else None, metadata=metadata,
+                  workdir=str(workdir) if workdir else None, tags=tags,
                   excludes=left_out(workdir, spec.source_file, hidden.values()))
 
 

@@ -135,8 +135,8 @@ def launch(core: Core, rec: JobRow, spec: JobSpec, secrets: Optional[dict] = Non
         extra = {**extra, "offers": [o.model_dump(mode="json") for o in made.offers]}
     # One write: the backend's id and what is needed to follow the job arrive together.
     info = with_info(rec, drop=("queued",), entrypoint=made.entrypoint,
-                     storage_path=made.metadata.get("storage_path"),
-                     run_name=made.metadata.get("run_name"),
+                     storage_path=made.tags.storage_path,
+                     run_name=made.tags.run_name,
                      launched_at=round(time.time(), 3), **extra)
     rec = core.store.update(rec.id, backend_id=backend_id, address=provider.address, info=info)
     failpoints.reached("stored")

@@ -98,10 +98,10 @@ def test_every_path_agrees_on_what_a_job_holds(tmp_path, text, choice, holds):
     # What orch submits as the Ray job's metadata, and what any orch reads back from the
     # cluster (for its wait estimate and, for another store's jobs, the queue).
     orch = Orch(Settings(home=tmp_path / "home", mode="hybrid"))
-    meta = orch.launch_for("orch-j", spec, "onprem", Placement.read(decision), secrets={}).metadata
-    assert (meta["cpus"], meta["gpus"]) == (holds.cpus, holds.gpus)
+    meta = orch.launch_for("orch-j", spec, "onprem", Placement.read(decision), secrets={}).tags
+    assert (meta.cpus, meta.gpus) == (holds.cpus, holds.gpus)
     seen = _job({"submission_id": "orch-j", "status": "RUNNING",
-                 "metadata": {k: str(v) for k, v in meta.items()}})  # as Ray keeps it
+                 "metadata": meta.as_strings()})  # as Ray keeps it
     assert (seen.orch_id, seen.cpus, seen.gpus) == ("orch-j", holds.cpus, holds.gpus)
 
 
@@ -150,8 +150,8 @@ def _agrees(tmp_path, spec, settings, d):
     and the queue reserves."""
     decision = d.to_dict()
     meta = Orch(settings).launch_for("orch-j", spec, "onprem", Placement.read(decision),
-                                     secrets={}).metadata
-    holds = Demand(meta["cpus"], meta["gpus"])
+                                     secrets={}).tags
+    holds = Demand(meta.cpus, meta.gpus)
     rec = {"id": "orch-j", "name": "j", "status": "PENDING", "target": "onprem",
            "decision": decision, "priority": 0, "created_at": 0.0,
            "spec": redact.redact_spec(spec.model_dump(mode="json"))}
@@ -175,10 +175,10 @@ def test_the_cluster_estimate_reads_each_jobs_holdings_from_its_ray_metadata(tmp
     spec = load_spec_text("name: big\nrun: python t.py\nresources: {accelerators: A100:8}\n")
     meta = Orch(Settings(home=tmp_path / "home")).launch_for(
         "orch-old", spec, "onprem", Placement(choice=on("A100", 8), estimate={"hours": 1.0}),
-        secrets={}).metadata
+        secrets={}).tags
     running = _job({"submission_id": "orch-old", "status": "RUNNING",
                     "start_time": (now - 3000) * 1000,  # 50 of its 60 minutes gone
-                    "metadata": {k: str(v) for k, v in meta.items()}})
+                    "metadata": meta.as_strings()})
     snap = ClusterSnapshot("http://head:8265", (), {"CPU": 64.0, "GPU": 8.0},
                            {"CPU": 0.0, "GPU": 0.0}, (running,), now)
     monkeypatch.setattr(OnPremProvider, "capacity", lambda self: snap)  # as a plan reads it
@@ -193,7 +193,7 @@ def test_the_cluster_estimate_reads_each_jobs_holdings_from_its_ray_metadata(tmp
     # 90 minutes into its 60: not "any moment now" but half its time so far again (an
     # estimate as written may run 2x long: decision.capacity.expected_remaining_s).
     over = _job({"submission_id": "orch-old", "status": "RUNNING", "start_time": (now - 5400) * 1000,
-                 "metadata": {k: str(v) for k, v in meta.items()}})
+                 "metadata": meta.as_strings()})
     snap = ClusterSnapshot("http://head:8265", (), {"CPU": 64.0, "GPU": 8.0},
                            {"CPU": 0.0, "GPU": 0.0}, (over,), now)
     cap = cluster_capacity(spec, Settings(home=tmp_path / "home", ray_address="http://head:8265"),

@@ -136,7 +136,7 @@ def test_run_description_carries_the_endpoint_and_run_name(tmp_path):
     assert run["s3_endpoint_url"] == "http://127.0.0.1:9000"
     assert run["run_name"] == "orch-new" and run["storage_path"] == "s3://b/ckpt"
     assert launch.env["AWS_ENDPOINT_URL_S3"] == "http://127.0.0.1:9000"
-    assert launch.metadata["run_name"] == "orch-new"
+    assert launch.tags.run_name == "orch-new"
     local = RunRequest.from_json(orch.launch_for("orch-loc", _spec(), "local").env["ORCH_RUN"])
     assert local.s3_endpoint_url is None  # a local path needs no endpoint
 

@@ -61,7 +61,7 @@ def dashboard():
 
 
 def _launch() -> Launch:
-    return Launch(job_id="orch-agent1", entrypoint="echo hi", env={}, metadata={})
+    return Launch(job_id="orch-agent1", entrypoint="echo hi", env={})
 
 
 def test_a_job_posted_before_rays_agent_registered_is_posted_again(dashboard):

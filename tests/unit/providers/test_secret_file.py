@@ -20,7 +20,7 @@ from jobs import secret_env
 from orchestrator.service.orch import Orch
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
-from providers.base import Launch, split_env
+from providers.base import JobTags, Launch, split_env
 from providers.onprem import OnPremProvider
 from providers.ray_jobs import RayJobsProvider, _Refused
 from tests.conftest import ROOT
@@ -50,7 +50,7 @@ def test_launch_for_a_local_job_keeps_the_values_out_of_its_command(tmp_path):
     launch = orch.launch_for("orch-abc", spec, "local")
     public, hidden = launch.split_env()
     assert hidden == {"HF_TOKEN": TOKEN, "DB_PASSWORD": PASS} and public["EPOCHS"] == "3"
-    shown = launch.entrypoint + json.dumps(public) + json.dumps(launch.metadata)
+    shown = launch.entrypoint + json.dumps(public) + json.dumps(launch.tags.as_strings())
     assert TOKEN not in shown and PASS not in shown
 
 
@@ -172,7 +172,7 @@ def _provider():
 def _launch(**kw):
     base = dict(job_id="orch-s", entrypoint="bash -c 'echo hi'",
                 env={"EPOCHS": "3", "HF_TOKEN": TOKEN}, secrets={"DB_PASSWORD": PASS},
-                metadata={"orch_job": "orch-s"})
+                tags=JobTags(orch_job="orch-s"))
     return Launch(**{**base, **kw})
 
 

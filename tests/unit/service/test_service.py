@@ -35,7 +35,7 @@ def test_launch_for_a_train_job(tmp_path):
                          ({"gpu": None, "count": 0}, False)):
         launch = orch.launch_for("orch-abc", spec, "onprem", Placement(choice=choice))
         assert RunRequest.from_json(launch.env["ORCH_RUN"]).use_gpu is gpus, choice
-        assert launch.metadata["gpus"] == (2 if gpus else 0), choice
+        assert launch.tags.gpus == (2 if gpus else 0), choice
     asked = load_spec_text("train:\n  job: image-classification\nscaling: {num_workers: 2}\n"
                            "resources: {cpus: 9+}\n")
     assert RunRequest.from_json(orch.launch_for("orch-c", asked, "local").env["ORCH_RUN"]).cpus_per_worker == 4

@@ -140,8 +140,8 @@ def team(tmp_path, monkeypatch):
 
     def read(target, settings):
         address = settings.ray_address
-        jobs = tuple(ClusterJob(x.job_id, "RUNNING", x.job_id, x.metadata["name"], T0,
-                                x.metadata.get("est_hours"), 1.0, float(x.metadata["gpus"]))
+        jobs = tuple(ClusterJob(x.job_id, "RUNNING", x.job_id, x.tags.name, T0,
+                                x.tags.est_hours, 1.0, x.tags.gpus)
                      for x in launched)
         used = sum(j.gpus for j in jobs)
         nodes = tuple(Node(f"n{i}", f"10.0.0.{i}", True, i == 0, 8.0, 1.0, "A100") for i in range(2))
@@ -182,7 +182,7 @@ def test_runs_submitted_one_by_one_in_the_files_order_do_worse(team):
     orch, on_cluster, fake = team
     for run in expand(_sweep()):
         orch.submit(run)
-    assert [launch.metadata["name"] for launch in on_cluster] == ["lr-1", "lr-2"]
+    assert [launch.tags.name for launch in on_cluster] == ["lr-1", "lr-2"]
 
 
 def test_a_sweep_over_its_budget_is_refused_with_nothing_written(team):

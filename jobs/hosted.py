@@ -71,16 +71,22 @@ def delegate(req: RunRequest, hidden: dict) -> Optional[int]:
     sock = os.environ.get(HOST_VAR)
     if not sock:
         return None
+    secret = secret_env.for_workers(hidden)
+    node = job_values.raylet_above(os.getpid())
+    if secret and node is None:  # the values' socket could not tell the host from a worker
+        events.say("orch runner: no Ray node among this runner's parents to tell the job's "
+                   "workers from the runner host; the job runs in this process", err=True)
+        return None
     conn = connect(sock)
     if conn is None:
         events.say(f"orch runner: no runner host answers at {sock}; the job runs in this process", err=True)
         return None
     names = [n for n in os.environ.get(PUBLIC_VAR, "").split(",") if n]
-    secret = secret_env.for_workers(hidden)
     env = {n: os.environ[n] for n in names if n in os.environ and n not in secret}
     fd, log = tempfile.mkstemp(prefix=f"{req.job_id}-", suffix=".log", dir=os.path.dirname(sock))  # 0600
     os.close(fd)
-    values = job_values.Server(secret, _host_pid(sock), os.path.dirname(sock)) if secret else None
+    values = job_values.Server(secret, _host_pid(sock), os.path.dirname(sock), node) \
+        if secret else None
     try:
         with conn:
             message = {"request": dataclasses.asdict(req), "env": env, "cwd": os.getcwd(), "log": log}

@@ -64,12 +64,17 @@ def raylet_above(pid: int) -> Optional[int]:
 class Server:
     """The values of one job, served to its run's workers while the run lasts."""
 
-    def __init__(self, values: Mapping[str, str], host_pid: Optional[int], folder: Optional[str]):
+    def __init__(self, values: Mapping[str, str], host_pid: Optional[int], folder: Optional[str],
+                 node: Optional[int]):
+        """`node`: the process whose descendants may ask (the raylet above the runner,
+        `raylet_above`); required: without one no process could be told from another."""
+        if node is None:
+            raise ValueError("no Ray node process to answer the workers of")
         self.dir = tempfile.mkdtemp(prefix="orch-values-", dir=folder)  # 0700
         self.path = os.path.join(self.dir, "s")
         self._payload = json.dumps(dict(values)).encode()
         self._host = host_pid
-        self._raylet = raylet_above(os.getpid())
+        self._node = node
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
@@ -86,7 +91,7 @@ class Server:
         chain = [pid, *ancestors(pid)]
         if self._host is not None and self._host in chain:
             return False
-        return self._raylet is None or self._raylet in chain
+        return self._node in chain
 
     def _loop(self) -> None:
         while True:

@@ -2,7 +2,7 @@
 `orch submit`, back to back and after a pause; and two `run:` commands, directly and through orch.
 
     .venv/bin/python benchmarks/bench_back_to_back.py [--runs 3] [--pause 40] [--steps 300]
-        [--baseline DIR] [--skip-run-jobs]
+        [--baseline DIR] [--skip-run-jobs | --only-run-jobs]
 
 (a) A user's own loop (`train.entrypoint`, 1 worker, 1 epoch of `--steps` steps of a small
     MLP): run directly with python (torch's import included), then through `orch submit` on
@@ -14,7 +14,8 @@
 (b) `orch status`, `orch status ID`, `orch logs ID`, `orch cost` and `orch plan` with the
     store of (a), one job running: the median of 3 of each.
 (c) Two `run:` jobs, each `--runs` times directly (the command in a shell) and through orch:
-    a torchrun script (2 processes, gloo) and a single-process script.
+    a torchrun script (2 processes, gloo) and a single-process script; the medians of each
+    job's phases. `--only-run-jobs` runs (c) alone, with `--baseline` on both trees.
 
 With `--baseline DIR`, (a) and (b) run first with an earlier orch: DIR holds its code (`git archive
 <rev> | tar -x -C DIR`) and DIR/.venv a venv of the same Python whose site-packages has a
@@ -73,6 +74,18 @@ def train(config):
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
     model = ray.train.torch.prepare_model(model)
     ray.train.report({"epoch": 1, "loss": _steps(model, config["steps"])})
+
+
+def only_run_jobs(args, work: Path) -> None:
+    """(c) alone, on the earlier orch first when `--baseline` names one."""
+    start = load_avg()
+    sides = {}
+    if args.baseline:
+        sides["baseline"] = run_jobs(args, work, Path(args.baseline).resolve())
+    sides["this"] = run_jobs(args, work)
+    log(f"load {start:.1f} at the start, {load_avg():.1f} at the end")
+    print_run_jobs(sides)
+    subprocess.run(["rm", "-rf", str(work)], check=False)
 
 
 if __name__ == "__main__":
@@ -205,27 +218,71 @@ def json_id(text: str) -> str:
         raise SystemExit(f"`orch submit --detach --json` printed no record: {text[-500:]}") from None
 
 
-def run_jobs(args, work: Path) -> dict:
-    """Each `run:` command directly, then through orch, `--runs` times each."""
+def run_jobs(args, work: Path, tree: Optional[Path] = None) -> dict:
+    """Each `run:` command directly, then through orch, `--runs` times each, on a fresh warm
+    local Ray of orch's code from `tree` (this checkout when None)."""
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     commands = {"torchrun, 2 processes (DDP, gloo)": f"{torchrun} --nproc_per_node=2 ddp.py",
                 "one process (a small regression)": f"{sys.executable} single.py"}
     out: dict = {}
     env = {**os.environ, "STEPS": "200"}
-    with OrchHome(prefix="obr") as home:
-        home.wait_for_runner_host(settle_s=30.0)  # its spare run starts 20 s after it is ready
-        for label, command in commands.items():
-            direct, orch = [], []
-            for i in range(args.runs):
-                direct.append(timed(["bash", "-c", command], work, env))
-                run = home.submit(f"run{len(out)}{i}", run_job(work, f"run-{len(out)}-{i}",
-                                                               f"STEPS=200 {command}"))
-                if not run.ok:
-                    raise SystemExit(run.fail_text())
-                orch.append(run.returned - run.invoked)
-                log(f"{label} {i + 1}: direct {direct[-1]:.2f} s, orch {orch[-1]:.2f} s")
-            out[label] = (direct, orch)
+    ours = _common.ORCH
+    _common.ORCH = str(tree / ".venv" / "bin" / "orch") if tree else ours
+    try:
+        with OrchHome(prefix="obr", env={"PYTHONPATH": str(tree)} if tree else None) as home:
+            home.wait_for_runner_host(settle_s=30.0)  # its spare run starts 20 s after it is ready
+            for label, command in commands.items():
+                direct, orch, phases = [], [], []
+                for i in range(args.runs):
+                    direct.append(timed(["bash", "-c", command], work, env))
+                    run = home.submit(f"run{len(out)}{i}", run_job(work, f"run-{len(out)}-{i}",
+                                                                   f"STEPS=200 {command}"))
+                    if not run.ok:
+                        raise SystemExit(run.fail_text())
+                    orch.append(run.returned - run.invoked)
+                    phases.append(run_phases(run))
+                    log(f"{label} {i + 1}: direct {direct[-1]:.2f} s, orch {orch[-1]:.2f} s")
+                out[label] = (direct, orch, phases)
+    finally:
+        _common.ORCH = ours
     return out
+
+
+def run_phases(run) -> dict:
+    """A `run:` job's phases as its record has them, and the two ends the shell sees: from
+    `orch submit` invoked to the command's start (`start` event), and from its exit (`end`)
+    to `orch submit` returned."""
+    out = dict(run.metrics.get("phases") or {})
+    start, end = run.first_t("start"), run.first_t("end")
+    if start is not None:
+        out["invoked_to_start"] = start - run.invoked
+    if end is not None:
+        out["end_to_returned"] = run.returned - end
+    return out
+
+
+RUN_JOB_PHASES = ("submit_to_recorded", "recorded_to_launched", "launched_to_driver",
+                  "driver_to_first_output", "training", "last_step_to_ended", "invoked_to_start",
+                  "end_to_returned")
+
+
+def print_run_jobs(sides: dict) -> None:
+    rows = []
+    for name, runs in sides.items():
+        for label, (d, o, _) in runs.items():
+            rows.append([f"{label} ({name})", " ".join(f"{v:.2f}" for v in d),
+                         " ".join(f"{v:.2f}" for v in o), f"{statistics.median(d):.2f}",
+                         f"{statistics.median(o):.2f}",
+                         f"{statistics.median(o) / statistics.median(d):.2f}x"])
+    print_table("(c) `run:` jobs: the command in a shell against `orch submit` of it, seconds",
+                ["command", "direct runs", "orch runs", "direct median", "orch median", "ratio"],
+                rows)
+    columns = [(f"{label.split(',')[0].split(' (')[0]} ({name})", p)
+               for name, runs in sides.items() for label, (_, _, p) in runs.items()]
+    print_table("(c) where each `run:` job's time went: medians of its phases, seconds",
+                ["phase", *[c for c, _ in columns]],
+                [[k, *[fmt(_median([x.get(k) for x in p])) for _, p in columns]]
+                 for k in RUN_JOB_PHASES])
 
 
 def main() -> None:
@@ -235,6 +292,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="the loop's steps")
     ap.add_argument("--baseline", help="an earlier orch to measure beside this one (see above)")
     ap.add_argument("--skip-run-jobs", action="store_true")
+    ap.add_argument("--only-run-jobs", action="store_true", help="(c) alone: no loop, no commands")
     args = ap.parse_args()
 
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"obb-work-{os.getpid()}"
@@ -243,6 +301,9 @@ def main() -> None:
     (work / "ddp.py").write_text(DDP)
     (work / "single.py").write_text(SINGLE)
     load_start = load_avg()
+    if args.only_run_jobs:
+        only_run_jobs(args, work)
+        return
     direct_cmd = [sys.executable, "userloop.py", str(args.steps)]
     direct = [timed(direct_cmd, work) for _ in range(args.runs)]
     log(f"the loop directly: {', '.join(f'{d:.2f}' for d in direct)} s")
@@ -252,7 +313,7 @@ def main() -> None:
     sides["this"] = orch_side(args, "this", None, work)
     direct += [timed(direct_cmd, work) for _ in range(args.runs)]
     ref = statistics.median(direct)
-    runs = None if args.skip_run_jobs else run_jobs(args, work)
+    runs = None if args.skip_run_jobs else {"this": run_jobs(args, work)}
 
     rows = [["the loop run directly (python, torch import included)",
              " ".join(f"{d:.2f}" for d in direct), f"{ref:.2f}", "1.00x", ""]]
@@ -273,12 +334,19 @@ def main() -> None:
                 "seconds", ["command", *sides], [[c, *[fmt(side["commands"][c]) for side in sides.values()]]
                                                    for c in sides["this"]["commands"]])
     if runs:
-        print_table("(c) `run:` jobs: the command in a shell against `orch submit` of it, seconds",
-                    ["command", "direct runs", "orch runs", "direct median", "orch median", "ratio"],
-                    [[label, " ".join(f"{v:.2f}" for v in d), " ".join(f"{v:.2f}" for v in o),
-                      f"{statistics.median(d):.2f}", f"{statistics.median(o):.2f}",
-                      f"{statistics.median(o) / statistics.median(d):.2f}x"]
-                     for label, (d, o) in runs.items()])
+        print_run_jobs(runs)
+    subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+def only_run_jobs(args, work: Path) -> None:
+    """(c) alone, on the earlier orch first when `--baseline` names one."""
+    start = load_avg()
+    sides = {}
+    if args.baseline:
+        sides["baseline"] = run_jobs(args, work, Path(args.baseline).resolve())
+    sides["this"] = run_jobs(args, work)
+    log(f"load {start:.1f} at the start, {load_avg():.1f} at the end")
+    print_run_jobs(sides)
     subprocess.run(["rm", "-rf", str(work)], check=False)
 
 

@@ -241,13 +241,20 @@ def logs(core: Core, rec: JobRow) -> str:
     return redact_text(core, rec, raw_logs(core, rec))
 
 
+# What a job's log says last before it ends: the runner's `result` (a `train:` job), the
+# wrapper's `end` when the command exited (a `run:` job, jobs/workspace.py).
+_ENDING = ("result", "end")
+
+
 def ending(text: str) -> bool:
-    """Whether the runner has said its result: the job ends within a second or two, so
-    a follower looks again sooner than once a second."""
+    """Whether the runner has said its result, or a `run:` job's command has exited: the
+    job ends within a second or two (a `run:` job within a moment), so a follower looks
+    again sooner than once a second. A job's own line can say so too: all it buys is its
+    own follower's quicker looks."""
     from jobs import events
 
     tail = text[-4096:].splitlines()[-8:]
-    return any((events.parse_line(line) or {}).get("event") == "result" for line in tail)
+    return any((events.parse_line(line) or {}).get("event") in _ENDING for line in tail)
 
 
 def raw_logs(core: Core, rec: JobRow) -> str:

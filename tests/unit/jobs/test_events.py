@@ -56,6 +56,19 @@ def test_a_follower_looks_sooner_once_the_result_is_in_the_log(capsys):
     assert not following.ending("")
 
 
+def test_a_follower_looks_sooner_once_a_run_jobs_command_has_exited(capsys):
+    """A `run:` job has no runner and so no `result`: its wrapper's `end` (jobs/workspace.py)
+    says the command exited, and the job's record ends a moment later."""
+    from orchestrator.service import following
+
+    events.emit("start", kind="run")
+    events.emit("first_output")
+    running = capsys.readouterr().out + "loss 0.1\n"
+    assert not following.ending(running)
+    events.emit("end", exit_code=0)
+    assert following.ending(running + capsys.readouterr().out)
+
+
 def _line(event: str, t: float, **fields) -> str:
     import json
 

@@ -149,6 +149,8 @@ class Simulation:
                 view.history.setdefault(sj.job.fingerprint, []).append(self.recorded(
                     sj, choice, run_h))
                 view.finished += 1
+                if choice.explores is not None:
+                    view.exploring.discard(choice.explores)
                 if pool is not None:
                     pool.free += choice.used
                     pool.running.pop(sj.job.index, None)

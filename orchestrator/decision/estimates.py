@@ -244,6 +244,17 @@ def speed_estimate(base: str, target: str, own: Mapping[str, OnModel], team: Tea
                                          f"weighed against the {what}, {prior.ratio:.2g}x, as "
                                          f"{PRIOR_JOBS} jobs: {point:.2g}x, priced at its "
                                          f"expected hours for the belief's spread)", "team")
+    if prior is not None and prior.kind == "peak" and prior.ratio and CPU not in (base, target):
+        # The shrunk table is a belief with the prior's whole spread: priced, as a team
+        # figure is, at its expected hours (E[1 / r] = exp(var / 2) / r for a lognormal).
+        # With a measured data share only the compute part is the guess: E[hours] goes as
+        # share + (1 - share) x exp(var / 2) / (its compute ratio).
+        peak_ratio = (peak.get(target) or 1.0) / (peak.get(base) or 1.0)
+        f = math.exp((math.log(max(peak_ratio, 1 / peak_ratio)) / 2) ** 2 / 2)
+        r = prior.ratio / f if share is None else 1.0 / (share + (1.0 - share) * f / peak_ratio ** SHRINK)
+        inner = prior.source.split(" (", 1)[1][:-1]
+        return Estimate(target, base, r, f"{target}: {r:.2g}x {base} ({inner}: {prior.ratio:.2g}x, "
+                                         "priced at its expected hours for the belief's spread)", "peak")
     if prior is not None:
         return prior
     unknown = base if not peak.get(base) else target

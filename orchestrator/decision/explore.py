@@ -111,8 +111,8 @@ def explore(rows: Sequence[Row], chosen: Optional[Row], est, settings,
             continue  # its own gain follows from its data share and the team's measure
         n = est.team.observed.get(pair, (0.0, 0))[1]
         var, shift, var_after = belief(base, pair[1], n)
-        # The log point: a team figure is priced at its expected hours, exp(var / 2) less.
-        m = math.log(speed.ratio) + (var / 2.0 if speed.kind == "team" else 0.0)
+        # The log point: a team or peak figure is priced at its expected hours, exp(var / 2) less.
+        m = math.log(speed.ratio) + (var / 2.0 if speed.kind in ("team", "peak") else 0.0)
         # The explored row's cost at a ratio r believed: a + b / r (hours go as 1 / r);
         # after one more job, a job like this one is priced at b x exp(var_after / 2) / r'
         # for the moved point r', and takes the model where that is below the chosen cost.

@@ -101,3 +101,4 @@ def test_an_unfinished_rented_run_on_another_model_is_in_flight():
               PastRun("y", "RUNNING", NOW, target="onprem", gpu="RTX4090", estimate_gpu="A100"),
               PastRun("z", "PENDING", NOW, target="cloud", gpu="A100", estimate_gpu="A100")]
     assert in_flight(active) == frozenset({("A100", "H100")})
+

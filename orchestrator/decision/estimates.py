@@ -7,6 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
+from orchestrator.base.targets import OWNED
 from orchestrator.decision.gpus import CPU, SPEED, canonical_gpu
 from orchestrator.decision.models import PastRun
 
@@ -95,6 +96,9 @@ class TeamRatios:
     # hours go as 1 / ratio, so the harmonic mean over the team's jobs, not their median
     # (a sweep of 50 data-bound runs is not priced at the compute-bound jobs' gain).
     expected: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    # Per reference model (what the runs' estimates refer to): the GPU-hours a day the
+    # team's jobs rented, over the runs' span (explore.py: the work a measurement may save).
+    rented: Mapping[str, float] = field(default_factory=dict)
 
 
 def learn_ratios(runs: Iterable[PastRun], exclude: str = "") -> TeamRatios:
@@ -116,7 +120,22 @@ def learn_ratios(runs: Iterable[PastRun], exclude: str = "") -> TeamRatios:
                     pure.setdefault((a, b), []).append(compute_ratio(ratio, on_a.data_share))
     return TeamRatios(observed={k: (statistics.median(v), len(v)) for k, v in seen.items()},
                       compute={k: (statistics.median(v), len(v)) for k, v in pure.items()},
-                      expected={k: statistics.harmonic_mean(v) for k, v in seen.items()})
+                      expected={k: statistics.harmonic_mean(v) for k, v in seen.items()},
+                      rented=rented_per_day(r for rs in per_job.values() for r in rs))
+
+
+def rented_per_day(runs: Iterable[PastRun]) -> dict[str, float]:
+    """Per reference model (the estimate's, else the run's own): the GPU-hours a day the
+    succeeded rented runs took, over the span of every run's creation (at least a day)."""
+    hours: dict[str, float] = {}
+    first, last = math.inf, -math.inf
+    for r in runs:
+        first, last = min(first, r.created_at), max(last, r.created_at)
+        if r.succeeded and r.duration_s and r.target is not None and r.target not in OWNED:
+            key = model_of(r.estimate_gpu or r.gpu)
+            hours[key] = hours.get(key, 0.0) + r.duration_s / 3600.0 * max(float(r.gpu_count or 0), 1.0)
+    days = max(1.0, (last - first) / 86400.0) if hours else 1.0
+    return {k: v / days for k, v in hours.items()}
 
 
 def estimate_ratios(runs: Iterable[PastRun], owner: Optional[str], exclude: str = "") -> dict[str, list[float]]:
@@ -225,6 +244,17 @@ def speed_estimate(base: str, target: str, own: Mapping[str, OnModel], team: Tea
                                          f"weighed against the {what}, {prior.ratio:.2g}x, as "
                                          f"{PRIOR_JOBS} jobs: {point:.2g}x, priced at its "
                                          f"expected hours for the belief's spread)", "team")
+    if prior is not None and prior.kind == "peak" and prior.ratio and CPU not in (base, target):
+        # The shrunk table is a belief with the prior's whole spread: priced, as a team
+        # figure is, at its expected hours (E[1 / r] = exp(var / 2) / r for a lognormal).
+        # With a measured data share only the compute part is the guess: E[hours] goes as
+        # share + (1 - share) x exp(var / 2) / (its compute ratio).
+        peak_ratio = (peak.get(target) or 1.0) / (peak.get(base) or 1.0)
+        f = math.exp((math.log(max(peak_ratio, 1 / peak_ratio)) / 2) ** 2 / 2)
+        r = prior.ratio / f if share is None else 1.0 / (share + (1.0 - share) * f / peak_ratio ** SHRINK)
+        inner = prior.source.split(" (", 1)[1][:-1]
+        return Estimate(target, base, r, f"{target}: {r:.2g}x {base} ({inner}: {prior.ratio:.2g}x, "
+                                         "priced at its expected hours for the belief's spread)", "peak")
     if prior is not None:
         return prior
     unknown = base if not peak.get(base) else target

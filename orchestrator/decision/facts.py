@@ -24,6 +24,8 @@ class Facts:
     history: Sequence[PastRun]
     spent_this_month: float
     notes: Sequence[str] = ()
+    # (reference model, model) pairs an unfinished rented run will measure (explore.in_flight)
+    exploring: frozenset = frozenset()
 
     def with_credentials(self, enabled: Collection[str]) -> Facts:
         """The same facts, each cloud offer saying whether this machine has its credentials."""
@@ -41,4 +43,5 @@ def decide_on(spec, settings, facts: Facts, *, fingerprint: str, now: float,
     kind = classify(spec, fingerprint, facts.history, now, settings, code_dirty,
                     est.reference.hours)
     return decide(spec, kind, facts.offers, facts.capacity, settings, estimator=est,
-                  spent_this_month=facts.spent_this_month, notes=facts.notes)
+                  spent_this_month=facts.spent_this_month, notes=facts.notes,
+                  exploring=facts.exploring)

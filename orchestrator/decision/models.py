@@ -240,6 +240,9 @@ class Decision:
     currency: str = "USD"
     currency_rate: float = 1.0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # (reference model, model measured): the job runs where it does to measure that model's
+    # speed for its family (decision/explore.py); None: it runs where it costs least.
+    explores: Optional[tuple[str, str]] = None
 
     @property
     def est_hours(self) -> Optional[float]:
@@ -268,6 +271,7 @@ class Decision:
                          "cash": m(self.choice.cash_cost) if self.choice else None,
                          "cash_usd": self.choice.cash_cost if self.choice else None},
             "decided_by": self.decided_by,
+            "explores": list(self.explores) if self.explores else None,
             "choice": _alt_dict(self.choice, m) if self.choice else None,
             "refusal": self.refusal,
             "notes": list(self.notes),

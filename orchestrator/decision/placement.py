@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Optional, Sequence, Union
+from typing import Collection, Iterable, Optional, Sequence, Union
 
 from orchestrator.base.targets import CLOUD, LOCAL
 from orchestrator.decision import explain as ex
 from orchestrator.decision.cluster_offers import unread_offers
 from orchestrator.decision.demand import demand_on
+from orchestrator.decision.explore import explore
 from orchestrator.decision.gpus import canonical_gpu
 from orchestrator.decision.matching import Needs, OfferIndex, candidates, misfit
 from orchestrator.decision.models import (
@@ -145,7 +146,8 @@ def _alternative(r: Row, cash_budget: bool) -> Alternative:
 def decide(spec, classification: Classification, offers: Union[Sequence[Offer], OfferIndex],
            capacity: Optional[Capacity], settings, *, fingerprint: str = "",
            history: Iterable[PastRun] = (), estimator: Optional[HoursEstimator] = None,
-           spent_this_month: float = 0.0, notes: Sequence[str] = ()) -> Decision:
+           spent_this_month: float = 0.0, notes: Sequence[str] = (),
+           exploring: Collection[tuple[str, str]] = ()) -> Decision:
     """Decide where one job runs. Pure: everything arrives as arguments.
 
     Every fitting offer is priced per job in full (for the record) and at its marginal
@@ -178,6 +180,14 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
     guard_crons(rows, capacity, est.spread)
     mode = apply_kind(rows, classification.kind, rules)
     rows.sort(key=rank)
+    # Exploration (decision/explore.py): one run on a GPU model whose speed for the job's
+    # family is a guess, where what measuring it may save beats the run's extra cost.
+    # `exploring`: the (reference model, model) pairs an exploring run is measuring now.
+    probe = explore(rows, next((r for r in rows if not r.blockers), None), est, settings,
+                    exploring, money)
+    if probe is not None:
+        rows.remove(probe.row)
+        rows.insert(0, probe.row)
     rows += [Row(o, o.owned, o.count, 1, None, "", None, None, None, 0.0, (), [(Block.UNREACHABLE, o.unread)])
              for o in unread_offers(needs, capacity, index.has_onprem, rules.allow, rules.local_only)]
     cash_budget = rules.cash_budget
@@ -208,7 +218,8 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
         return Decision(target=None, choice=None, reasons=(refusal,), refusal=refusal, **common)
 
     choice = eligible[0]
-    lines = ex.rule_lines(choice, ranked, eligible, mode, money, settings, rules.allow, rules.value)
+    lines = [probe.reason] if probe is not None else ex.rule_lines(
+        choice, ranked, eligible, mode, money, settings, rules.allow, rules.value)
     lines.append(ex.estimate_line(choice, money))
     if choice.offer.owned:
         lines.append(ex.full_words(choice, money))
@@ -223,5 +234,6 @@ def decide(spec, classification: Classification, offers: Union[Sequence[Offer], 
                      and a.est_cost is not None and a.est_cost < cost), None)
         if spot is not None:
             lines.append(f"on-demand: spot would cost {money(spot.est_cost)}, but {spot.excluded}")
-    return Decision(target=choice.offer.target, choice=choice, reasons=tuple(lines), **common)
+    return Decision(target=choice.offer.target, choice=choice, reasons=tuple(lines),
+                    explores=None if probe is None else probe.pair, **common)
 

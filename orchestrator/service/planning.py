@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from typing import Collection, Iterator, Optional, Sequence
 
 from orchestrator.base.targets import ONPREM, needs_cloud_credentials, rented
+from orchestrator.decision.explore import in_flight
 from orchestrator.decision.facts import Facts, decide_on
 from orchestrator.decision.models import Capacity, Decision, Offer, PastRun
 from orchestrator.records.placement import Placement
@@ -89,9 +90,12 @@ def gather(spec, settings, now: float, *, fingerprint: str,
             capacity = Capacity(source="the [[onprem]] inventory", reservations=holds) if holds else None
         if spent_this_month is None:
             spent_this_month = _month_spend(db, settings, now)
+        exploring = frozenset() if db is None else in_flight(
+            PastRun.from_row(r) for r in db.list(limit=10_000, statuses=("PENDING", "RUNNING")))
     history = [h if isinstance(h, PastRun) else PastRun.from_record(h) for h in history]
     return Facts(offers=list(offers), capacity=capacity, history=history,
-                 spent_this_month=spent_this_month, notes=cluster_notes(settings, cluster, offers))
+                 spent_this_month=spent_this_month, notes=cluster_notes(settings, cluster, offers),
+                 exploring=exploring)
 
 
 def plan(spec, settings, *, fingerprint: str, code_dirty: bool = False,

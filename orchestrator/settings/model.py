@@ -92,6 +92,11 @@ class Settings(BaseSettings):
     exploratory_backfill: bool = Field(True, description="exploratory work may run on owned GPUs "
                                        "that are idle now and stay free for its whole run; off: "
                                        "exploratory work always rents")
+    exploration_horizon_days: float = Field(30, ge=0, le=365, description="rent a GPU model whose "
+        "speed for a job family is unmeasured, once, when what knowing it may save over this many "
+        "days of the family's rented work beats the run's extra cost; 0: never (docs/simulate.md)")
+    exploration_budget_share: float = Field(0.05, ge=0, le=1, description="an exploring run "
+        "costs at most this share of its family's rent over exploration_horizon_days")
     exploratory_wait_minutes: Optional[float] = Field(
         None, ge=0, le=1440, description="exploratory work may wait this long for owned GPUs "
         "expected to free by then (renting takes the cloud's start-up anyway); default: "

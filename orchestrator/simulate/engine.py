@@ -149,6 +149,8 @@ class Simulation:
                 view.history.setdefault(sj.job.fingerprint, []).append(self.recorded(
                     sj, choice, run_h))
                 view.finished += 1
+                if choice.explores is not None:
+                    view.exploring.discard(choice.explores)
                 if pool is not None:
                     pool.free += choice.used
                     pool.running.pop(sj.job.index, None)
@@ -237,6 +239,7 @@ class PolicyRun:
 
     def summary(self) -> dict:
         n = len(self.outcomes)
+        startup_h = self.sim.settings.cloud_startup_minutes / 60.0
         waits = [o.wait_h for o in self.outcomes if o.wait_h is not None]
         misses = sum(o.missed for o in self.outcomes)
         by_target: dict[str, int] = {}
@@ -259,6 +262,9 @@ class PolicyRun:
                                            if o.kind == "exploratory" and o.wait_h is not None),
                                           default=None),
             "steady_p95_wait_h": self._p95_of("steady"),
+            # The tail p95 hides: exploratory runs that waited past the wait goal (the start-up).
+            "exploratory_over_goal": sum(o.kind == "exploratory" and o.wait_h is not None
+                                         and o.wait_h > startup_h + 1e-6 for o in self.outcomes),
             "deadline_misses": misses,
             "deadline_miss_rate": round(misses / n, 4) if n else 0.0,
             "onprem_utilization": round(self.busy_gpu_h / self.owned_gpu_h, 4) if self.owned_gpu_h else None,

@@ -108,7 +108,7 @@ class OracleResult:
                 "cash_total": round(self.cash_total, 2),
                 "chargeback_total": round(self.chargeback, 2), "mean_wait_h": None,
                 "p95_wait_h": None, "exploratory_p95_wait_h": None, "exploratory_max_wait_h": None,
-                "steady_p95_wait_h": None,
+                "steady_p95_wait_h": None, "exploratory_over_goal": None,
                 "deadline_misses": 0, "deadline_miss_rate": 0.0,
                 "onprem_utilization": (round(self.busy_gpu_h / self.owned_gpu_h, 4)
                                        if self.owned_gpu_h else None),

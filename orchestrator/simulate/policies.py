@@ -39,12 +39,15 @@ def orch(a: Ask, view: View) -> Optional[Choice]:
                              team=view.team(), estimates=view.estimates())
     kind = classify(a.spec, fp, history, view.epoch(view.now_h), s, False, est.reference.hours)
     d = decide(a.spec, kind, view.index, view.capacity(a.gpus), s, fingerprint=fp,
-               estimator=est)
+               estimator=est, exploring=view.exploring)
     if d.choice is None:
         return None
     promise = (view.now_h + d.choice.wait_minutes / 60.0 if d.kind == "exploratory"
                and d.choice.offer.owned and not math.isinf(d.choice.wait_minutes) else None)
-    return Choice(d.choice.offer, d.choice.used, d.choice.est_hours, d.kind, est.spread, promise)
+    if d.explores is not None:
+        view.exploring.add(d.explores)  # until its run ends (engine.py)
+    return Choice(d.choice.offer, d.choice.used, d.choice.est_hours, d.kind, est.spread, promise,
+                  d.explores)
 
 
 def _per_hour(options: Iterable[tuple[Offer, float]], speeds) -> Optional[tuple[Offer, float]]:

@@ -33,6 +33,7 @@ class Choice:
     # When it was expected to start, for exploratory work queued for owned GPUs: past it,
     # the engine asks the policy again, as `orch serve` re-places such a job.
     start_by_h: Optional[float] = None
+    explores: Optional[tuple[str, str]] = None  # the pair its run measures (decision/explore.py)
 
 
 @dataclass
@@ -70,6 +71,7 @@ class View:
         self.pools, self.scheduled, self.now_h = pools, scheduled, 0.0
         self.history: dict[str, list[PastRun]] = {}
         self.finished = 0  # runs in `history`
+        self.exploring: set[tuple[str, str]] = set()  # pairs an exploring run measures now
         self._team: tuple[float, int, Optional[TeamRatios]] = (-math.inf, -1, None)
         self._estimates: tuple[float, int, Optional[dict]] = (-math.inf, -1, None)
 

@@ -49,8 +49,9 @@ def team(ratio=2.0, jobs=12, data=0.0, name="other"):
 CASES = [
     # id, history, spec, (gpu, count) asked, hours expected, source fragments
     ("no runs: the peak table, shrunk", [], "estimate: {hours: 3, gpu: A100}\n", ("H100", 1),
-     3 / PEAK ** 0.5, ["H100: 1.8x A100 (peak table 3.17x, shrunk; no runs measured on H100)",
-                       "estimate.hours 3 h on A100x1"]),
+     3 / PEAK ** 0.5 * UNSURE(0), ["H100: 1.5x A100 (peak table 3.17x, shrunk; no runs measured on "
+                                   "H100: 1.8x, priced at its expected hours for the belief's spread)",
+                                   "estimate.hours 3 h on A100x1"]),
     ("the job's own A100 and H100 runs give its own ratio",
      [run("A100", 1.6, sps=100, at=3), run("A100", 1.6, sps=100, at=2), run("A100", 1.6, sps=100, at=1),
       run("H100", 1.0, sps=160), run("H100", 1.0, sps=160), run("H100", 1.0, sps=160)],
@@ -81,7 +82,8 @@ CASES = [
      [run("A100", 2.0, est=1.0, fp=f"old{j}") for j in range(3)], "estimate: {hours: 3, gpu: A100}\n",
      ("A100", 1), 6.0, ["estimate.hours 3 h on A100x1 x 2", "took 2x their estimates, median over 3 jobs"]),
     ("the bias and the shrunk table together", [run("A100", 2.0, est=1.0, fp="old")],
-     "estimate: {hours: 3, gpu: A100}\n", ("H100", 1), 6.0 / PEAK ** 0.5, ["x 2", "peak table 3.17x"]),
+     "estimate: {hours: 3, gpu: A100}\n", ("H100", 1), 6.0 / PEAK ** 0.5 * UNSURE(0),
+     ["x 2", "peak table 3.17x"]),
     ("the user's gpu_speeds setting is taken as given", [], "estimate: {hours: 3, gpu: A100}\n",
      ("NewGPU", 1), 3.0 / 3.0, ["NewGPU: 3x A100 (gpu_speeds setting)"]),
     ("a CPU-only job scales to a GPU by the table, unshrunk", [], "estimate: {hours: 10}\n", ("T4", 1),

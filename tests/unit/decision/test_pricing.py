@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from orchestrator.decision import HoursEstimator, Offer, PastRun, job_cost
@@ -65,14 +67,16 @@ ESTIMATES = [
                                             run("A100", duration_s=5400)],
      ("A100", 1), 1.5, "median of 3 runs on A100x1"),
     ("scaled from a measured run", A100_H100, [run("H100", duration_s=3600)], ("A100", 1),
-     (989 / 312) ** 0.5, "measured: median of 1 run on H100x1, scaled"),
+     # the shrunk table's ratio, priced at its expected hours for the prior's spread
+     (989 / 312) ** 0.5 * math.exp((math.log(989 / 312) / 2) ** 2 / 2),
+     "measured: median of 1 run on H100x1, scaled"),
     ("two GPUs halve the time", A100_H100, [run("A100", duration_s=3600)], ("A100", 2), 0.5, "scaled"),
     ("a measurement on that device beats a more recent one elsewhere", A100_H100,
      [run("A100", duration_s=3600, sps=100, at=2), run("H100", duration_s=3000, sps=200, at=1)],
      ("H100", 1), 3000 / 3600, "median of 1 run on H100x1"),
     ("spec hint", A100_H100 + "estimate: {hours: 4}\n", [], ("A100", 1), 4.0, "estimate.hours 4 h"),
     ("spec hint on another GPU", A100_H100 + "estimate: {hours: 1, gpu: H100}\n", [], ("A100", 1),
-     (989 / 312) ** 0.5, "on H100x1, scaled"),
+     (989 / 312) ** 0.5 * math.exp((math.log(989 / 312) / 2) ** 2 / 2), "on H100x1, scaled"),
     ("nothing known: default hours", A100_H100, [], ("A100", 1), 1.0, "assumed 1 h on A100x1"),
     ("failed and foreign runs ignored", A100_H100,
      [run("A100", duration_s=99, status="FAILED"), run("A100", duration_s=99, fp="x")],

@@ -311,6 +311,20 @@ def test_checks_state_the_goals():
     assert not checks(rows, 0.1)["ratio_met"]
 
 
+def test_a_baseline_that_makes_more_exploratory_runs_wait_past_the_goal_is_not_comparable():
+    """Its p95 within the start-up hides a tail: 20 of 400 exploratory runs waited up to
+    4.5 h (orch: 2). It is cheaper only by making people wait, so it is not compared; one
+    whose tail is no longer than orch's is."""
+    orch = {**_row("orch", 100.0), "exploratory_over_goal": 2, "exploratory_max_wait_h": 0.3}
+    tail = {**_row("owned-only", 99.0), "exploratory_over_goal": 20, "exploratory_max_wait_h": 4.5}
+    c = checks([orch, tail], 0.1)
+    assert c["not_comparable"] == {"owned-only": "20 exploratory runs waited past the cloud's "
+                                                 "start-up, up to 4.50 h (orch: 2)"}
+    assert c["cheaper_than_every_baseline"]
+    c = checks([orch, {**tail, "exploratory_over_goal": 2}], 0.1)
+    assert c["comparable_baselines"] == ["owned-only"] and not c["cheaper_than_every_baseline"]
+
+
 # --- the command line ------------------------------------------------------------------
 
 def test_cli_generate_then_simulate_json(orch_home):

@@ -5,9 +5,11 @@ faster GPU, saying so in the figure's source."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from orchestrator.decision.estimates import SHRINK, gain
+from orchestrator.decision.estimates import SHRINK
 from orchestrator.decision.gpus import SPEED
 from orchestrator.decision.pricing import HoursEstimator
 from orchestrator.simulate import policies as P
@@ -64,6 +66,9 @@ def test_runs_on_one_model_alone_give_each_job_its_own_gain_elsewhere(settings):
         est = HoursEstimator(a.spec, fp, history, ps.default_job_hours, ps.gpu_speeds).speed("H100")
         share = mine[0].data_share
         assert f"{share:.0%} of a step waits for data" in est.source, est.source
-        assert est.ratio == pytest.approx(gain(1 - share, (SPEED["H100"] / SPEED["A100"]) ** SHRINK))
+        # its compute part at the shrunk table, priced at its expected hours for the spread
+        peak = SPEED["H100"] / SPEED["A100"]
+        f = math.exp((math.log(peak) / 2) ** 2 / 2)
+        assert est.ratio == pytest.approx(1 / (share + (1 - share) * f / peak ** SHRINK))
         gains[fp] = est.ratio
-    assert gains["compute-bound"] > 1.6 > 1.1 > gains["data-bound"]
+    assert gains["compute-bound"] > 1.4 > 1.1 > gains["data-bound"]

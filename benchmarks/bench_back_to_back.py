@@ -34,6 +34,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -285,6 +286,20 @@ def print_run_jobs(sides: dict) -> None:
                  for k in RUN_JOB_PHASES])
 
 
+def sample_load(every_s: float = 10.0) -> list:
+    """The 1-minute load average every `every_s` seconds until the process ends (the
+    machine is shared: each figure is read beside the load it ran under)."""
+    loads = [load_avg()]
+
+    def sample() -> None:
+        while True:
+            time.sleep(every_s)
+            loads.append(load_avg())
+
+    threading.Thread(target=sample, daemon=True).start()
+    return loads
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
@@ -304,6 +319,7 @@ def main() -> None:
     if args.only_run_jobs:
         only_run_jobs(args, work)
         return
+    loads = sample_load()
     direct_cmd = [sys.executable, "userloop.py", str(args.steps)]
     direct = [timed(direct_cmd, work) for _ in range(args.runs)]
     log(f"the loop directly: {', '.join(f'{d:.2f}' for d in direct)} s")
@@ -324,12 +340,18 @@ def main() -> None:
                          fmt(med), fmt(med / ref if med else None, ".2f", "x"),
                          " ".join(fmt(w, ".1f") for w in side[f"{kind}_workers"])])
     print_table(f"(a) a user's loop (1 worker, 1 epoch of {args.steps} steps), wall clock from the "
-                f"shell, seconds; load {load_start:.1f} at the start, {load_avg():.1f} at the end",
+                f"shell, seconds; load {load_start:.1f} at the start, {load_avg():.1f} at the end "
+                f"(1-minute load every 10 s: {min(loads):.1f}-{max(loads):.1f})",
                 ["how", "runs", "median", "/ direct", "->workers s"], rows)
     print_table("(a) where each submit's time went: medians of the six jobs' phases "
                 "(`orch status ID`), seconds", ["phase", *sides],
                 [[k, *[fmt(_median([p.get(k) for p in side["phases"]])) for side in sides.values()]]
                  for k in PHASES])
+    print_table("(a) each job's phases, seconds, in the order they ran", ["job", *PHASES],
+                [[f"{name} {kind} {i + 1}", *[fmt(p.get(k)) for k in PHASES]]
+                 for name, side in sides.items() for kind in ("b2b", "pause")
+                 for i, p in enumerate(side["phases"][:args.runs] if kind == "b2b"
+                                       else side["phases"][args.runs:])])
     print_table("(b) commands on a warm store (the jobs of (a) in it, one running), median of 3, "
                 "seconds", ["command", *sides], [[c, *[fmt(side["commands"][c]) for side in sides.values()]]
                                                    for c in sides["this"]["commands"]])

@@ -101,11 +101,12 @@ prometheus:
 
 # Ray starts its workers with -B: what the runner host's warm processes import (torch, Ray
 # Train: jobs/host.py's preload) is compiled by a process of its own while the local Ray
-# starts, once for this .venv (then the host's own imports find it compiled too).
+# starts, once for this .venv (then the host's own imports find it compiled too). The exit
+# status is the job's: that compile only saves time.
 demo: $(STAMP)
 	{ test -e $(VENV)/.compiled-warm || { env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -c \
 	  'from jobs.host import preload; preload()' && touch $(VENV)/.compiled-warm; }; } & \
-	$(BIN)/orch submit examples/quickstart.yaml; s=$$?; wait $$! && exit $$s
+	$(BIN)/orch submit examples/quickstart.yaml; s=$$?; wait $$!; exit $$s
 
 # Lint (ruff) and the type check (mypy, over orchestrator/, providers/ and jobs/) come first:
 # both take seconds and say what to fix by file and line.

@@ -24,13 +24,18 @@ UV_INSTALL = $(BIN)/uv pip install -q -p $(BIN)/python $$flags pip torch==2.13.0
 
 # `make demo`: no bytecode compiled at install (every file of every package: most of the
 # install's time), only orch's own modules (an editable install leaves them as source: every
-# `orch` and Ray process would compile them again). The local Ray's daemons and the runner
-# host are not started with -B: the first of each writes what it imports.
+# `orch` and Ray process would compile them again) and the parts of Ray that `ray start` and
+# its daemons import (770 files, 1-2 s here; each daemon compiled them anew as they started
+# side by side: `orch local up` took 4-6 s longer). The runner host is not started with -B:
+# it writes what else it imports.
+RAY_START_PARTS = _private dashboard autoscaler _common core util scripts runtime_env experimental
 $(STAMP): pyproject.toml
 	@echo "installing orch and the CPU build of torch into $(VENV)"
 	{ $(VENV_UV) && $(UV_INSTALL) -e .; } \
 	|| { $(VENV_PIP) && $(BIN)/pip install -q --no-compile torch==2.13.0 -e .; }
-	$(BIN)/python -m compileall -q orchestrator providers jobs
+	r="$$($(BIN)/python -c 'import importlib.util as u; print(u.find_spec("ray").submodule_search_locations[0])')" \
+	&& $(BIN)/python -m compileall -q -j0 -x '/(tests?|testing)/' orchestrator providers jobs \
+	   $(addprefix "$$r"/,$(RAY_START_PARTS))
 	touch $(STAMP)
 
 # `make test`: everything byte-compiled as it installs (--compile-bytecode, as pip does):

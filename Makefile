@@ -12,7 +12,7 @@ TEST_STAMP := $(VENV)/.installed-test
 
 # uv installs the same wheels from the same indexes as pip (.ci/uv_flags.py hands it pip's
 # configuration), much faster; pip does it where uv cannot be had. The venv is made without
-# pip (ensurepip took 4-13 s here) and uv is put in it by this Python's pip; uv then installs
+# pip (ensurepip took 2.6-15 s here) and uv is put in it by this Python's pip; uv then installs
 # pip there too. The CPU wheel of torch is pinned in the same resolution: an unpinned torch
 # would pull a multi-GB CUDA build.
 VENV_UV = { test -x $(BIN)/python || $(PYTHON) -m venv --without-pip $(VENV); } \
@@ -26,8 +26,8 @@ UV_INSTALL = $(BIN)/uv pip install -q -p $(BIN)/python $$flags pip torch==2.13.0
 # install's time), only orch's own modules (an editable install leaves them as source: every
 # `orch` and Ray process would compile them again) and the parts of Ray that `ray start` and
 # its daemons import (770 files, 1-2 s here; each daemon compiled them anew as they started
-# side by side: `orch local up` took 4-6 s longer). The runner host is not started with -B:
-# it writes what else it imports.
+# side by side: `orch local up` took 4-6 s longer in the 2 quieter of 4 pairs). The runner
+# host is not started with -B: it writes what else it imports.
 RAY_START_PARTS = _private dashboard autoscaler _common core util scripts runtime_env experimental
 $(STAMP): pyproject.toml
 	@echo "installing orch and the CPU build of torch into $(VENV)"

@@ -2,26 +2,53 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-1 lint unit integration postgres-test bench clean browser postgres prometheus
 
+# Two stamps: $(STAMP) is orch and what it runs with (`make demo`); $(TEST_STAMP) adds the
+# test, lint and type-check packages (`make test`, `make lint`), every file byte-compiled.
+STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+
 # uv installs the same wheels from the same indexes as pip (.ci/uv_flags.py hands it pip's
-# configuration), much faster; pip does it where uv cannot be had. --compile-bytecode as pip
-# does: Ray starts its workers with -B, so without .pyc files each one compiled torch anew,
-# and the suite took 1.6x as long.
-# The CPU wheel of torch first: an unpinned torch would pull a multi-GB CUDA build. orch's own
-# modules compiled too (an editable install leaves them as source): every `orch` and Ray
-# worker process the tests start would compile them again, about 0.1 s each.
-UV_INSTALL = $(BIN)/uv pip install -q --compile-bytecode -p $(BIN)/python
+# configuration), much faster; pip does it where uv cannot be had. The venv is made without
+# pip (ensurepip took 2.6-15 s here) and uv is put in it by this Python's pip; uv then installs
+# pip there too. The CPU wheel of torch is pinned in the same resolution: an unpinned torch
+# would pull a multi-GB CUDA build.
+VENV_UV = { test -x $(BIN)/python || $(PYTHON) -m venv --without-pip $(VENV); } \
+	&& { test -x $(BIN)/uv || $(PYTHON) -m pip --python $(BIN)/python install -q uv; } \
+	&& flags="$$($(BIN)/python .ci/uv_flags.py $(PYTHON) -m pip)"
+VENV_PIP = { test -x $(BIN)/python || $(PYTHON) -m venv --without-pip $(VENV); } \
+	&& { test -x $(BIN)/pip || $(BIN)/python -m ensurepip -q; }
+UV_INSTALL = $(BIN)/uv pip install -q -p $(BIN)/python $$flags pip torch==2.13.0
+
+# `make demo`: no bytecode compiled at install (every file of every package: most of the
+# install's time), only orch's own modules (an editable install leaves them as source: every
+# `orch` and Ray process would compile them again) and the parts of Ray that `ray start` and
+# its daemons import (770 files, 1-2 s here; each daemon compiled them anew as they started
+# side by side: `orch local up` took 4-6 s longer in the 2 quieter of 4 pairs). The runner
+# host is not started with -B: it writes what else it imports.
+RAY_START_PARTS = _private dashboard autoscaler _common core util scripts runtime_env experimental
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	{ $(BIN)/pip install -q uv && flags="$$($(BIN)/python .ci/uv_flags.py $(BIN)/pip)" \
-	  && $(UV_INSTALL) $$flags torch==2.13.0 && $(UV_INSTALL) $$flags -e '.[test]'; } \
-	|| { $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q torch==2.13.0 \
-	     && $(BIN)/pip install -q -e '.[test]'; }
-	$(BIN)/python -m compileall -q orchestrator providers jobs
+	@echo "installing orch and the CPU build of torch into $(VENV)"
+	{ $(VENV_UV) && $(UV_INSTALL) -e .; } \
+	|| { $(VENV_PIP) && $(BIN)/pip install -q --no-compile torch==2.13.0 -e .; }
+	r="$$($(BIN)/python -c 'import importlib.util as u; print(u.find_spec("ray").submodule_search_locations[0])')" \
+	&& $(BIN)/python -m compileall -q -j0 -x '/(tests?|testing)/' orchestrator providers jobs \
+	   $(addprefix "$$r"/,$(RAY_START_PARTS))
 	touch $(STAMP)
+
+# `make test`: everything byte-compiled as it installs (--compile-bytecode, as pip does):
+# the suite's Ray workers run with -B, and without .pyc files each one compiled torch anew
+# (the suite took 1.6x as long). After `make demo`, what it installed is compiled here, all of
+# it as uv does (a file a package ships for a newer Python, torch has one, is left as it is).
+$(TEST_STAMP): pyproject.toml
+	{ $(VENV_UV) && $(UV_INSTALL) --compile-bytecode -e '.[test]'; } \
+	|| { $(VENV_PIP) && $(BIN)/pip install -q torch==2.13.0 -e '.[test]'; }
+	test ! -e $(STAMP) || $(BIN)/python -m compileall -qq -j0 \
+	  "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || :
+	$(BIN)/python -m compileall -q orchestrator providers jobs
+	touch $(STAMP) $(TEST_STAMP)
 
 # The status page's browser test needs chromium and chromedriver: installed here when they are
 # missing and this is root with apt-get; otherwise one line says why that test will skip.
@@ -78,12 +105,18 @@ prometheus:
 	    || echo "$$skip apt-get install prometheus failed (see $$log)"; \
 	fi
 
+# Ray starts its workers with -B: what the runner host's warm processes import (torch, Ray
+# Train: jobs/host.py's preload) is compiled by a process of its own while the local Ray
+# starts, once for this .venv (then the host's own imports find it compiled too). The exit
+# status is the job's: that compile only saves time.
 demo: $(STAMP)
-	$(BIN)/orch submit examples/quickstart.yaml
+	{ test -e $(VENV)/.compiled-warm || { env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -c \
+	  'from jobs.host import preload; preload()' && touch $(VENV)/.compiled-warm; }; } & \
+	$(BIN)/orch submit examples/quickstart.yaml; s=$$?; wait $$!; exit $$s
 
 # Lint (ruff) and the type check (mypy, over orchestrator/, providers/ and jobs/) come first:
 # both take seconds and say what to fix by file and line.
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
@@ -95,19 +128,19 @@ lint: $(STAMP)
 # the next run's processes read them instead of spending 8 s each rewriting them again.
 # `make test-1` runs the same in one process.
 PYTEST = env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
-test: $(STAMP) browser postgres prometheus lint
+test: $(TEST_STAMP) browser postgres prometheus lint
 	$(PYTEST) -n 2 --store both tests --durations=20
 
-test-1: $(STAMP) browser postgres prometheus lint
+test-1: $(TEST_STAMP) browser postgres prometheus lint
 	$(PYTEST) --store both tests --durations=20
 
-postgres-test: $(STAMP) postgres
+postgres-test: $(TEST_STAMP) postgres
 	$(PYTEST) --store postgresql tests
 
-unit: $(STAMP)
+unit: $(TEST_STAMP)
 	$(PYTEST) tests -m "not integration"
 
-integration: $(STAMP) browser prometheus
+integration: $(TEST_STAMP) browser prometheus
 	$(PYTEST) tests -m integration
 
 clean:

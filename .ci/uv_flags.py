@@ -21,9 +21,10 @@ FLAGS = {
 }
 
 
-def pip_settings(pip: str) -> list[tuple[str, str]]:
-    """(key, value) of every scope `pip config list` shows (global, user, site, :env:)."""
-    out = subprocess.run([pip, "config", "list"], capture_output=True, text=True).stdout
+def pip_settings(pip: list[str]) -> list[tuple[str, str]]:
+    """(key, value) of every scope `pip config list` shows (global, user, site, :env:); `pip`
+    is the command that runs pip (`pip`, or `python3 -m pip`)."""
+    out = subprocess.run([*pip, "config", "list"], capture_output=True, text=True).stdout
     pairs = []
     for line in out.splitlines():
         name, sep, value = line.partition("=")
@@ -45,4 +46,4 @@ def uv_flags(pairs: list[tuple[str, str]]) -> list[str]:
 
 
 if __name__ == "__main__":
-    print(shlex.join(uv_flags(pip_settings(sys.argv[1] if len(sys.argv) > 1 else "pip"))))
+    print(shlex.join(uv_flags(pip_settings(sys.argv[1:] or ["pip"]))))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import controller, events, host, hosted
+from jobs import controller, events, host, hosted, job_values
 from jobs.request import RunRequest
 from tests.conftest import ROOT
 
@@ -123,6 +123,9 @@ def _serve(tmp_path, monkeypatch, fake_run):
     import jobs.runner
 
     monkeypatch.setattr(jobs.runner, "run", fake_run)
+    # This test's process plays the Ray node above the job's runner (jobs/job_values.py
+    # answers its descendants alone): the fake run's "workers" fetch from this process.
+    monkeypatch.setattr(job_values, "raylet_above", lambda pid: os.getpid())
     the_host = host.Host(FakePool(), {"E": "1"})
     sock = str(tmp_path / "h.sock")
     server = host.listen(sock)

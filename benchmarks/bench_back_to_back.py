@@ -77,18 +77,6 @@ def train(config):
     ray.train.report({"epoch": 1, "loss": _steps(model, config["steps"])})
 
 
-def only_run_jobs(args, work: Path) -> None:
-    """(c) alone, on the earlier orch first when `--baseline` names one."""
-    start = load_avg()
-    sides = {}
-    if args.baseline:
-        sides["baseline"] = run_jobs(args, work, Path(args.baseline).resolve())
-    sides["this"] = run_jobs(args, work)
-    log(f"load {start:.1f} at the start, {load_avg():.1f} at the end")
-    print_run_jobs(sides)
-    subprocess.run(["rm", "-rf", str(work)], check=False)
-
-
 if __name__ == "__main__":
     import sys
 

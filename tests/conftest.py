@@ -119,6 +119,15 @@ _DECIDING_ENV = ("ORCH_MODE", "ORCH_CLOUDS", "ORCH_CATALOG_DIR", "ORCH_CURRENCY"
 
 
 @pytest.fixture
+def no_orch_env(monkeypatch):
+    """None of the shell's ORCH_ settings: a test of placement's figures reads the defaults
+    (use with `pytestmark = pytest.mark.usefixtures("no_orch_env")`)."""
+    for k in list(os.environ):
+        if k.startswith("ORCH_"):
+            monkeypatch.delenv(k)
+
+
+@pytest.fixture
 def default_settings(monkeypatch):
     """Settings() with none of the environment that changes a decision."""
     from orchestrator.settings import Settings

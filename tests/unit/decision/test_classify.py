@@ -13,11 +13,7 @@ DAY = 86400.0
 FP = "fp-train"
 
 
-@pytest.fixture(autouse=True)
-def _no_orch_env(monkeypatch):
-    for k in list(__import__("os").environ):
-        if k.startswith("ORCH_"):
-            monkeypatch.delenv(k)
+pytestmark = pytest.mark.usefixtures("no_orch_env")  # placement reads the defaults
 
 
 def spec(schedule: str = "") -> object:

@@ -4,8 +4,6 @@ through every path that reads it. No Ray."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from orchestrator.base import redact
@@ -32,11 +30,7 @@ def on(gpu: str, count: float) -> dict:
     return {"target": "onprem", "gpu": gpu, "count": count}
 
 
-@pytest.fixture(autouse=True)
-def _no_orch_env(monkeypatch):
-    for k in list(os.environ):
-        if k.startswith("ORCH_"):
-            monkeypatch.delenv(k)
+pytestmark = pytest.mark.usefixtures("no_orch_env")  # placement reads the defaults
 
 
 T = "train: {job: image-classification}\n"

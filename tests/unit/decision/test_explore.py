@@ -4,7 +4,6 @@ what measuring it may save the family's work to come beats the run's extra cost.
 from __future__ import annotations
 
 import math
-import os
 import random
 
 import pytest
@@ -21,11 +20,7 @@ H100 = Offer("cloud", "H100", 1, 2.0, cloud="c", region="r")  # the shrunk peak 
 JOB = "resources: {accelerators: {A100: 1, H100: 1}}\nestimate: {hours: 2, gpu: A100}\n"
 
 
-@pytest.fixture(autouse=True)
-def _no_orch_env(monkeypatch):
-    for k in list(os.environ):
-        if k.startswith("ORCH_"):
-            monkeypatch.delenv(k)
+pytestmark = pytest.mark.usefixtures("no_orch_env")  # placement reads the defaults
 
 
 def rented(jobs: int, hours: float = 4.0, days: float = 10.0, gpu: str = "A100") -> list[PastRun]:

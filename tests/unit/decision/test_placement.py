@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import random
 
 import pytest
@@ -19,11 +18,7 @@ NOW = 1_700_000_000.0
 FP = "fp"
 
 
-@pytest.fixture(autouse=True)
-def _no_orch_env(monkeypatch):
-    for k in list(os.environ):
-        if k.startswith("ORCH_"):
-            monkeypatch.delenv(k)
+pytestmark = pytest.mark.usefixtures("no_orch_env")  # placement reads the defaults
 
 
 LAMBDA = Offer("cloud", "A100", 1, 1.30, cloud="lambda", region="us-east-1", cpus=30,

@@ -3,8 +3,6 @@ store's unfinished rented runs on another model than their estimate's are in fli
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from orchestrator.decision.facts import decide_on
@@ -15,12 +13,7 @@ from orchestrator.spec import load_spec_text
 from orchestrator.store import Store
 from tests.unit.decision.test_explore import A100, H100, JOB, NOW, rented
 
-
-@pytest.fixture(autouse=True)
-def _no_orch_env(monkeypatch):
-    for k in list(os.environ):
-        if k.startswith("ORCH_"):
-            monkeypatch.delenv(k)
+pytestmark = pytest.mark.usefixtures("no_orch_env")  # placement reads the defaults
 
 
 def test_a_plan_reads_the_stores_unfinished_rented_runs_as_measuring(tmp_path):

@@ -236,8 +236,7 @@ def speed_estimate(base: str, target: str, own: Mapping[str, OnModel], team: Tea
         # What is left of the belief's spread (in log terms: the prior's, as much as the
         # jobs have not measured away) prices the hours at their expectation, which is
         # longer than the point's: E[1 / r] = exp(var / 2) / r for a lognormal belief.
-        peak_ratio = (peak.get(target) or 1.0) / (peak.get(base) or 1.0)
-        var = (math.log(max(peak_ratio, 1 / peak_ratio)) / 2) ** 2 * (1 - w)
+        var = prior_log_var(base, target, peak) * (1 - w)
         r = point / math.exp(var / 2)
         what = "gpu_speeds setting" if prior.kind == "setting" else "peak table, shrunk"
         return Estimate(target, base, r, f"{target}: {r:.2g}x {base} (the team's {how}, {mean:.2g}x, "
@@ -249,9 +248,9 @@ def speed_estimate(base: str, target: str, own: Mapping[str, OnModel], team: Tea
         # figure is, at its expected hours (E[1 / r] = exp(var / 2) / r for a lognormal).
         # With a measured data share only the compute part is the guess: E[hours] goes as
         # share + (1 - share) x exp(var / 2) / (its compute ratio).
-        peak_ratio = (peak.get(target) or 1.0) / (peak.get(base) or 1.0)
-        f = math.exp((math.log(max(peak_ratio, 1 / peak_ratio)) / 2) ** 2 / 2)
-        r = prior.ratio / f if share is None else 1.0 / (share + (1.0 - share) * f / peak_ratio ** SHRINK)
+        f = math.exp(prior_log_var(base, target, peak) / 2)
+        shrunk = ((peak.get(target) or 1.0) / (peak.get(base) or 1.0)) ** SHRINK
+        r = prior.ratio / f if share is None else 1.0 / (share + (1.0 - share) * f / shrunk)
         inner = prior.source.split(" (", 1)[1][:-1]
         return Estimate(target, base, r, f"{target}: {r:.2g}x {base} ({inner}: {prior.ratio:.2g}x, "
                                          "priced at its expected hours for the belief's spread)", "peak")
@@ -266,6 +265,13 @@ def speed_estimate(base: str, target: str, own: Mapping[str, OnModel], team: Tea
 # many of the team's jobs measured on both models (in log terms): a setting is a prior that
 # measured runs overrule as they add up (at 12 jobs, 80 % of the figure is theirs).
 PRIOR_JOBS = 3
+
+
+def prior_log_var(base: str, target: str, peak: Mapping[str, float] = SPEED) -> float:
+    """The log variance of the prior belief in `target`'s speed over `base`'s: the shrunk
+    peak table is as likely off by its square root either way (half the ratio's log)."""
+    ratio = (peak.get(target) or 1.0) / (peak.get(base) or 1.0)
+    return (math.log(max(ratio, 1.0 / ratio)) / 2.0) ** 2
 
 
 def _prior(base: str, target: str, overrides: Mapping[str, float] | None,

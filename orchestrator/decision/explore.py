@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Collection, Iterable, Optional, Sequence
 
 from orchestrator.base.targets import OWNED
-from orchestrator.decision.estimates import PRIOR_JOBS, model_of
+from orchestrator.decision.estimates import PRIOR_JOBS, model_of, prior_log_var
 from orchestrator.decision.gpus import SPEED
 from orchestrator.decision.models import PastRun
 from orchestrator.decision.placement_rules import Row
@@ -45,7 +45,6 @@ class Exploration:
     pair: tuple[str, str]  # (the family's reference model, the model measured)
     value: float  # USD the run is expected to save the family's work to come
     extra: float  # USD it costs over the option otherwise chosen
-    work_h: float  # the family's rented GPU-hours over the horizon
     reason: str
 
 
@@ -72,8 +71,7 @@ def belief(base: str, target: str, n: int, peak=SPEED) -> tuple[float, float, fl
     is as likely off by its square root either way), taken as one job's spread too; one
     more job moves the point by its distance from it times its weight, 1 / (n + 1 +
     PRIOR_JOBS)."""
-    ratio = (peak.get(target) or 1.0) / (peak.get(base) or 1.0)
-    var0 = (math.log(max(ratio, 1.0 / ratio)) / 2.0) ** 2
+    var0 = prior_log_var(base, target, peak)
     left = lambda k: var0 * PRIOR_JOBS / (k + PRIOR_JOBS)  # noqa: E731
     return left(n), math.sqrt(var0 + left(n)) / (n + 1 + PRIOR_JOBS), left(n + 1)
 
@@ -132,7 +130,7 @@ def explore(rows: Sequence[Row], chosen: Optional[Row], est, settings,
                    f"{math.exp(m):.2g}x +-{math.exp(math.sqrt(var)):.2g}x; measuring it may save "
                    f"{money(value)} of {rented:.0f} GPU-hours rented in "
                    f"{horizon:g} days, this run costs {money(max(extra, 0.0))} more")
-            best = Exploration(r, pair, value, extra, rented, why)
+            best = Exploration(r, pair, value, extra, why)
     return best
 
 

@@ -2,19 +2,22 @@
 them, so a plan or submit of unchanged code imports nothing again (orchestrator/spec/checks.py).
 
 One JSON file under ORCH_HOME holds digests only (a fingerprint's config may hold values a
-user would not print). Written whole or not at all; when two processes write it at once
-the last one's stays, and the entry the other added is checked again next time. A file
-that cannot be read or written costs a check, never an error.
+user would not print). Written whole or not at all, read and changed under a lock on its
+folder (flock: two processes remembering at once both keep their passes). A file or folder
+that cannot be read, locked or written costs a check, never an error.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from orchestrator.base import skycache
 
@@ -24,6 +27,26 @@ KEEP = 512  # the most recent passes kept
 
 def memo_path(home: Path) -> Path:
     return home / "cache" / "entrypoints.json"
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Held while one process reads and rewrites the memo; where the folder cannot be made
+    or locked, the write goes on unlocked (the last writer's view stays)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # and the lock with it
 
 
 class CheckMemo:
@@ -54,7 +77,8 @@ class CheckMemo:
         return self._key(entrypoint, where) in self._read()
 
     def remember(self, entrypoint: str, where: Path, now: Optional[float] = None) -> None:
-        passed = self._read()
-        passed[self._key(entrypoint, where)] = round(time.time() if now is None else now, 3)
-        newest = sorted(passed.items(), key=lambda kv: kv[1], reverse=True)[:KEEP]
-        skycache.write_json(self.path, {"version": VERSION, "passed": dict(newest)})
+        with _locked(self.path.parent):
+            passed = self._read()
+            passed[self._key(entrypoint, where)] = round(time.time() if now is None else now, 3)
+            newest = sorted(passed.items(), key=lambda kv: kv[1], reverse=True)[:KEEP]
+            skycache.write_json(self.path, {"version": VERSION, "passed": dict(newest)})

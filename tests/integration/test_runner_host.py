@@ -100,11 +100,10 @@ def test_two_jobs_at_once_each_log_only_their_own_run(ray_home, tmp_path):
         assert [e["rank"] for e in events.parse(log) if e["event"] == "worker"] == [0]
 
 
-def test_a_run_whose_host_dies_fails_with_why_and_the_next_host_runs_jobs_back_to_back_warm(
+def test_a_run_whose_host_dies_fails_with_why_and_the_next_submit_starts_a_new_host(
         ray_home, tmp_path):
-    # One killed host serves three checks (a host's start and its warm processes cost about
-    # 15 CPU-s): the run it held fails and leaves no workers, the next submit starts a host
-    # again, and that host, fresh, runs two jobs back to back on warm processes.
+    # One killed host serves both: the run it held fails and leaves no workers, and the next
+    # submit starts a host again (a host's start and its warm processes cost about 15 CPU-s).
     wait_ready(ray_home)
     job = tmp_path / "long.yaml"
     job.write_text(SHORT.replace("{epochs: 1}", "{epochs: 200, dataset_multiplier: 4}"))
@@ -142,18 +141,23 @@ def test_a_run_whose_host_dies_fails_with_why_and_the_next_host_runs_jobs_back_t
     assert json.loads(proc.stdout)["status"] == "SUCCEEDED"
     new = host_pid(ray_home)
     assert new != old and psutil.pid_exists(new)
-    wait_ready(ray_home)  # and it answers, for the jobs below and the tests after this one
-    _two_jobs_back_to_back_start_on_warm_processes_submitted_without_ray(ray_home, tmp_path)
+    wait_ready(ray_home)  # and it answers, for the tests after this one
 
 
-def _two_jobs_back_to_back_start_on_warm_processes_submitted_without_ray(ray_home, tmp_path):
+def test_two_jobs_back_to_back_both_start_on_warm_processes_submitted_without_ray(
+        ray_home, tmp_path):
     # The host keeps two one-worker runs' processes (jobs/warm.py, the default memory): the
     # second of two jobs submitted one right after the other finds its own warm too, its
     # controller and synchronization actor included (the pool is refilled only once jobs
     # pause, after both have started). And `orch submit` of a job with no workdir of its
     # own imports no Ray (its secret file packed and the job posted as plain HTTP).
-    # On a host started by the test above: its pool holds exactly what it started (one that
-    # served other tests may count a process Ray started beside its own, jobs/warm.py says so).
+    # A host started now: its pool holds exactly what it started (one that served other
+    # tests may count a process Ray started beside its own, jobs/warm.py says so).
+    host = psutil.Process(host_pid(ray_home))
+    host.kill()
+    host.wait(10)
+    assert run_orch(ray_home, "local", "up").returncode == 0
+    wait_ready(ray_home)
     ray_dir = local_ray_dir(ray_home)
     wait_warm(ray_dir, n=6)  # two runs' controllers and synchronization actors, two workers
     seen: dict = {}  # pid -> (title, when its process started)

@@ -9,6 +9,8 @@ import json
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
+from typing import Optional
 
 import psutil
 import pytest
@@ -43,17 +45,27 @@ def wait_ready(home, timeout=120) -> None:
     conn.close()  # a connection that sends nothing: the host refuses it and goes on
 
 
-def wait_warm(ray_dir: str, n: int = 4, age_s: float = 8, timeout: float = 120) -> None:
+def wait_warm(ray_dir: str, n: int = 4, age_s: float = 8, timeout: float = 120,
+              home: Optional[Path] = None) -> None:
     """Until that Ray holds at least `n` idle processes (the runner host's warm ones: a run's
     controller, synchronization actor and two workers), each started `age_s` ago or more:
-    they import torch while they wait, and a run that came sooner could find them busy."""
+    they import torch while they wait, and a run that came sooner could find them busy.
+    `home`: whose runner host's log to show when they do not come."""
     deadline = time.monotonic() + timeout
     while True:
         idle = actor_processes(ray_dir, "ray::IDLE")
         with contextlib.suppress(psutil.Error):
             if len(idle) >= n and all(time.time() - p.create_time() >= age_s for p in idle):
                 return
-        assert time.monotonic() < deadline, f"{len(idle)} warm processes after {timeout} s"
+        if time.monotonic() >= deadline:
+            ages = []
+            for p in idle:
+                with contextlib.suppress(psutil.Error):
+                    ages.append(round(time.time() - p.create_time(), 1))
+            log = home / "local" / "host.log" if home is not None else None
+            said = log.read_text()[-3000:] if log is not None and log.exists() else ""
+            raise AssertionError(f"{len(idle)} warm processes after {timeout} s (ages {ages}); "
+                                 f"the host's log:\n{said}")
         time.sleep(0.2)
 
 
@@ -159,7 +171,7 @@ def test_two_jobs_back_to_back_both_start_on_warm_processes_submitted_without_ra
     assert run_orch(ray_home, "local", "up").returncode == 0
     wait_ready(ray_home)
     ray_dir = local_ray_dir(ray_home)
-    wait_warm(ray_dir, n=6)  # two runs' controllers and synchronization actors, two workers
+    wait_warm(ray_dir, n=6, home=ray_home)  # two runs' controllers and synchronization actors, two workers
     seen: dict = {}  # pid -> (title, when its process started)
     finished = threading.Event()
 

@@ -270,3 +270,21 @@ class RunMetrics(RootModel[dict[str, Any]]):
 DERIVED = frozenset(("verdict", "telemetry", "device_now", "run_settings", "utilization",
                      "phases", "scaling", "failure", "stopped", "dropped_events", "wall_s",
                      "reports", "checkpoint"))
+
+
+
+# What planning learns from a past run (decision.models.PastRun.from_row reads no other key
+# of its metrics): the store keeps these beside the whole (store/jobs.py, `learned_json`), so
+# that a plan reads a team's 2,000 runs without their telemetry series.
+LEARNED = ("wall_s", "samples_per_sec", "data_fraction")
+
+
+def learned_part(metrics: Any) -> dict[str, Any]:
+    """The part of a run's metrics that planning reads, as stored: `LEARNED` and
+    `run_settings.gpu_name` (read as RunMetrics reads it). Anything but a dict reads as none."""
+    read = RunMetrics.read(metrics)
+    out = {k: read.root[k] for k in LEARNED if k in read.root}
+    settings = read.run_settings
+    if settings is not None and settings.gpu_name is not None:
+        out["run_settings"] = RunSettings(gpu_name=settings.gpu_name).to_dict()
+    return out

@@ -286,7 +286,7 @@ TEAM_DAYS, TEAM_RUNS = 90, 2000
 def _history(store, fingerprint: str, now: float) -> list[PastRun]:
     if store is None:
         return []  # planning must not create the store
-    mine = [PastRun.from_row(r) for r in store.runs_for_fingerprint(fingerprint)]
-    team = [PastRun.from_row(r) for r in store.list(TEAM_RUNS, ("SUCCEEDED",), now - TEAM_DAYS * 86400)
-            if r.fingerprint and r.fingerprint != fingerprint]
+    own, others = store.learning_runs(fingerprint, TEAM_RUNS, now - TEAM_DAYS * 86400)
+    mine = [PastRun.from_row(r) for r in own]
+    team = [PastRun.from_row(r) for r in others if r.fingerprint and r.fingerprint != fingerprint]
     return mine + team

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Optional
 
 from orchestrator.base.errors import NotFound
 from orchestrator.records import JobInfo, JobRow
+from orchestrator.records.metrics import learned_part
 from orchestrator.records.placement import Placement
 from orchestrator.store.base import Row, StoreBase, iso
 from orchestrator.store.job_pages import JobQuery, encode_cursor, page_sql
@@ -46,6 +47,11 @@ def _assignments(fields: dict[str, Any]) -> tuple[list[str], list[Any]]:
         cols.append(f"{column} = ?")
         if column == "decision_json":  # a Placement (or an old row's dict, read leniently)
             values.append(_decision_json(value))
+        elif column == "metrics_json":  # and what planning reads of them, noted beside
+            text = json.dumps(value)
+            values.append(text)
+            cols.append("learned_json = ?")
+            values.append(json.dumps({"of": len(text), "metrics": learned_part(value)}))
         else:
             values.append(json.dumps(value) if column in _JSON_COLUMNS else value)
     return cols, values
@@ -196,6 +202,31 @@ class Jobs(StoreBase):
             (fingerprint, since)).fetchall()
         return [_record(r) for r in rows]
 
+    def learning_runs(self, fingerprint: str, team_limit: int,
+                      team_since: float) -> tuple[builtins.list[JobRow], builtins.list[JobRow]]:
+        """What a plan learns from (service/planning.py): every run of `fingerprint`, oldest
+        first, and the team's newest `team_limit` successful runs since `team_since` (as
+        `list` gives them). Each row's metrics hold only what planning reads
+        (records.metrics.learned_part), not its telemetry: 2,000 runs' metrics read whole
+        took 0.7 CPU-s a plan here. Not for showing: the rest of their metrics is left out."""
+        mine = self._db.execute(
+            f"SELECT {_LEARNING_COLUMNS} FROM jobs WHERE fingerprint = ? ORDER BY created_at",
+            (fingerprint,)).fetchall()
+        team = self._db.execute(
+            f"SELECT {_LEARNING_COLUMNS} FROM jobs WHERE status = 'SUCCEEDED' AND "
+            "(created_at >= ? OR finished_at >= ? OR finished_at IS NULL) "
+            "ORDER BY created_at DESC, id DESC LIMIT ?",
+            (team_since, team_since, team_limit)).fetchall()
+        learned = {r["id"]: _learned(r) for r in [*mine, *team]}
+        whole = [job_id for job_id, m in learned.items() if m is None]
+        for start in range(0, len(whole), 500):  # rows written before the column, or since by an older orch
+            chunk = whole[start:start + 500]
+            for r in self._db.execute(f"SELECT id, metrics_json FROM jobs WHERE id IN "
+                                      f"({', '.join('?' * len(chunk))})", chunk).fetchall():
+                learned[r["id"]] = learned_part(_loads(r["metrics_json"]))
+        return ([_record(r, learned[r["id"]]) for r in mine],
+                [_record(r, learned[r["id"]]) for r in team])
+
     def queued(self) -> builtins.list[JobRow]:
         """Jobs an `orch serve` recorded and has not launched yet, in launch order:
         priority first (highest), then submission time."""
@@ -256,11 +287,39 @@ class Jobs(StoreBase):
             return True
 
 
-def _record(row: Row) -> JobRow:
-    rec = {k: row[k] for k in row.keys()}
+# Every column of a job but its whole metrics: their length and what planning reads instead.
+_LEARNING_COLUMNS = ("id, name, status, kind, target, fingerprint, spec_json, source_file, "
+                     "decision_json, backend_id, address, log_path, info_json, message, "
+                     "cancel_requested, idempotency_key, created_at, updated_at, started_at, "
+                     "finished_at, owner, priority, LENGTH(metrics_json) AS metrics_len, learned_json")
+
+
+def _loads(raw: Optional[str]) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def _learned(row: Row) -> Optional[dict]:
+    """What planning reads of a row's metrics, from the note beside them; None when there is
+    none, or the metrics were rewritten since (their length is not the one noted)."""
+    note = _loads(row["learned_json"])
+    if isinstance(note, dict) and note.get("of") == row["metrics_len"] and isinstance(note.get("metrics"), dict):
+        return note["metrics"]
+    return None
+
+
+def _record(row: Row, metrics: Optional[dict] = None) -> JobRow:
+    """A row as a JobRow; `metrics`: those instead of the row's (a `learning_runs` row)."""
+    rec = {k: row[k] for k in row.keys() if k not in ("metrics_len", "learned_json")}
+    if metrics is not None:
+        rec["metrics_json"] = None
     for column, key in _JSON_COLUMNS.items():
         raw = rec.pop(column)
         rec[key] = json.loads(raw) if raw else None
+    if metrics is not None:
+        rec["metrics"] = metrics
     rec["cancel_requested"] = bool(rec["cancel_requested"])
     rec["metrics"] = rec["metrics"] or {}
     rec["spec"] = rec["spec"] or {}

@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 from orchestrator.base.errors import StoreError
 from orchestrator.store.base import DOCTOR_HINT, Connection, transaction
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 Step = Union[str, Callable[[Connection], None]]
 
@@ -22,7 +22,7 @@ Step = Union[str, Callable[[Connection], None]]
 # PostgreSQL store upgrade one by one. Each migration records, as `compatible_from`, the
 # oldest version whose code may use the store ("<version>:<oldest>"); a store newer than this code is used when
 # this code's version is at least that. (Code of version 3 and older predates the key.)
-ADDITIVE = {4}
+ADDITIVE = {4, 5}
 
 MIGRATIONS: dict[int, list[Step]] = {
     1: [
@@ -141,6 +141,13 @@ MIGRATIONS: dict[int, list[Step]] = {
             started_at REAL NOT NULL,
             seen_at REAL NOT NULL
         )""",
+    ],
+    # What planning learns from a run (records.metrics.learned_part), beside its whole
+    # metrics: {"of": the metrics' length, "metrics": {...}}. A row whose metrics an older
+    # orch rewrote (its length no longer the one noted) or wrote before this column is read
+    # whole (store/jobs.py `learning_runs`).
+    5: [
+        "ALTER TABLE jobs ADD COLUMN learned_json TEXT",
     ],
 }
 

@@ -99,7 +99,7 @@ def test_repair_keeps_tokens_revocations_schedules_and_their_logs(orch_home, mon
             f"paused) and 7 schedule log events into a new store at {path}; unreadable: 1 job "
             "rows\n") in out
     assert "lost API tokens" not in out and "lost schedules" not in out
-    assert (f"ok       store            {path}: schema 4, 5 jobs: 5 SUCCEEDED; 3 API tokens "
+    assert (f"ok       store            {path}: schema 5, 5 jobs: 5 SUCCEEDED; 3 API tokens "
             "(1 revoked); 3 schedules (1 paused)\n") in out
     assert out.endswith("no problems\n")
 
@@ -222,7 +222,7 @@ def test_a_schema_1_store_repairs_as_before(orch_home, tmp_path, monkeypatch, ca
     assert code == 0, out + err
     assert (f"salvaged 5 jobs and 15 history events into a new store at {path}; unreadable: 1 "
             "job rows\n") in out
-    assert f"{path}: schema 4, 5 jobs: 5 SUCCEEDED\n" in out  # migrated; nothing of serve's
+    assert f"{path}: schema 5, 5 jobs: 5 SUCCEEDED\n" in out  # migrated; nothing of serve's
     code, out, err = orch(monkeypatch, capsys, json_home, "doctor", "--repair-store", "--json")
     assert code == 0, out + err
     repair = json.loads(out)["repair"]

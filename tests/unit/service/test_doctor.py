@@ -70,7 +70,7 @@ def test_store_counts_and_json(orch_home, monkeypatch, capsys, clean_env):
     assert report["ok"] is True and report["problems"] == 0
     store = report["checks"][0]
     assert store == {"name": "store", "ok": True, "state": "ok", "fix": None,
-                     "detail": f"{orch_home}/orch.db: schema 4, 3 jobs: 1 FAILED, 2 SUCCEEDED"}
+                     "detail": f"{orch_home}/orch.db: schema 5, 3 jobs: 1 FAILED, 2 SUCCEEDED"}
     assert report["checks"][1]["detail"].startswith("PRAGMA integrity_check: ok")
 
 

@@ -107,7 +107,7 @@ def test_a_schema_1_store_is_migrated_with_its_jobs(tmp_path, monkeypatch):
     old.close()
     monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION)
     store = store_at(tmp_path)
-    assert store.schema_version == SCHEMA_VERSION == 4
+    assert store.schema_version == SCHEMA_VERSION == 5
     got = store.get(rec.id)
     assert got.status == "SUCCEEDED" and got.owner is None and got.priority == 0
     assert [h["status"] for h in store.history(rec.id)] == ["PENDING", "SUCCEEDED"]
@@ -175,12 +175,12 @@ def test_a_newer_store_that_only_added_is_used_and_one_that_changed_is_refused(t
 
     store = store_at(tmp_path)
     assert store._db.execute("SELECT value FROM meta WHERE key = 'compatible_from'"
-                             ).fetchone()["value"] == f"{SCHEMA_VERSION}:{SCHEMA_VERSION - 1}"  # added only
+                             ).fetchone()["value"] == f"{SCHEMA_VERSION}:3"  # 4 and 5 only added
     store.close()
     newer = {**store_mod._MIGRATIONS, SCHEMA_VERSION + 1: ["CREATE TABLE extra (x INTEGER)"],
              SCHEMA_VERSION + 2: ["CREATE TABLE more (x INTEGER)"]}
     monkeypatch.setattr(store_mod, "_MIGRATIONS", newer)
-    monkeypatch.setattr(schema, "ADDITIVE", {4, SCHEMA_VERSION + 1, SCHEMA_VERSION + 2})
+    monkeypatch.setattr(schema, "ADDITIVE", {4, 5, SCHEMA_VERSION + 1, SCHEMA_VERSION + 2})
     monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 2)
     store_at(tmp_path).close()  # a replica of the newer orch migrates it
     monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION)
@@ -194,3 +194,48 @@ def test_a_newer_store_that_only_added_is_used_and_one_that_changed_is_refused(t
     monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION)
     with pytest.raises(StoreError, match="newer orch"):
         store_at(tmp_path)
+
+
+def test_a_plan_reads_what_it_learns_from_without_the_runs_telemetry(tmp_path):
+    """`learning_runs` gives the rows `runs_for_fingerprint` and `list` give, with only the
+    metrics planning reads; a row whose metrics an older orch rewrote, or wrote before the
+    note beside them existed, is read whole."""
+    import time
+
+    from orchestrator.decision.models import PastRun
+    from orchestrator.records.metrics import learned_part
+
+    store = store_at(tmp_path)
+    series = [{"t": 30 * i, "util": 71.3, "mem_gb": 9.4} for i in range(50)]
+    ids = []
+    for i, fp in enumerate(["fp1", "fp2", "fp1", "fp3", "fp2"]):
+        rec = _new(store, fingerprint=fp, decision={"choice": {"target": "onprem", "gpu": "A100", "count": 2}})
+        metrics = {"epoch": 3, "wall_s": 100.0 + i, "samples_per_sec": 1000.0 * (i + 1), "data_fraction": 0.25,
+                   "run_settings": {"gpu_name": "NVIDIA A100-SXM4-40GB", "precision": "bf16"},
+                   "telemetry": {"workers": {"0": {"series": series}}}, "loss": float("nan")}
+        store.set_status(rec.id, "SUCCEEDED" if i != 3 else "FAILED", "done", metrics=metrics)
+        ids.append(rec.id)
+    now, since = time.time(), time.time() - 3600
+
+    def same(lean, whole):
+        assert [r.id for r in lean] == [r.id for r in whole]
+        assert [PastRun.from_row(r) for r in lean] == [PastRun.from_row(r) for r in whole]
+        assert [r.metrics.to_dict() for r in lean] == [learned_part(r.metrics.to_dict()) for r in whole]
+
+    mine, team = store.learning_runs("fp1", 10, since)
+    same(mine, store.runs_for_fingerprint("fp1"))
+    same(team, store.list(10, ("SUCCEEDED",), since))
+    assert "telemetry" not in mine[0].metrics.to_dict() and mine[0].metrics.wall_s == 100.0
+    assert [r.id for r in store.learning_runs("fp1", 2, since)[1]] == [ids[4], ids[2]]
+    assert store.learning_runs("fp1", 10, now + 60)[1] == []
+
+    # An older orch rewrites one run's metrics and leaves the note as it was; another row
+    # has no note at all (written before schema 5): both are read whole.
+    with store._write() as db:
+        db.execute("UPDATE jobs SET metrics_json = ? WHERE id = ?",
+                   ('{"wall_s": 7.0, "samples_per_sec": 5.0}', ids[0]))
+        db.execute("UPDATE jobs SET learned_json = NULL WHERE id = ?", (ids[2],))
+    mine, _ = store.learning_runs("fp1", 10, since)
+    assert [r.metrics.to_dict() for r in mine] == [{"wall_s": 7.0, "samples_per_sec": 5.0},
+                                                   learned_part(store.get(ids[2]).metrics.to_dict())]
+    same(mine, store.runs_for_fingerprint("fp1"))

@@ -111,7 +111,7 @@ def test_doctor_checks_a_postgresql_store(pg, orch_home):
     check = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == "store")
     assert check["ok"] is True, check
     assert check["detail"].startswith("postgresql://orch:***@127.0.0.1:") or "ORCH_TEST" in os.environ
-    assert "PostgreSQL 1" in check["detail"] and "schema 4, 1 job: 1 SUCCEEDED; 1 live API token; " \
+    assert "PostgreSQL 1" in check["detail"] and "schema 5, 1 job: 1 SUCCEEDED; 1 live API token; " \
         "0 schedules" in check["detail"]
     proc = run_orch(orch_home, "doctor", "--repair-store")
     assert proc.returncode == 2 and "--repair-store mends a SQLite store" in proc.stderr

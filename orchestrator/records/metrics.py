@@ -272,7 +272,6 @@ DERIVED = frozenset(("verdict", "telemetry", "device_now", "run_settings", "util
                      "reports", "checkpoint"))
 
 
-
 # What planning learns from a past run (decision.models.PastRun.from_row reads no other key
 # of its metrics): the store keeps these beside the whole (store/jobs.py, `learned_json`), so
 # that a plan reads a team's 2,000 runs without their telemetry series.

@@ -9,6 +9,7 @@ that cannot be read, locked or written costs a check, never an error.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -40,10 +41,8 @@ def _locked(folder: Path) -> Iterator[None]:
         yield
         return
     try:
-        try:
+        with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:
-            pass
         yield
     finally:
         os.close(fd)  # and the lock with it

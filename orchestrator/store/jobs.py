@@ -151,7 +151,11 @@ class Jobs(StoreBase):
     def list(self, limit: int = 50, statuses: Optional[tuple] = None,
              since: Optional[float] = None) -> builtins.list[JobRow]:
         """Newest first; `since`: created at or after (epoch seconds), or not yet finished."""
-        q, where = "SELECT * FROM jobs", []
+        return [_record(r) for r in self._newest("*", limit, statuses, since)]
+
+    def _newest(self, columns: str, limit: int, statuses: Optional[tuple],
+                since: Optional[float]) -> builtins.list[Row]:
+        q, where = f"SELECT {columns} FROM jobs", []
         args: list[Any] = []
         if statuses:
             where.append(f"status IN ({','.join('?' * len(statuses))})")
@@ -163,7 +167,7 @@ class Jobs(StoreBase):
             q += " WHERE " + " AND ".join(where)
         q += " ORDER BY created_at DESC, id DESC LIMIT ?"  # as a page (job_pages.py)
         args.append(limit)
-        return [_record(r) for r in self._db.execute(q, args).fetchall()]
+        return self._db.execute(q, args).fetchall()
 
     def counts(self) -> builtins.list[JobCount]:
         """Every job counted by state, target and kind: one grouped query, however many
@@ -197,10 +201,12 @@ class Jobs(StoreBase):
                 for r in rows]
 
     def runs_for_fingerprint(self, fingerprint: str, since: float = 0.0) -> builtins.list[JobRow]:
-        rows = self._db.execute(
-            "SELECT * FROM jobs WHERE fingerprint = ? AND created_at >= ? ORDER BY created_at",
+        return [_record(r) for r in self._of_fingerprint("*", fingerprint, since)]
+
+    def _of_fingerprint(self, columns: str, fingerprint: str, since: float = 0.0) -> builtins.list[Row]:
+        return self._db.execute(
+            f"SELECT {columns} FROM jobs WHERE fingerprint = ? AND created_at >= ? ORDER BY created_at",
             (fingerprint, since)).fetchall()
-        return [_record(r) for r in rows]
 
     def learning_runs(self, fingerprint: str, team_limit: int,
                       team_since: float) -> tuple[builtins.list[JobRow], builtins.list[JobRow]]:
@@ -209,14 +215,8 @@ class Jobs(StoreBase):
         `list` gives them). Each row's metrics hold only what planning reads
         (records.metrics.learned_part), not its telemetry: 2,000 runs' metrics read whole
         took 0.7 CPU-s a plan here. Not for showing: the rest of their metrics is left out."""
-        mine = self._db.execute(
-            f"SELECT {_LEARNING_COLUMNS} FROM jobs WHERE fingerprint = ? ORDER BY created_at",
-            (fingerprint,)).fetchall()
-        team = self._db.execute(
-            f"SELECT {_LEARNING_COLUMNS} FROM jobs WHERE status = 'SUCCEEDED' AND "
-            "(created_at >= ? OR finished_at >= ? OR finished_at IS NULL) "
-            "ORDER BY created_at DESC, id DESC LIMIT ?",
-            (team_since, team_since, team_limit)).fetchall()
+        mine = self._of_fingerprint(_LEARNING_COLUMNS, fingerprint)
+        team = self._newest(_LEARNING_COLUMNS, team_limit, ("SUCCEEDED",), team_since)
         learned = {r["id"]: _learned(r) for r in [*mine, *team]}
         whole = [job_id for job_id, m in learned.items() if m is None]
         for start in range(0, len(whole), 500):  # rows written before the column, or since by an older orch
@@ -313,10 +313,8 @@ def _learned(row: Row) -> Optional[dict]:
 def _record(row: Row, metrics: Optional[dict] = None) -> JobRow:
     """A row as a JobRow; `metrics`: those instead of the row's (a `learning_runs` row)."""
     rec = {k: row[k] for k in row.keys() if k not in ("metrics_len", "learned_json")}
-    if metrics is not None:
-        rec["metrics_json"] = None
     for column, key in _JSON_COLUMNS.items():
-        raw = rec.pop(column)
+        raw = rec.pop(column, None)  # a learning_runs row has no metrics_json
         rec[key] = json.loads(raw) if raw else None
     if metrics is not None:
         rec["metrics"] = metrics

@@ -45,31 +45,18 @@ def wait_ready(home, timeout=120) -> None:
     conn.close()  # a connection that sends nothing: the host refuses it and goes on
 
 
-def _setup_hook(p: psutil.Process) -> str:
-    """The warm process's kind, by the setup hook Ray set in its environment (jobs/host.py):
-    preload_controller, preload_light (a synchronization actor's) or preload (a worker's)."""
-    with contextlib.suppress(OSError), open(f"/proc/{p.pid}/environ", "rb") as f:
-        for var in f.read().split(b"\0"):
-            if var.startswith(b"__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR="):
-                return var.decode().rsplit(".", 1)[-1]
-    return ""
-
-
 def wait_warm(ray_dir: str, n: int = 4, age_s: float = 8, timeout: float = 120,
-              home: Optional[Path] = None, kinds: Optional[dict] = None) -> None:
+              home: Optional[Path] = None) -> None:
     """Until that Ray holds at least `n` idle processes (the runner host's warm ones: a run's
     controller, synchronization actor and two workers), each started `age_s` ago or more:
     they import torch while they wait, and a run that came sooner could find them busy.
-    `kinds`: at least so many of each setup hook ({"preload": 2}: two workers' processes).
     `home`: whose runner host's log to show when they do not come."""
     deadline = time.monotonic() + timeout
     while True:
         idle = actor_processes(ray_dir, "ray::IDLE")
         with contextlib.suppress(psutil.Error):
             if len(idle) >= n and all(time.time() - p.create_time() >= age_s for p in idle):
-                hooks = [_setup_hook(p) for p in idle]
-                if all(hooks.count(k) >= c for k, c in (kinds or {}).items()):
-                    return
+                return
         if time.monotonic() >= deadline:
             ages = []
             for p in idle:

@@ -18,12 +18,8 @@ from typing import Any, Optional
 # calls the function before it takes work.
 SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
 # The synchronization actor's env_vars over the controller's: its warm process runs
-# host.preload_light instead of the controller's host.preload_controller.
+# host.preload_light instead of host.preload.
 LIGHT_ENV = {SETUP_HOOK_VAR: f"{__package__}.host.preload_light"}
-# A hosted run's workers' env_vars over the controller's (Ray Train's
-# `RunConfig.worker_runtime_env`): their warm processes run host.preload, which adds what
-# only training needs (torch._dynamo, the built-in jobs) to the controller's imports.
-WORKER_ENV = {SETUP_HOOK_VAR: f"{__package__}.host.preload"}
 
 
 def to_log(path: str) -> None:

@@ -35,33 +35,24 @@ import traceback
 from typing import Any, Optional
 
 from . import events, job_values
-from .controller import LIGHT_ENV, SETUP_HOOK_VAR, WORKER_ENV, abort
+from .controller import LIGHT_ENV, SETUP_HOOK_VAR, abort
 from .hosted import pid_file
 from .request import BadRequest, RunRequest
 from .warm import DEFAULT_POOL_MB, IDLE_S, SPARE_AFTER_S, Stock
 
 
-def preload_controller() -> None:
-    """Run in each warm process of a run's controller as it starts: what a controller
-    imports, no more (a controller trains nothing: without torch._dynamo and the built-in
-    jobs its process took 1.2 CPU-s less here). Never fails the process."""
-    with contextlib.suppress(Exception):
-        import ray.train.torch  # noqa: F401
-        import torch  # noqa: F401
-        from ray.train.v2._internal.execution.controller import TrainController  # noqa: F401
-
-        from . import context, runner  # noqa: F401
-
-
 def preload() -> None:
-    """Run in each warm process of a worker as it starts (and by the host itself): import
-    what they import, so that a run finds them ready. Never fails the process."""
-    preload_controller()
+    """Run in each warm process of a controller or a worker as it starts: import what they
+    import, so that a run finds them ready. Never fails the process."""
     with contextlib.suppress(Exception):
         # torch._dynamo: creating any torch optimizer imports it (0.9-1.1 s of each job's
         # first step here).
+        import ray.train.torch  # noqa: F401
+        import torch  # noqa: F401
         import torch._dynamo  # noqa: F401
+        from ray.train.v2._internal.execution.controller import TrainController  # noqa: F401
 
+        from . import context, runner  # noqa: F401
         from .builtin import image_classification  # noqa: F401
 
 
@@ -79,11 +70,6 @@ def sync_actor_env(env: dict) -> dict:
     return {**env, **LIGHT_ENV}
 
 
-def worker_env(env: dict) -> dict:
-    """A hosted run's workers' env_vars: the controller's, with the full setup hook."""
-    return {**env, **WORKER_ENV}
-
-
 def controller_env() -> dict:
     """The env_vars of every run's controller: the Ray Train settings of orch's jobs (the
     runner's, the health check at 0.2 s as orch's launches set it) and Ray Train's own
@@ -98,7 +84,7 @@ def controller_env() -> dict:
 
     return {**TRAIN_ENV, "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2",
             RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR: DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
-            SETUP_HOOK_VAR: f"{__package__}.host.preload_controller"}
+            SETUP_HOOK_VAR: f"{__package__}.host.preload"}
 
 
 def runtime_env_strings(env: dict) -> tuple[str, str]:
@@ -125,10 +111,7 @@ class WarmPool:
         self._stub = node_manager_pb2_grpc.NodeManagerServiceStub(channel)
         self._request = node_manager_pb2.PrestartWorkersRequest
         self._job = bytes.fromhex(ray.get_runtime_context().get_job_id())
-        self._controller = runtime_env_strings(env)[0]
-        # The controller's env under the workers' own (`WORKER_ENV`), merged and written by
-        # Ray's core as for the synchronization actor.
-        self._worker = runtime_env_strings(worker_env(env))[1]
+        self._controller, self._worker = runtime_env_strings(env)
         # Started by the controller with an env of its own, which Ray's core merges over the
         # controller's and writes compactly, as it does a worker's.
         self._sync = runtime_env_strings(sync_actor_env(env))[1]

@@ -264,10 +264,6 @@ def _fit(req: RunRequest, options: WorkerOptions, hosted: Optional[Hosted], star
             checkpoint_config=CheckpointConfig(num_to_keep=req.num_to_keep),
             failure_config=FailureConfig(max_failures=req.max_failures),
             callbacks=[reporter(where)],
-            # A hosted run's workers take the warm processes started with the workers' setup
-            # hook (jobs/host.py); the controller's is lighter.
-            worker_runtime_env=(
-                {"env_vars": dict(train_controller.WORKER_ENV)} if hosted is not None else None),
         ),
     )
     if watch is not None:

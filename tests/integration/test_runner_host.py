@@ -69,19 +69,18 @@ def wait_warm(ray_dir: str, n: int = 4, age_s: float = 8, timeout: float = 120,
         time.sleep(0.2)
 
 
-def watch_run_actors(ray_dir: str, done, timeout: float) -> dict:
-    """The synchronization actors and controllers of that Ray seen every 0.1 s until
-    `done()`: actor name -> {pid: (when its process started, whether torch is loaded in it)}."""
-    seen: dict = {"ray::SynchronizationActor": {}, "ray::TrainController": {}}
+def watch_sync_actors(ray_dir: str, done, timeout: float) -> dict:
+    """The synchronization actors of that Ray seen every 0.1 s until `done()`: pid -> (when
+    its process started, whether torch is loaded in it)."""
+    syncs: dict = {}
     deadline = time.monotonic() + timeout
     while not done():
         assert time.monotonic() < deadline, "the run did not end"
-        for name, found in seen.items():
-            for p in actor_processes(ray_dir, name):
-                with contextlib.suppress(psutil.Error, OSError), open(f"/proc/{p.pid}/maps") as maps:
-                    found.setdefault(p.pid, (p.create_time(), "libtorch" in maps.read()))
+        for p in actor_processes(ray_dir, "ray::SynchronizationActor"):
+            with contextlib.suppress(psutil.Error, OSError), open(f"/proc/{p.pid}/maps") as maps:
+                syncs.setdefault(p.pid, (p.create_time(), "libtorch" in maps.read()))
         time.sleep(0.1)
-    return seen
+    return syncs
 
 
 def test_two_jobs_at_once_each_log_only_their_own_run(ray_home, tmp_path):

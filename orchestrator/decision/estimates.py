@@ -27,14 +27,17 @@ def model_of(gpu: Optional[str]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class OnModel:
-    """What one job's recent successful runs measured on one GPU model: medians of per-GPU
-    throughput and of GPU-hours (the work, if it splits evenly over the GPUs), and the share
-    of a step spent waiting for data."""
+    """What one job's recent runs measured on one GPU model: medians of per-GPU throughput
+    and of GPU-hours (the work, if it splits evenly over the GPUs), and the share of a step
+    spent waiting for data. `runs` counts the successful runs, `running` the runs still
+    going whose reports already measured throughput or data share (their hours are not
+    known yet: they count for the speed, never for the hours)."""
 
     runs: int
     sps_per_gpu: Optional[float]
     gpu_hours: Optional[float]
     data_share: Optional[float]
+    running: int = 0
 
 
 def _median(xs: list[float]) -> Optional[float]:
@@ -42,19 +45,24 @@ def _median(xs: list[float]) -> Optional[float]:
 
 
 def by_model(runs: Iterable[PastRun]) -> dict[str, OnModel]:
-    """One job's succeeded runs, newest first, summed up per GPU model."""
+    """One job's succeeded runs, newest first, summed up per GPU model; with the throughput
+    and data share its running runs have reported so far (a sweep's later runs are placed
+    by what its first runs measured in their first epoch, not only once they end)."""
     groups: dict[str, list[PastRun]] = {}
-    for r in sorted((r for r in runs if r.succeeded), key=lambda r: r.created_at, reverse=True):
+    for r in sorted((r for r in runs if r.succeeded or r.measuring), key=lambda r: r.created_at,
+                    reverse=True):
         groups.setdefault(model_of(r.gpu), []).append(r)
     out = {}
     for model, rs in groups.items():
         rs = rs[:_RECENT]
         n = [max(float(r.gpu_count or 0), 1.0) for r in rs]
+        done = [(r, k) for r, k in zip(rs, n) if r.succeeded]
         out[model] = OnModel(
-            runs=len(rs),
+            runs=len(done),
             sps_per_gpu=_median([r.samples_per_sec / k for r, k in zip(rs, n) if r.samples_per_sec]),
-            gpu_hours=_median([r.duration_s / 3600 * k for r, k in zip(rs, n) if r.duration_s]),
-            data_share=_median([r.data_share for r in rs if r.data_share is not None]))
+            gpu_hours=_median([r.duration_s / 3600 * k for r, k in done if r.duration_s]),
+            data_share=_median([r.data_share for r in rs if r.data_share is not None]),
+            running=len(rs) - len(done))
     return out
 
 
@@ -105,8 +113,8 @@ def learn_ratios(runs: Iterable[PastRun], exclude: str = "") -> TeamRatios:
     """The team's ratios from every job's runs but `exclude` (the job being planned, whose
     own runs count on their own)."""
     per_job: dict[str, list[PastRun]] = {}
-    for r in runs:
-        if r.fingerprint and r.fingerprint != exclude:
+    for r in runs:  # finished runs: a running one measures its own job's later runs only
+        if r.fingerprint and r.fingerprint != exclude and r.succeeded:
             per_job.setdefault(r.fingerprint, []).append(r)
     seen: dict[tuple[str, str], list[float]] = {}
     pure: dict[tuple[str, str], list[float]] = {}
@@ -198,8 +206,10 @@ class Estimate:
     kind: str = "peak"  # "own", "team", "setting", "peak", "same", "none": `source` in one word
 
 
-def _runs(n: int, model: str) -> str:
-    return f"{n} run{'s' if n != 1 else ''} on {model}"
+def _runs(on: OnModel, model: str) -> str:
+    done = f"{on.runs} run{'s' if on.runs != 1 else ''}" if on.runs else ""
+    going = f"{on.running} running" if on.running else ""
+    return f"{' and '.join(x for x in (done, going) if x)} on {model}"
 
 
 def speed_estimate(base: str, target: str, own: Mapping[str, OnModel], team: TeamRatios,
@@ -213,8 +223,9 @@ def speed_estimate(base: str, target: str, own: Mapping[str, OnModel], team: Tea
         return Estimate(target, base, 1.0, "", "same")
     on_base, on_target = own.get(base), own.get(target)
     if on_base and on_target and (r := own_ratio(on_base, on_target)):
-        runs = (f"{on_base.runs} runs on each" if on_base.runs == on_target.runs > 1 else
-                f"{_runs(on_base.runs, base)}, {_runs(on_target.runs, target)}")
+        runs = (f"{on_base.runs} runs on each" if on_base.runs == on_target.runs > 1
+                and not on_base.running and not on_target.running else
+                f"{_runs(on_base, base)}, {_runs(on_target, target)}")
         if on_base.sps_per_gpu and on_target.sps_per_gpu:
             runs += ", by throughput"
         return Estimate(target, base, r, f"{target}: {r:.2g}x this job's {base} speed ({runs})", "own")

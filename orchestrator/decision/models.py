@@ -96,6 +96,12 @@ class PastRun:
     def succeeded(self) -> bool:
         return self.status.lower() in ("succeeded", "success", "completed", "done")
 
+    @property
+    def measuring(self) -> bool:
+        """Still running, with a throughput or data share its reports measured so far."""
+        return (self.status.upper() == "RUNNING"
+                and (bool(self.samples_per_sec) or self.data_share is not None))
+
     @classmethod
     def from_row(cls, rec: JobRow) -> PastRun:
         """From a store row: its run time (the backend's clock when it has one), its metrics,

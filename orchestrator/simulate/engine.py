@@ -10,8 +10,10 @@ Time is hours after the trace's start. Every policy is accounted the same two wa
 True run hours on a device are the trace's work scaled by the job's true speed there
 (its `speeds`, else the table's ratio). Policies never see them: a policy is handed the
 job's `Ask` and a `View` holding only what orch could know (the clock, the pools' free
-GPUs and queues, the runs finished so far as a runner records them, the schedules'
-own estimates); the truth stays in `Simulation`.
+GPUs and queues, the runs finished so far as a runner records them, what a running run's
+first report measured (its throughput and data share, `FIRST_REPORT_H` after it starts,
+as `orch serve` reads a running job's last report), the schedules' own estimates); the
+truth stays in `Simulation`.
 
 Spot: a spot job is preempted at a constant rate per running hour (default 5 %),
 drawn from a generator seeded by (seed, job), so every policy that puts the same job
@@ -43,6 +45,9 @@ if TYPE_CHECKING:
 SPOT_PREEMPTIONS_PER_H = 0.05
 LOST_WORK_H = 0.25
 RECHECK_H = 1 / 60  # a queued job is re-placed this long after its expected start passed
+# A run's first report (its first epoch's throughput and data share) comes this long after
+# it starts training; a run shorter than that reports only as it ends.
+FIRST_REPORT_H = 0.1
 
 
 @dataclass(slots=True)
@@ -99,14 +104,17 @@ class Simulation:
         """True run hours of a job on `used` x `gpu`: its work scaled by relative speed."""
         return true_hours(sj.job, gpu, used, self.settings.gpu_speeds)
 
-    def recorded(self, sj: SimJob, choice: Choice, run_h: float) -> PastRun:
+    def recorded(self, sj: SimJob, choice: Choice, run_h: Optional[float]) -> PastRun:
         """The run as the runner records it: its wall time (restarts included), device,
         throughput (samples per second, in proportion to the job's true speed there) and
-        the share of a step it waited for data (`jobs.data_share`)."""
+        the share of a step it waited for data (`jobs.data_share`). `run_h` None: the run
+        still running, as its first report left it (no wall time yet)."""
         pure_h = self.hours(sj, choice.offer.gpu, choice.used)
-        return PastRun(fingerprint=sj.job.fingerprint, status="SUCCEEDED",
+        return PastRun(fingerprint=sj.job.fingerprint,
+                       status="SUCCEEDED" if run_h is not None else "RUNNING",
                        created_at=self.trace.start + sj.job.arrival_h * 3600.0,
-                       duration_s=run_h * 3600.0, target=choice.offer.target,
+                       duration_s=None if run_h is None else run_h * 3600.0,
+                       target=choice.offer.target,
                        gpu=choice.offer.gpu, gpu_count=choice.used,
                        samples_per_sec=REF_THROUGHPUT * sj.job.wall_hours / pure_h,
                        data_share=data_share(sj.job, choice.offer.gpu),
@@ -126,10 +134,15 @@ class Simulation:
             seq += 1
         heapq.heapify(heap)
 
+        reports: dict[int, PastRun] = {}  # job index -> its running run's first report
+
         def finish_at(t: float, sj: SimJob, choice: Choice, pool: Optional[Pool], run_h: float):
             nonlocal seq
             heapq.heappush(heap, (t, 0, seq, sj, (choice, pool, run_h)))
             seq += 1
+            if run_h > FIRST_REPORT_H:  # it trains from t - run_h: its first report, then
+                heapq.heappush(heap, (t - run_h + FIRST_REPORT_H, 3, seq, sj, choice))
+                seq += 1
 
         def start_owned(t: float, pool: Pool, sj: SimJob, choice: Choice):
             h = self.hours(sj, choice.offer.gpu, choice.used)
@@ -144,10 +157,16 @@ class Simulation:
         while heap:
             t, what, _, sj, done = heapq.heappop(heap)
             view.now_h = t
+            if what == 3:  # a running run's first report: what it measured so far
+                reports[sj.job.index] = self.recorded(sj, done, None)
+                view.history.setdefault(sj.job.fingerprint, []).append(reports[sj.job.index])
+                continue
             if what == 0:  # a job ended: its run joins the history, its GPUs free up
                 choice, pool, run_h = done
-                view.history.setdefault(sj.job.fingerprint, []).append(self.recorded(
-                    sj, choice, run_h))
+                runs = view.history.setdefault(sj.job.fingerprint, [])
+                if (report := reports.pop(sj.job.index, None)) is not None:
+                    runs.remove(report)
+                runs.append(self.recorded(sj, choice, run_h))
                 view.finished += 1
                 if choice.explores is not None:
                     view.exploring.discard(choice.explores)

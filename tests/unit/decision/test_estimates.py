@@ -61,6 +61,10 @@ CASES = [
       run("H100", 1.0, sps=160), run("H100", 1.0, sps=160), run("H100", 1.0, sps=160)],
      None, ("H100", 1), 1.0, ["measured: median of 3 runs on H100x1: H100: 1.6x this job's A100 speed "
                               "(3 runs on each, by throughput)"]),
+    ("a run of this job still running gives its speed by throughput, not its hours",
+     [run("A100", 1.6, sps=100, at=1), PastRun("fp", "RUNNING", 2, gpu="H100", samples_per_sec=160)],
+     None, ("H100", 1), 1.6 / 1.6,
+     ["H100: 1.6x this job's A100 speed (1 run on A100, 1 running on H100, by throughput)"]),
     ("a compute-bound new job gains the team's ratio", [run("A100", 2.0, data=0.0, at=1)] + team(),
      None, ("H100", 1), 2.0 / 2.0, ["the team's median over 12 jobs on both, 2x on compute",
                                     "waits for data 0% of a step"]),
@@ -194,6 +198,34 @@ def test_a_plan_reads_this_jobs_runs_and_the_teams_successes(tmp_path):
     assert sorted((r.fingerprint, r.status, r.gpu) for r in got) == [
         ("me", "FAILED", None), ("me", "SUCCEEDED", "A100"), ("other", "SUCCEEDED", "H100")]
     assert all(r.estimate_hours == 2.0 and r.duration_s is not None for r in got)
+
+
+def test_a_plan_reads_what_a_running_run_of_this_job_reported(tmp_path):
+    """A sweep's later runs are planned with its first runs' reports: a running run's last
+    report (its throughput, on the device its runner saw) counts for this job's speed."""
+    import time
+
+    from orchestrator.service.planning import gather
+    from orchestrator.settings import Settings
+    from tests.conftest import store_at, store_url
+
+    store = store_at(tmp_path)
+    for status, sps, seen in (("SUCCEEDED", 100.0, "NVIDIA A100-SXM4-40GB"),
+                              ("RUNNING", 250.0, "NVIDIA H100 80GB HBM3")):
+        rec = store.create_job(name="j", spec={"run": "x"}, kind="exploratory", target="cloud",
+                               fingerprint="me", decision={"choice": {"gpu": "A100", "count": 1}})
+        store.set_status(rec.id, "RUNNING", "started")
+        store.set_status(rec.id, status, "reported", metrics={
+            "samples_per_sec": sps, "wall_s": 3600.0, "run_settings": {"gpu_name": seen}})
+    store.close()
+    settings = Settings(home=tmp_path, database_url=store_url(tmp_path))
+    job = load_spec_text("name: j\nrun: x\nresources: {accelerators: {A100: 1, H100: 1}}\n")
+    history = gather(job, settings, time.time(), fingerprint="me", offers=[]).history
+    est = HoursEstimator(job, "me", history)
+    speed = est.speed("H100")
+    assert (speed.kind, speed.ratio) == ("own", pytest.approx(2.5))
+    assert "1 run on A100, 1 running on H100, by throughput" in speed.source
+    assert est.hours("H100", 1)[0] == pytest.approx(1.0 / 2.5)  # not the running run's hours
 
 
 def test_a_plan_learns_the_bias_of_the_user_it_plans_for():

@@ -72,3 +72,52 @@ def test_runs_on_one_model_alone_give_each_job_its_own_gain_elsewhere(settings):
         assert est.ratio == pytest.approx(1 / (share + (1 - share) * f / peak ** SHRINK))
         gains[fp] = est.ratio
     assert gains["compute-bound"] > 1.4 > 1.1 > gains["data-bound"]
+
+
+def test_a_running_runs_first_report_reaches_later_jobs_and_gives_way_to_its_record(settings):  # noqa: F811
+    """As `orch serve` reads a running job's last report: a run's throughput and data share
+    count for its job's later runs `FIRST_REPORT_H` after it starts, before it ends; once it
+    ends its record replaces the report; a run shorter than that reports only as it ends."""
+    from orchestrator.simulate.engine import FIRST_REPORT_H
+
+    speeds = _speeds(0.6)
+    rows = [(0.0, "f", 1.0), (FIRST_REPORT_H / 2, "f", 1.0), (FIRST_REPORT_H * 1.5, "f", 1.0),
+            (3.0, "f", 1.0), (5.0, "short", 0.05), (5.0 + 0.04, "short", 0.05)]
+    lines = [f"{at},{fp},{fp},{work},A100,1,,true,auto,1,{speeds}\n" for at, fp, work in rows]
+    trace = parse_trace(HEADER.rstrip("\n") + ",estimate_h,speeds\n" + "".join(lines), "t.csv")
+    sc = scenario(settings, onprem=("A100:2:20000",))
+    ps = policy_settings(settings, sc)
+    sim = Simulation(trace=trace, jobs=build_jobs(trace, sc.offers, ps), offers=sc.offers,
+                     settings=ps)
+    seen = []
+
+    def spy(a, view):
+        seen.append(sorted((r.status, r.gpu, r.duration_s is None, r.data_share)
+                           for r in view.history.get(a.fingerprint, ())))
+        return P.orch(a, view)
+
+    sim.run("orch", spy)
+    share = pytest.approx(0.4, abs=0.002)
+    assert seen[0] == [] and seen[1] == []  # the first run has not reported yet
+    assert seen[2] == [("RUNNING", "A100", True, share)]  # its first report, no hours yet
+    # The three runs ended (two on the owned A100s, one rented): their records, no report
+    # left over.
+    assert [(st, hours_unknown, d) for st, _, hours_unknown, d in seen[3]] == \
+        [("SUCCEEDED", False, share)] * 3
+    assert seen[4] == [] and seen[5] == []  # 0.05 h: it never reported while running
+
+
+def test_a_running_runs_report_is_not_the_teams_measurement():
+    """The team's ratios learn from finished jobs only; a run still running measures its
+    own job's later runs (estimates.by_model), with its hours left out."""
+    from orchestrator.decision import PastRun
+    from orchestrator.decision.estimates import by_model, learn_ratios
+
+    going = PastRun("x", "RUNNING", 2.0, gpu="H100", samples_per_sec=300.0, data_share=0.1)
+    done = PastRun("x", "SUCCEEDED", 1.0, duration_s=3600.0, gpu="A100", samples_per_sec=100.0)
+    silent = PastRun("x", "RUNNING", 3.0, gpu="B200")  # nothing reported yet
+    assert learn_ratios([done, going, silent]).observed == {}
+    on = by_model([done, going, silent])
+    assert set(on) == {"A100", "H100"}
+    assert (on["H100"].runs, on["H100"].running, on["H100"].gpu_hours) == (0, 1, None)
+    assert (on["H100"].sps_per_gpu, on["H100"].data_share) == (300.0, 0.1)

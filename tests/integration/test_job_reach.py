@@ -80,11 +80,16 @@ def test_a_ghost_ray_job_with_made_up_metadata_does_not_fill_the_queue(ray_home)
         wait_until("the ghost running", lambda: any(
             j.submission_id == ghost and j.status == "RUNNING"
             for j in orch.capacity("local").jobs), timeout=60)
-        room = Scheduler(settings).rooms(orch, {"local"}, [])["local"]
-        assert room.reserved.cpus == 0 and room.reserved.gpus == 0, room
-        # The ghost holds nothing in Ray: what Ray reports used (another test's run may still
-        # be ending on this shared Ray) leaves room; its metadata's 64 CPUs would leave none.
-        assert room.used.cpus < room.total.cpus and room.free().cpus > 0, room
+        def room():
+            return Scheduler(settings).rooms(orch, {"local"}, [])["local"]
+
+        assert room().reserved.cpus == 0 and room().reserved.gpus == 0, room()
+        # The ghost holds nothing in Ray: what Ray reports used leaves room, once another
+        # test's run still ending on this shared Ray has gone (the ghost sleeps on); its
+        # metadata's 64 CPUs would leave none, ever.
+        free = wait_until("room beside the ghost", lambda: (
+            (r := room()).used.cpus < r.total.cpus and r.free().cpus > 0 and r), timeout=60)
+        assert free.reserved.cpus == 0 and free.reserved.gpus == 0, free
     finally:
         orch.close()
         client.stop_job(ghost)

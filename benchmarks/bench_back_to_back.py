@@ -6,7 +6,7 @@
 
 (a) A user's own loop (`train.entrypoint`, 1 worker, 1 epoch of `--steps` steps of a small
     MLP): run directly with python (torch's import included), then through `orch submit` on
-    a warm local Ray (its runner host ready, and 30 s more): `--runs` submits back to back
+    a warm local Ray (its runner host ready, and 40 s more): `--runs` submits back to back
     (each as soon as the one before returned), then `--runs` more, each `--pause` seconds
     after the one before.
     Wall clock of each from the shell; medians; each median over the direct one's. The time
@@ -160,7 +160,7 @@ def orch_side(args, label: str, tree: Optional[Path], work: Path) -> dict:
 
 
 def _side(args, label: str, home: OrchHome, work: Path, out: dict) -> None:
-    home.wait_for_runner_host(settle_s=30.0)  # its spare run starts 20 s after it is ready
+    home.wait_for_runner_host(settle_s=40.0)  # its spare runs start 20 s after it is ready, ~10 s of imports
     for kind in ("b2b", "pause"):
         for i in range(args.runs):
             if kind == "pause":
@@ -219,7 +219,7 @@ def run_jobs(args, work: Path, tree: Optional[Path] = None) -> dict:
     _common.ORCH = str(tree / ".venv" / "bin" / "orch") if tree else ours
     try:
         with OrchHome(prefix="obr", env={"PYTHONPATH": str(tree)} if tree else None) as home:
-            home.wait_for_runner_host(settle_s=30.0)  # its spare run starts 20 s after it is ready
+            home.wait_for_runner_host(settle_s=40.0)  # its spare runs start 20 s after it is ready, ~10 s of imports
             for label, command in commands.items():
                 direct, orch, phases = [], [], []
                 for i in range(args.runs):

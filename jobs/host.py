@@ -38,7 +38,7 @@ from . import events, job_values
 from .controller import LIGHT_ENV, SETUP_HOOK_VAR, abort
 from .hosted import pid_file
 from .request import BadRequest, RunRequest
-from .warm import DEFAULT_POOL_MB, IDLE_S, SPARE_AFTER_S, Stock
+from .warm import IDLE_S, SPARE_AFTER_S, Stock, machine_pool_mb
 
 
 def preload() -> None:
@@ -282,8 +282,9 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--socket", required=True)
     parser.add_argument("--workers", type=int, default=2, help="warm worker processes to keep")
     parser.add_argument("--address", required=True)
-    parser.add_argument("--pool-mb", type=int, default=DEFAULT_POOL_MB,
-                        help="memory the warm processes may hold, MiB (jobs/warm.py)")
+    parser.add_argument("--pool-mb", type=int, default=None,
+                        help="memory the warm processes may hold, MiB (default: a tenth of "
+                             "the machine's, jobs/warm.py)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     with open(pid_file(args.socket), "w") as f:
@@ -296,7 +297,8 @@ def main(argv: Optional[list] = None) -> int:
              **({"_node_ip_address": host} if host.startswith("127.") else {}))
     env = controller_env()
     pool = WarmPool(env)
-    stock = Stock(initial_workers=args.workers, pool_mb=args.pool_mb)
+    stock = Stock(initial_workers=args.workers,
+                  pool_mb=machine_pool_mb() if args.pool_mb is None else args.pool_mb)
     pool.add(*stock.initial())
     server = listen(args.socket)
     print(f"orch host: ready in {time.monotonic() - started:.1f} s at {args.socket}", flush=True)

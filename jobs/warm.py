@@ -9,11 +9,13 @@ from the pool must be started again, one torch import each (about 3 CPU-s here; 
 run's three processes about 9 CPU-s).
 
 So the pool holds runs' worth of processes for the next jobs, not only for the next one:
-as many runs as started lately (`RECENT_S`), at least one more than ran at once, and one
+from the start, three runs' (the first at once, the other two `SPARE_AFTER_S` later, so
+that a burst of three finds each its own warm); then as many runs as started lately (`RECENT_S`), at least one more than ran at once, and one
 for each job the caller knows is coming (`queued`), each with the largest recent run's
 workers. It is refilled once the jobs pause (`IDLE_S`), not between two jobs of a burst:
 on 2 cores a refill beside the burst's next job slowed that job more than it saved. The
-whole is bounded by memory (`pool_mb`, `local.warm_pool_mb`): the first run's processes
+whole is bounded by memory (`pool_mb`, `local.warm_pool_mb`, by default a tenth of the
+machine's, `machine_pool_mb`): the first run's processes
 are always kept; more only as they fit, fewer workers given up before fewer runs. A job that finds too few warm has the host start
 what it lacks at once, side by side (`missing`), instead of waiting for a refill.
 
@@ -34,9 +36,16 @@ IDLE_S = 10.0
 # How long after the host starts its first run's processes it starts a second run's (so
 # that their imports do not slow a first job that comes at once).
 SPARE_AFTER_S = 20.0
-# The memory the pool may hold by default, MiB (`local.warm_pool_mb`): two one-worker runs'
-# processes, or a two-worker run's and a second controller and synchronization actor.
+# How many runs' processes the host keeps from the start, where memory allows: a first
+# burst of three jobs back to back (a small sweep) found its third cold with two (6.9 s
+# against 2.4-2.5 s for the first two, 4.8 s of it waiting for its processes).
+SPARE_RUNS = 3
+# The memory the pool may hold, MiB, where `local.warm_pool_mb` does not say: a tenth of
+# the machine's (24 GiB: 2457, three one-worker runs' processes), within these bounds.
+# The floor holds two one-worker runs' processes, or a two-worker run's and a second
+# controller and synchronization actor.
 DEFAULT_POOL_MB = 1536
+MAX_POOL_MB = 4096
 
 
 class Sizes(NamedTuple):
@@ -50,6 +59,23 @@ class Sizes(NamedTuple):
 
 
 SIZES = Sizes()
+
+
+def default_pool_mb(total_mb: float) -> int:
+    """The pool's memory on a machine of `total_mb` MiB: a tenth, within the bounds above."""
+    return int(min(MAX_POOL_MB, max(DEFAULT_POOL_MB, total_mb // 10)))
+
+
+def machine_pool_mb(meminfo: str = "/proc/meminfo") -> int:
+    """`default_pool_mb` of this machine (the floor where its memory cannot be read)."""
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return default_pool_mb(int(line.split()[1]) / 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    return DEFAULT_POOL_MB
 
 
 def run_mb(runs: int, workers: int, sizes: Sizes = SIZES) -> int:
@@ -77,9 +103,9 @@ class Stock:
     """The warm processes started and not yet taken, and how many the next jobs need.
 
     `initial_workers` is what the host starts with (one per CPU, up to a cap), with one
-    run's controller and synchronization actor; a second run's follow `SPARE_AFTER_S`
-    later where `pool_mb` holds them, so that the second of two jobs back to back finds its
-    own warm at once.
+    run's controller and synchronization actor; up to `SPARE_RUNS` runs' follow
+    `SPARE_AFTER_S` later where `pool_mb` holds them, so that the second and third of
+    three jobs back to back find their own warm at once.
     """
 
     def __init__(self, initial_workers: int, pool_mb: int = DEFAULT_POOL_MB,
@@ -99,9 +125,12 @@ class Stock:
         return self._fill(1, self.base_workers)
 
     def spare(self) -> tuple[int, int]:
-        """A second run's controller and synchronization actor, where memory allows: nothing
-        while a run is running (the pool is refilled once the jobs pause)."""
-        return (0, 0) if self.running else self._fill(*self._fit(2, self.base_workers))
+        """Up to `SPARE_RUNS` runs' controllers, synchronization actors and a worker each,
+        where memory allows (fewer workers given up first, then fewer runs): nothing while
+        a run is running (the pool is refilled once the jobs pause)."""
+        if self.running:
+            return 0, 0
+        return self._fill(*self._fit(SPARE_RUNS, max(self.base_workers, SPARE_RUNS)))
 
     def missing(self, workers: int) -> tuple[int, int]:
         """What a run of `workers` workers would not find warm: (runs, workers). The host

@@ -42,9 +42,10 @@ class LocalMachine(BaseModel):
     runner_host: bool = Field(default=True, description="keep a driver with torch imported and warm "
                               "worker processes beside the local Ray, so a training job starts in "
                               "seconds (about 1.5 GiB of memory while idle); false: each job starts its own")
-    warm_pool_mb: int = Field(default=1536, ge=0, description="memory the runner host's warm "
-                              "processes may hold, MiB: one run's are always kept, more (for jobs "
-                              "back to back) as they fit; 1536 holds two one-worker runs")
+    warm_pool_mb: Optional[int] = Field(default=None, ge=0, description="memory the runner host's "
+                                        "warm processes may hold, MiB: one run's are always kept, more "
+                                        "(for jobs back to back) as they fit; unset: a tenth of this "
+                                        "machine's, 1536-4096 (1536 holds two one-worker runs, 2160 three)")
     pass_env: list[str] = Field(default_factory=list, description="names of variables of orch's "
                                 "own environment that the local Ray and its jobs get (e.g. "
                                 "AWS_PROFILE); none: only PATH, HOME, the locale and what orch sets")

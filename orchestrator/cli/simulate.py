@@ -36,6 +36,11 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
                                              help="the true spot preemptions per running hour "
                                              "(policies believe the spot_preemptions_per_hour "
                                              "setting)"),
+             first_report: float = typer.Option(6.0, "--first-report-minutes", min=0.0, max=1440.0,
+                                                help="minutes from a run's start to its first "
+                                                "report (its first epoch's throughput and data "
+                                                "share), which later jobs of its kind are placed "
+                                                "by; 0: runs report only as they end"),
              mip_nodes: int = typer.Option(300, "--mip-nodes", min=1, max=10_000_000,
                                            help="branch-and-bound nodes after which the "
                                            "whole-job bound (a MIP) stops: a limit that does "
@@ -93,7 +98,8 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
     err.print(f"[dim]{len(t.jobs)} jobs over {t.days} days; reading the price catalogs ...[/]")
     scenario = load_scenario(settings, onprem or (), clouds, catalog_dir, spot_rate=spot_rate)
     result = run(t, scenario, settings, seed=seed, spot_rate=spot_rate, beliefs=beliefs,
-                 mip_seconds=mip_seconds, mip_nodes=mip_nodes, progress=lambda msg: err.print(f"[dim]{escape(msg)}[/]"))
+                 mip_seconds=mip_seconds, mip_nodes=mip_nodes, first_report_h=first_report / 60.0,
+                 progress=lambda msg: err.print(f"[dim]{escape(msg)}[/]"))
     result["wall_s"] = round(time.perf_counter() - started, 2)
     if plot is not None:
         from orchestrator.cli.plots import plot_policies

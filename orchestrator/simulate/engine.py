@@ -11,7 +11,7 @@ True run hours on a device are the trace's work scaled by the job's true speed t
 (its `speeds`, else the table's ratio). Policies never see them: a policy is handed the
 job's `Ask` and a `View` holding only what orch could know (the clock, the pools' free
 GPUs and queues, the runs finished so far as a runner records them, what a running run's
-first report measured (its throughput and data share, `FIRST_REPORT_H` after it starts,
+first report measured (its throughput and data share, `first_report_h` after it starts,
 as `orch serve` reads a running job's last report), the schedules' own estimates); the
 truth stays in `Simulation`.
 
@@ -45,8 +45,10 @@ if TYPE_CHECKING:
 SPOT_PREEMPTIONS_PER_H = 0.05
 LOST_WORK_H = 0.25
 RECHECK_H = 1 / 60  # a queued job is re-placed this long after its expected start passed
-# A run's first report (its first epoch's throughput and data share) comes this long after
-# it starts training; a run shorter than that reports only as it ends.
+# A run's first report (its first epoch's throughput and data share: the built-in jobs'
+# per-epoch report carries both) comes this long after it starts training, by default (a
+# workload's fact: `orch simulate --first-report-minutes`); a run shorter than that
+# reports only as it ends.
 FIRST_REPORT_H = 0.1
 
 
@@ -89,6 +91,7 @@ class Simulation:
     seed: int = 1
     spot_rate: float = SPOT_PREEMPTIONS_PER_H
     ownership_usd: float = 0.0  # owned GPUs' purchase spread over the period's days
+    first_report_h: float = FIRST_REPORT_H  # 0: runs report only as they end
     index: OfferIndex = field(init=False)  # of `offers`, built once for every policy
 
     def __post_init__(self):
@@ -140,8 +143,9 @@ class Simulation:
             nonlocal seq
             heapq.heappush(heap, (t, 0, seq, sj, (choice, pool, run_h)))
             seq += 1
-            if run_h > FIRST_REPORT_H:  # it trains from t - run_h: its first report, then
-                heapq.heappush(heap, (t - run_h + FIRST_REPORT_H, 3, seq, sj, choice))
+            first = self.first_report_h
+            if 0 < first < run_h:  # it trains from t - run_h: its first report, then
+                heapq.heappush(heap, (t - run_h + first, 3, seq, sj, choice))
                 seq += 1
 
         def start_owned(t: float, pool: Pool, sj: SimJob, choice: Choice):

@@ -6,7 +6,7 @@ import time
 from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
-from orchestrator.simulate.engine import SPOT_PREEMPTIONS_PER_H, Simulation
+from orchestrator.simulate.engine import FIRST_REPORT_H, SPOT_PREEMPTIONS_PER_H, Simulation
 from orchestrator.simulate.jobs import SimJob, build_jobs
 from orchestrator.simulate.oracle import MIP_NODES, MIP_SECONDS, lower_bound
 from orchestrator.simulate.policies import HYPERSCALERS, ONLINE_TRUTH, POLICIES
@@ -22,14 +22,16 @@ TRUE_BELIEFS = "orch (true beliefs)"
 def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
              spot_rate: float = SPOT_PREEMPTIONS_PER_H, policies: Optional[Sequence[str]] = None,
              beliefs: str = "learned", mip_seconds: Optional[float] = MIP_SECONDS,
-             mip_nodes: Optional[int] = MIP_NODES,
+             mip_nodes: Optional[int] = MIP_NODES, first_report_h: float = FIRST_REPORT_H,
              progress: Callable[[str], None] = lambda msg: None) -> dict:
     """The result as `orch simulate --json` prints it (money in USD; `currency` and
     `currency_rate` say how to show it). `beliefs`: what orch's policy is told of each job,
     "learned" (the job file and its own runs), "truth" (the true hours and speeds) or
     "both" (a second row, "orch (true beliefs)", and what learning costs). The whole-job
     bound's MIP stops at `mip_nodes` branch-and-bound nodes (deterministic: the same bound
-    on a loaded machine), `mip_seconds` being only a safety cap (None or 0: the LP bound alone)."""
+    on a loaded machine), `mip_seconds` being only a safety cap (None or 0: the LP bound alone).
+    `first_report_h`: how long after a run starts its first report (throughput, data share)
+    reaches the policies (0: only as it ends)."""
     if beliefs not in BELIEF_MODES:
         raise ValueError(f"beliefs must be one of {BELIEF_MODES}, not {beliefs!r}")
     started = time.perf_counter()
@@ -45,7 +47,7 @@ def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
     ownership = sum(inv.purchase_price * trace.days / (inv.lifetime_years * 365.25)
                     for inv in scenario.owned)
     sim = Simulation(trace=trace, jobs=jobs, offers=scenario.offers, settings=s, seed=seed,
-                     spot_rate=spot_rate, ownership_usd=ownership)
+                     spot_rate=spot_rate, ownership_usd=ownership, first_report_h=first_report_h)
     notes = []
     if "on-demand" in names and not any(c in HYPERSCALERS for c in scenario.clouds):
         names.remove("on-demand")
@@ -84,6 +86,7 @@ def simulate(trace, scenario: Scenario, settings, *, seed: int = 1,
             "currency": settings.currency, "currency_rate": rate,
             "spot_preemptions_per_hour": spot_rate,
             "believed_spot_preemptions_per_hour": s.spot_preemptions_per_hour, "beliefs": beliefs,
+            "first_report_h": first_report_h,
             "learning_cost": learning_cost(rows), "policies": rows,
             "checks": checks(rows, s.cloud_startup_minutes / 60.0), "notes": notes,
             "wall_s": round(time.perf_counter() - started, 2)}

@@ -4,6 +4,7 @@ policy may read, --beliefs, and the generator's family flags."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -266,5 +267,12 @@ def test_cli_generate_flags_and_beliefs(orch_home):
     proc = run_orch(orch_home, "simulate", str(path), "--onprem", "A100:8:80000", "--beliefs", "both")
     assert proc.returncode == 0, proc.stderr
     assert "orch (true beliefs)" in proc.stdout and "what learning costs: orch's power + cloud" in proc.stdout
+    for minutes, hours in (("0", 0.0), ("12", 0.2)):  # when a run's first report reaches them
+        proc = run_orch(orch_home, "simulate", str(path), "--onprem", "A100:8:80000", "--json",
+                        "--mip-seconds", "0", "--first-report-minutes", minutes)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["first_report_h"] == hours
+    proc = run_orch(orch_home, "simulate", str(path), "--first-report-minutes", "-1")
+    assert proc.returncode == 2 and "--first-report-minutes" in proc.stderr
     proc = run_orch(orch_home, "simulate", str(path), "--beliefs", "sure")
     assert proc.returncode == 2 and "--beliefs sure: write learned, truth or both" in proc.stderr

@@ -105,6 +105,10 @@ def test_a_running_runs_first_report_reaches_later_jobs_and_gives_way_to_its_rec
     assert [(st, hours_unknown, d) for st, _, hours_unknown, d in seen[3]] == \
         [("SUCCEEDED", False, share)] * 3
     assert seen[4] == [] and seen[5] == []  # 0.05 h: it never reported while running
+    seen.clear()
+    Simulation(trace=trace, jobs=sim.jobs, offers=sc.offers, settings=ps,
+               first_report_h=0.0).run("orch", spy)  # runs that report only as they end
+    assert seen[2] == [] and [st for st, *_ in seen[3]] == ["SUCCEEDED"] * 3
 
 
 def test_a_running_runs_report_is_not_the_teams_measurement():

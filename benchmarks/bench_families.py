@@ -1,7 +1,7 @@
 """The generated families of issues 33 and 49: orch against online-truth, the bound and every baseline.
 
     PYTHONPATH=. python benchmarks/bench_families.py [--seeds 1,2,3] [--days 90] [--mip-nodes 300]
-        [--mip-seconds 600] [--only WORD,WORD]
+        [--mip-seconds 600] [--only WORD,WORD] [--first-report-minutes 6]
 
 Eleven shapes of team (SHAPES: 1 and 2 owned RTX 4090s; 2, 4, 8 and 16 owned A100s; 4
 with twice the steady load; faster GPUs whose true speed is far below their peak;
@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/x.py` puts benchmarks/ first
     sys.path.insert(0, str(ROOT))
 
 from orchestrator.settings import load_settings  # noqa: E402
+from orchestrator.simulate.engine import FIRST_REPORT_H  # noqa: E402
 from orchestrator.simulate.generate import generate, parse_shape  # noqa: E402
 from orchestrator.simulate.oracle import MIP_SECONDS  # noqa: E402
 from orchestrator.simulate.run import simulate  # noqa: E402
@@ -64,11 +65,11 @@ def family(owned: str, steady: float, seed: int, days: int, settings, burst=None
 
 
 def run_one(shape: tuple, seed: int, days: int, mip_nodes: int, settings,
-            mip_seconds: float = MIP_SECONDS) -> dict:
+            mip_seconds: float = MIP_SECONDS, first_report_h: float = FIRST_REPORT_H) -> dict:
     _, owned, steady, burst, compute, bias = shape
     trace, scenario = family(owned, steady, seed, days, settings, burst, compute, bias)
     return simulate(trace, scenario, settings, seed=seed, beliefs="both", mip_nodes=mip_nodes,
-                    mip_seconds=mip_seconds)
+                    mip_seconds=mip_seconds, first_report_h=first_report_h)
 
 
 def row(label: str, seed: int, r: dict) -> tuple[str, dict]:
@@ -106,6 +107,8 @@ def main() -> None:
     ap.add_argument("--mip-nodes", type=int, default=300)
     ap.add_argument("--mip-seconds", type=float, default=MIP_SECONDS,
                     help="the MIP's safety cap; 0: the LP bound alone")
+    ap.add_argument("--first-report-minutes", type=float, default=FIRST_REPORT_H * 60,
+                    help="when a run's first report reaches later placements (0: as it ends)")
     ap.add_argument("--only", default="", help="families whose label contains one of these "
                     "comma-separated words")
     args = ap.parse_args()
@@ -125,7 +128,8 @@ def main() -> None:
             continue
         for seed in seeds:
             t0 = time.perf_counter()
-            r = run_one(shape, seed, args.days, args.mip_nodes, settings, args.mip_seconds)
+            r = run_one(shape, seed, args.days, args.mip_nodes, settings, args.mip_seconds,
+                        args.first_report_minutes / 60.0)
             line, goals = row(label, seed, r)
             print(line, flush=True)
             print(f"  {label} seed {seed}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)

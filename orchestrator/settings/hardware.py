@@ -41,7 +41,7 @@ class LocalMachine(BaseModel):
     object_store_mb: int = Field(default=1024, ge=100)
     runner_host: bool = Field(default=True, description="keep a driver with torch imported and warm "
                               "worker processes beside the local Ray, so a training job starts in "
-                              "seconds (about 1.5 GiB of memory while idle); false: each job starts its own")
+                              "seconds (its warm processes hold warm_pool_mb while idle); false: each job starts its own")
     warm_pool_mb: Optional[int] = Field(default=None, ge=0, description="memory the runner host's "
                                         "warm processes may hold, MiB: one run's are always kept, more "
                                         "(for jobs back to back) as they fit; unset: a tenth of this "

@@ -16,6 +16,9 @@ from . import events
 from .request import Budget, WorkerOptions
 
 _CURRENT: Optional[WorkerContext] = None
+# Seconds of a run's training steps after which its rank 0 reports what they measured
+# (`measure`): enough steps to be a figure, early enough to place a sweep's later runs.
+MEASURE_AFTER_S = 60.0
 
 
 def cpu_supports_bf16() -> bool:
@@ -70,6 +73,7 @@ class WorkerContext:
     timer: Any = field(default=None, repr=False)
     budget: Optional[Budget] = None  # see over_budget
     _last_progress: float = field(default=0.0, repr=False)
+    _measured: bool = field(default=False, repr=False)
 
     def data_loader(self, dataset, batch_size: int, shuffle: bool = True, warmup_batches: int = 6):
         """A DataLoader with this run's loader settings and, with several workers, this
@@ -179,11 +183,26 @@ class WorkerContext:
         """Rank 0 tells orch where the loop is, at most every `every_s` seconds."""
         if self.rank != 0:
             return
+        self._measure()
         now = time.monotonic()
         if now - self._last_progress < every_s and step != steps:
             return
         self._last_progress = now
         events.emit("progress", epoch=epoch, epochs=epochs, step=step, steps=steps)
+
+    def _measure(self) -> None:
+        """Once a run, after MEASURE_AFTER_S of training steps: their throughput and the share
+        of a step spent waiting for data, as a `measure` event. orch places the job's later
+        runs (a sweep's) by it before the first epoch's report, which may come much later."""
+        t = self.timer
+        if self._measured or t is None or not t.steps:
+            return
+        busy = t.data_s + t.copy_s + t.compute_s
+        if busy < MEASURE_AFTER_S:
+            return
+        self._measured = True
+        events.emit("measure", samples_per_sec=t.samples * self.world_size / busy,
+                    data_fraction=min(1.0, t.data_s / busy), steps=t.steps)
 
     def should_stop(self, epoch: Optional[int] = None) -> bool:
         """Call after each checkpointed report: True when the job's budget is spent, on

@@ -24,7 +24,7 @@ MAX_RANK = 65_536
 
 # The events orch's runner and workers print (jobs/): any other name is not orch's.
 KNOWN = frozenset({"start", "worker", "worker_setup", "worker_error", "precision",
-                   "loader_tuned", "progress", "report", "resume", "pruned", "stopped",
+                   "loader_tuned", "progress", "measure", "report", "resume", "pruned", "stopped",
                    "device", "telemetry", "utilization", "verdict", "result",
                    "first_output", "end"})  # the last two: a run: job's (jobs/workspace.py)
 
@@ -63,7 +63,8 @@ _SUMMARY: dict[str, Callable[[Any], bool]] = {
     "mean_power_w": _pos, "workers": _optional(_count)}
 _SAMPLED = ("mean_util", "p10_util", "peak_mem_gb")
 # What some events always hold, not null: the readers index them.
-_REQUIRED = {"progress": ("epoch", "epochs", "step", "steps"), "telemetry": ("summary",)}
+_REQUIRED = {"progress": ("epoch", "epochs", "step", "steps"), "telemetry": ("summary",),
+             "measure": ("samples_per_sec", "data_fraction")}
 
 # Fields that readers use, wherever they appear: their types.
 _FIELDS: dict[str, Callable[[Any], bool]] = {
@@ -76,7 +77,8 @@ _FIELDS: dict[str, Callable[[Any], bool]] = {
     "since_s": _pos, "util": _util, "mem_gb": _pos, "power_w": _pos,
     "source": _optional(_text), "detail": _optional(_text), "reason": _optional(_text),
     "exit_code": _optional(lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    "kind": _optional(_text)}
+    "kind": _optional(_text), "samples_per_sec": _pos,
+    "data_fraction": _optional(lambda v: _number(v, 0.0, 1.0))}
 
 
 def problem(event: Any) -> Optional[str]:

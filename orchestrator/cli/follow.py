@@ -80,4 +80,8 @@ def follow(client, rec: JobRecord, console: Console) -> JobDetail:
                     f"pin_memory {ev.get('pin_memory')}")
             elif kind == "precision":
                 progress.console.print(f"[bold]precision[/] {precision_summary(ev)}")
+            elif kind == "measure":
+                progress.console.print(
+                    f"[bold]measured[/] {ev['samples_per_sec']:,.0f} samples/s over "
+                    f"{ev.get('steps') or 0} steps, {ev['data_fraction']:.0%} of a step waiting for data")
     return client.job(rec.id)

@@ -36,11 +36,12 @@ def simulate(trace: Optional[Path] = typer.Argument(None, help="workload trace (
                                              help="the true spot preemptions per running hour "
                                              "(policies believe the spot_preemptions_per_hour "
                                              "setting)"),
-             first_report: float = typer.Option(6.0, "--first-report-minutes", min=0.0, max=1440.0,
-                                                help="minutes from a run's start to its first "
-                                                "report (its first epoch's throughput and data "
-                                                "share), which later jobs of its kind are placed "
-                                                "by; 0: runs report only as they end"),
+             first_report: float = typer.Option(1.25, "--first-report-minutes", min=0.0, max=1440.0,
+                                                help="minutes from a run's start until its first "
+                                                "measured throughput and data share reach orch, "
+                                                "which later jobs of its kind are placed by (1.25: "
+                                                "the runner's first minute, then orch serve's "
+                                                "pass); 0: runs report only as they end"),
              mip_nodes: int = typer.Option(300, "--mip-nodes", min=1, max=10_000_000,
                                            help="branch-and-bound nodes after which the "
                                            "whole-job bound (a MIP) stops: a limit that does "

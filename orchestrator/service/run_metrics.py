@@ -53,6 +53,10 @@ def from_log(text: str, previous: Optional[RunMetrics] = None, *, key: Optional[
             metrics["reports"] = ev.get("index")
             if ev.get("checkpoint"):
                 metrics["checkpoint"] = ev["checkpoint"]
+        elif kind == "measure":  # the first minute's throughput, until a report says more
+            for name in ("samples_per_sec", "data_fraction"):
+                if name not in metrics:
+                    metrics[name] = ev[name]
         elif kind == "worker_setup":
             metrics["run_settings"] = _fields(ev)
         elif kind == "precision":  # what `precision: auto` chose, and from what

@@ -45,11 +45,13 @@ if TYPE_CHECKING:
 SPOT_PREEMPTIONS_PER_H = 0.05
 LOST_WORK_H = 0.25
 RECHECK_H = 1 / 60  # a queued job is re-placed this long after its expected start passed
-# A run's first report (its first epoch's throughput and data share: the built-in jobs'
-# per-epoch report carries both) comes this long after it starts training, by default (a
-# workload's fact: `orch simulate --first-report-minutes`); a run shorter than that
-# reports only as it ends.
-FIRST_REPORT_H = 0.1
+# A run's first measurement of its throughput and data share reaches orch this long after
+# it starts training, by default: the runner's `measure` after its first minute of steps
+# (jobs/context.py MEASURE_AFTER_S), read into the store by `orch serve`'s next pass
+# (serve_period_s, 15 s). `orch simulate --first-report-minutes` sets it (a loop that
+# reports only per epoch, without orch's step timer: its first epoch's length); a run
+# shorter than that reports only as it ends.
+FIRST_REPORT_H = (60.0 + 15.0) / 3600.0
 
 
 @dataclass(slots=True)

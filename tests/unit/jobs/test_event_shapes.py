@@ -7,6 +7,7 @@ import json
 
 from jobs import events
 from jobs.telemetry import Sample, Series, summarize
+from orchestrator.records.metrics import RunMetrics
 from orchestrator.service.dashboard import series, worker_nodes
 from orchestrator.service.run_metrics import from_log
 
@@ -37,6 +38,9 @@ HOSTILE = [
     M + json.dumps({"event": "report", "metrics": {"x": "y" * (2 << 20)}}),  # over a line's bound
     M + '"result"',
     M + '{"event":"shell","cmd":"rm -rf /"}',
+    M + '{"event":"measure","samples_per_sec":100}',  # no data share
+    M + '{"event":"measure","samples_per_sec":-1,"data_fraction":0.2}',
+    M + '{"event":"measure","samples_per_sec":100,"data_fraction":3}',
 ]
 
 
@@ -97,3 +101,16 @@ def test_every_line_the_runner_prints_is_read():
         json.loads(x[len(M):])["event"] for x in lines]
     metrics = from_log("\n".join(lines), key="k" * 64)
     assert metrics["telemetry"]["summary"]["energy_wh"] > 0 and "dropped_events" not in metrics
+
+
+def test_a_first_minutes_measure_stands_until_a_report_says_more():
+    """A run's `measure` (jobs/context.py, after its first minute of steps) gives its
+    throughput and data share while no report has: the store has them for placing the
+    job's later runs; a report's figures then win, whatever order the log is read in."""
+    measure = events.event_line("measure", None, samples_per_sec=250.0, data_fraction=0.3, steps=40)
+    assert from_log(measure) == {"samples_per_sec": 250.0, "data_fraction": 0.3}
+    report = events.event_line("report", None, index=1, metrics={"samples_per_sec": 240.0, "epoch": 1})
+    both = from_log("\n".join([measure, report]))
+    assert (both["samples_per_sec"], both["data_fraction"]) == (240.0, 0.3)
+    again = from_log("\n".join([measure, report]), previous=RunMetrics.read(both))
+    assert again["samples_per_sec"] == 240.0  # read again with what was kept: the report's

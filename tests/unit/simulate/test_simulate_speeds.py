@@ -82,7 +82,8 @@ def test_a_running_runs_first_report_reaches_later_jobs_and_gives_way_to_its_rec
 
     speeds = _speeds(0.6)
     rows = [(0.0, "f", 1.0), (FIRST_REPORT_H / 2, "f", 1.0), (FIRST_REPORT_H * 1.5, "f", 1.0),
-            (3.0, "f", 1.0), (5.0, "short", 0.05), (5.0 + 0.04, "short", 0.05)]
+            (3.0, "f", 1.0), (5.0, "short", FIRST_REPORT_H / 2),
+            (5.0 + FIRST_REPORT_H * 0.4, "short", FIRST_REPORT_H / 2)]
     lines = [f"{at},{fp},{fp},{work},A100,1,,true,auto,1,{speeds}\n" for at, fp, work in rows]
     trace = parse_trace(HEADER.rstrip("\n") + ",estimate_h,speeds\n" + "".join(lines), "t.csv")
     sc = scenario(settings, onprem=("A100:2:20000",))
@@ -104,7 +105,7 @@ def test_a_running_runs_first_report_reaches_later_jobs_and_gives_way_to_its_rec
     # left over.
     assert [(st, hours_unknown, d) for st, _, hours_unknown, d in seen[3]] == \
         [("SUCCEEDED", False, share)] * 3
-    assert seen[4] == [] and seen[5] == []  # 0.05 h: it never reported while running
+    assert seen[4] == [] and seen[5] == []  # shorter than that: it never reported while running
     seen.clear()
     Simulation(trace=trace, jobs=sim.jobs, offers=sc.offers, settings=ps,
                first_report_h=0.0).run("orch", spy)  # runs that report only as they end

@@ -41,6 +41,12 @@ def measured(jobs: int, ratio: float = 1.78) -> list[PastRun]:
     return out
 
 
+# This job's own run on the reference model: what its run on the explored one is measured
+# against (a run there alone would give the job's H100 hours, but no ratio).
+OWN = [PastRun("fp", "SUCCEEDED", NOW - 86400, duration_s=7200, target="cloud", gpu="A100",
+               estimate_hours=2.0, estimate_gpu="A100")]
+
+
 def plan(history=(), exploring=frozenset(), **settings):
     spec = load_spec_text("name: t\nrun: python train.py\n" + JOB)
     s = Settings(clouds=["c"], **settings)
@@ -62,7 +68,7 @@ def test_a_large_family_rents_the_unmeasured_gpu_once_to_measure_it():
     """80 GPU-hours of A100 work rented in 10 days: 240 in the 30-day horizon. The H100 at
     2x the price is believed 1.78x as fast (the peak table, shrunk), so it costs more in
     expectation, but it may be 3x: one 2-hour run there costs ~0.1 USD more and is worth it."""
-    d = plan(rented(20))
+    d = plan(rented(20) + OWN)
     assert d.choice.offer.gpu == "H100"
     assert d.explores == ("A100", "H100")
     assert d.reasons[0].startswith("measuring H100 for this job family (A100 jobs): no run measured it")
@@ -70,13 +76,14 @@ def test_a_large_family_rents_the_unmeasured_gpu_once_to_measure_it():
 
 
 @pytest.mark.parametrize("why, history, exploring, settings", [
-    ("no family: nothing rented to save on", [], frozenset(), {}),
-    ("one exploring run of the pair is in flight", rented(20), frozenset({("A100", "H100")}), {}),
-    ("off by the setting", rented(20), frozenset(), {"exploration_horizon_days": 0}),
-    ("above the budget share of the family's rent", rented(20), frozenset(),
+    ("no family: nothing rented to save on", OWN, frozenset(), {}),
+    ("one exploring run of the pair is in flight", rented(20) + OWN, frozenset({("A100", "H100")}), {}),
+    ("off by the setting", rented(20) + OWN, frozenset(), {"exploration_horizon_days": 0}),
+    ("above the budget share of the family's rent", rented(20) + OWN, frozenset(),
      {"exploration_budget_share": 0.0001}),
-    ("the team measured it on 30 jobs: one more teaches little", rented(20) + measured(30),
+    ("the team measured it on 30 jobs: one more teaches little", rented(20) + measured(30) + OWN,
      frozenset(), {}),
+    ("this job never ran on A100: its H100 run would measure no ratio", rented(20), frozenset(), {}),
 ])
 def test_no_exploring_run(why, history, exploring, settings):
     d = plan(history, exploring, **settings)
@@ -87,7 +94,7 @@ def test_no_exploring_run(why, history, exploring, settings):
 
 def test_a_small_family_is_not_worth_the_extra_cost():
     """2 GPU-hours rented in 10 days: 6 in the horizon, less than the run's extra cost buys."""
-    d = plan(rented(2, hours=1.0))
+    d = plan(rented(2, hours=1.0) + OWN)
     assert d.explores is None and d.choice.offer.gpu == "A100"
 
 
@@ -97,3 +104,11 @@ def test_an_unfinished_rented_run_on_another_model_is_in_flight():
               PastRun("z", "PENDING", NOW, target="cloud", gpu="A100", estimate_gpu="A100")]
     assert in_flight(active) == frozenset({("A100", "H100")})
 
+
+
+def test_a_sweeps_run_still_running_on_the_reference_model_is_enough():
+    """A sweep's first run on the A100, still running but measured (its first minute): the
+    next run of the sweep may explore the H100, the two together measuring the ratio."""
+    going = [PastRun("fp", "RUNNING", NOW - 600, target="cloud", gpu="A100", samples_per_sec=100.0,
+                     estimate_hours=2.0, estimate_gpu="A100")]
+    assert plan(rented(20) + going).explores == ("A100", "H100")

@@ -11,7 +11,7 @@ from orchestrator.service.planning import gather
 from orchestrator.settings import Settings
 from orchestrator.spec import load_spec_text
 from orchestrator.store import Store
-from tests.unit.decision.test_explore import A100, H100, JOB, NOW, rented
+from tests.unit.decision.test_explore import A100, H100, JOB, NOW, OWN, rented
 
 pytestmark = pytest.mark.usefixtures("no_orch_env")  # placement reads the defaults
 
@@ -24,7 +24,7 @@ def test_a_plan_reads_the_stores_unfinished_rented_runs_as_measuring(tmp_path):
     s = Settings(clouds=["c"])
     store = Store(tmp_path / "orch.db")
     try:
-        facts = gather(spec, s, NOW, fingerprint="fp", history=rented(20), offers=[A100, H100],
+        facts = gather(spec, s, NOW, fingerprint="fp", history=rented(20) + OWN, offers=[A100, H100],
                        spent_this_month=0.0, store=store)
         assert facts.exploring == frozenset()
         assert decide_on(spec, s, facts, fingerprint="fp", now=NOW).explores == ("A100", "H100")
@@ -32,7 +32,7 @@ def test_a_plan_reads_the_stores_unfinished_rented_runs_as_measuring(tmp_path):
                          kind="exploratory", target="cloud", fingerprint="other",
                          decision=Placement(target="cloud", choice=PlacedOffer(target="cloud", gpu="H100",
                                                                                count=1)))
-        facts = gather(spec, s, NOW, fingerprint="fp", history=rented(20), offers=[A100, H100],
+        facts = gather(spec, s, NOW, fingerprint="fp", history=rented(20) + OWN, offers=[A100, H100],
                        spent_this_month=0.0, store=store)
     finally:
         store.close()

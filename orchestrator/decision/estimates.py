@@ -30,8 +30,8 @@ class OnModel:
     """What one job's recent runs measured on one GPU model: medians of per-GPU throughput
     and of GPU-hours (the work, if it splits evenly over the GPUs), and the share of a step
     spent waiting for data. `runs` counts the successful runs, `running` the runs still
-    going whose reports already measured throughput or data share (their hours are not
-    known yet: they count for the speed, never for the hours)."""
+    going that already measured throughput or data share (their hours are not known yet:
+    they count for the speed, never for the hours)."""
 
     runs: int
     sps_per_gpu: Optional[float]
@@ -46,8 +46,9 @@ def _median(xs: list[float]) -> Optional[float]:
 
 def by_model(runs: Iterable[PastRun]) -> dict[str, OnModel]:
     """One job's succeeded runs, newest first, summed up per GPU model; with the throughput
-    and data share its running runs have reported so far (a sweep's later runs are placed
-    by what its first runs measured in their first epoch, not only once they end)."""
+    and data share its running runs have measured so far (the runner's first-minute
+    `measure`, then each report): a sweep's later runs are placed by what its first runs
+    measured, not only once they end."""
     groups: dict[str, list[PastRun]] = {}
     for r in sorted((r for r in runs if r.succeeded or r.measuring), key=lambda r: r.created_at,
                     reverse=True):

@@ -159,11 +159,10 @@ def test_a_run_whose_host_dies_fails_with_why_and_the_next_submit_starts_a_new_h
 
 def test_jobs_back_to_back_all_start_on_warm_processes_submitted_without_ray(
         ray_home, tmp_path):
-    # The host keeps up to three one-worker runs' processes (jobs/warm.py: three in a tenth
-    # of a 24 GiB machine's memory, two where the memory holds two): each job of a burst
-    # submitted one right after the other finds its own warm, its controller and
-    # synchronization actor included (the pool is refilled only once jobs pause, after all
-    # have started). And `orch submit` of a job with no workdir of its own imports no Ray
+    # The host keeps SPARE_RUNS one-worker runs' processes from the start where memory
+    # allows (jobs/warm.py: two): each job of a burst that size submitted one right after
+    # the other finds its own warm, its controller and synchronization actor included (the
+    # pool is refilled only once jobs pause, after all have started). And `orch submit` of a job with no workdir of its own imports no Ray
     # (its secret file packed and the job posted as plain HTTP).
     # A host started now: its pool holds exactly what it started (one that served other
     # tests may count a process Ray started beside its own, jobs/warm.py says so).

@@ -34,16 +34,22 @@ def test_the_pool_starts_with_one_run_then_a_spare_so_the_second_job_finds_its_o
     assert stock.take(1, now=6.0) is True  # the spare, warm
 
 
-def test_with_a_tenth_of_a_24_gib_machine_a_burst_of_three_finds_each_its_own_warm():
+def test_with_a_tenth_of_a_24_gib_machine_the_next_burst_of_three_finds_each_its_own_warm():
     stock = Stock(initial_workers=2, pool_mb=default_pool_mb(24_105))  # CI's machine, MiB
     assert stock.initial() == (1, 2)
-    assert stock.spare() == (2, 1)  # two more runs' controllers and sync actors, a worker more
+    assert stock.spare() == (1, 0)  # a second run's controller and synchronization actor
     now = 0.0
-    for _ in range(3):  # each submitted as the one before ends
+    for i in range(3):  # a first burst: each submitted as the one before ends
+        assert stock.take(1, now) is (i < 2)  # the third starts cold
+        stock.done(now + 2.0)
+        now += 2.5
+    assert stock.idle(now + 20.0) == (3, 3)  # the pause: three runs' worth (2160 of 2410 MiB)
+    now += 30.0
+    for _ in range(3):  # the next burst of three: each its own warm
         assert stock.take(1, now) is True
         stock.done(now + 2.0)
         now += 2.5
-    assert stock.take(1, now) is False  # a fourth at once: it starts cold
+    assert stock.take(1, now) is False  # a fourth: cold
 
 
 def test_the_default_memory_is_a_tenth_of_the_machines_within_bounds(tmp_path):
@@ -61,19 +67,19 @@ def test_the_default_memory_is_a_tenth_of_the_machines_within_bounds(tmp_path):
 def test_nothing_is_refilled_while_a_burst_goes_on_and_all_of_it_once_it_pauses():
     stock = _started(pool_mb=BIG)
     now = 0.0
-    for _ in range(3):  # a sweep: each job submitted as the one before ends
+    for _ in range(2):  # a sweep: each job submitted as the one before ends
         assert stock.take(1, now) is True
         assert stock.idle(now + 1.0, idle_s=2.0) == (0, 0)  # running
         now += 6.0
         stock.done(now)
         assert stock.idle(now + 1.0, idle_s=2.0) == (0, 0)  # the next job may come in a second
         now += 1.5
-    assert stock.missing(1) == (1, 1)  # a fourth one finds none warm: the host starts its own
+    assert stock.missing(1) == (1, 1)  # a third one finds none warm: the host starts its own
     assert stock.take(1, now) is False
     stock.done(now + 6.0)
     assert stock.idle(now + 7.0, idle_s=2.0) == (0, 0)
-    assert stock.idle(now + 8.5, idle_s=2.0) == (4, 4)  # the pause: four runs, as many as came
-    assert (stock.runs, stock.workers) == (4, 4)
+    assert stock.idle(now + 8.5, idle_s=2.0) == (3, 3)  # the pause: three runs, as many as came
+    assert (stock.runs, stock.workers) == (3, 3)
     assert stock.idle(now + 20.0, idle_s=2.0) == (0, 0)  # full
 
 
@@ -90,10 +96,10 @@ def test_memory_bounds_the_refill_fewer_workers_first_then_fewer_runs():
 def test_the_refill_follows_the_largest_recent_run_within_the_memory():
     sizes = Sizes(controller=400, sync=100, worker=400)
     stock = _started(pool_mb=4200, sizes=sizes)
-    assert stock.take(4, now=0.0) is False  # three warm workers for a four-worker run
+    assert stock.take(4, now=0.0) is False  # two warm workers for a four-worker run
     stock.done(now=10.0)
-    # Two runs of four workers (1000 + 3200) fit in 4200 MiB: two runs are still warm.
-    assert stock.idle(now=13.0, idle_s=2.0) == (0, 8)
+    # Two runs of four workers (1000 + 3200) fit in 4200 MiB.
+    assert stock.idle(now=13.0, idle_s=2.0) == (1, 8)
     assert (stock.runs, stock.workers) == (2, 8)
     small = _started(pool_mb=2500, sizes=sizes)
     small.take(4, now=0.0)
@@ -103,13 +109,13 @@ def test_the_refill_follows_the_largest_recent_run_within_the_memory():
 
 def test_jobs_at_once_keep_one_run_more_warm_than_ran_together():
     stock = _started(pool_mb=BIG)
-    for t in (0.0, 0.5, 1.0):
-        assert stock.take(1, now=t) is True
-    assert stock.take(1, now=1.5) is False  # a fourth at once: it starts cold
-    for t in (8.0, 8.5, 9.0, 9.5):
+    stock.take(1, now=0.0)
+    stock.take(1, now=0.5)
+    assert stock.take(1, now=1.0) is False  # a third at once: it starts cold
+    for t in (8.0, 8.5, 9.0):
         stock.done(now=t)
-    assert stock.target(now=12.0) == (5, 5)  # four ran at once: five
-    assert stock.idle(now=12.0, idle_s=2.0) == (5, 5)
+    assert stock.target(now=12.0) == (4, 4)  # three ran at once: four
+    assert stock.idle(now=12.0, idle_s=2.0) == (4, 4)
 
 
 def test_jobs_known_to_be_coming_are_counted():

@@ -9,14 +9,14 @@ from the pool must be started again, one torch import each (about 3 CPU-s here; 
 run's three processes about 9 CPU-s).
 
 So the pool holds runs' worth of processes for the next jobs, not only for the next one:
-from the start, two runs' (the second `SPARE_AFTER_S` later); then as many runs as started lately (`RECENT_S`), at least one more than ran at once, and one
-for each job the caller knows is coming (`queued`), each with the largest recent run's
-workers. It is refilled once the jobs pause (`IDLE_S`), not between two jobs of a burst:
-on 2 cores a refill beside the burst's next job slowed that job more than it saved. The
-whole is bounded by memory (`pool_mb`, `local.warm_pool_mb`, by default a tenth of the
-machine's, `machine_pool_mb`): the first run's processes
-are always kept; more only as they fit, fewer workers given up before fewer runs. A job that finds too few warm has the host start
-what it lacks at once, side by side (`missing`), instead of waiting for a refill.
+from the start, two runs' (the second `SPARE_AFTER_S` later); then as many runs as started
+lately (`RECENT_S`), at least one more than ran at once, and one for each job the caller
+knows is coming (`queued`), each with the largest recent run's workers. It is refilled
+once the jobs pause (`IDLE_S`), not between two jobs of a burst: on 2 cores a refill beside
+the burst's next job slowed that job more than it saved. The whole is bounded by memory (`pool_mb`, `local.warm_pool_mb`, by default a tenth of the
+machine's, `machine_pool_mb`): the first run's processes are always kept; more only as
+they fit, fewer workers given up before fewer runs. A job that finds too few warm has the
+host start what it lacks at once, side by side (`missing`), instead of waiting for a refill.
 
 Standard library only: this runs on the target. Pure: the clock is passed in.
 """
@@ -42,7 +42,7 @@ SPARE_AFTER_S = 20.0
 # a prestart beyond that is dropped. Two until the pool counts what it holds and tops up.
 SPARE_RUNS = 2
 # The memory the pool may hold, MiB, where `local.warm_pool_mb` does not say: a tenth of
-# the machine's (24 GiB: 2457, three one-worker runs' processes), within these bounds.
+# the machine's (24 GiB: 2410, three one-worker runs' processes), within these bounds.
 # The floor holds two one-worker runs' processes, or a two-worker run's and a second
 # controller and synchronization actor.
 DEFAULT_POOL_MB = 1536

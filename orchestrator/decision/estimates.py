@@ -114,13 +114,14 @@ def learn_ratios(runs: Iterable[PastRun], exclude: str = "") -> TeamRatios:
     """The team's ratios from every job's runs but `exclude` (the job being planned, whose
     own runs count on their own)."""
     per_job: dict[str, list[PastRun]] = {}
-    for r in runs:  # finished runs: a running one measures its own job's later runs only
-        if r.fingerprint and r.fingerprint != exclude and r.succeeded:
+    for r in runs:
+        if r.fingerprint and r.fingerprint != exclude:
             per_job.setdefault(r.fingerprint, []).append(r)
     seen: dict[tuple[str, str], list[float]] = {}
     pure: dict[tuple[str, str], list[float]] = {}
     for rs in per_job.values():
-        models = by_model(rs)
+        # Finished runs: a running one measures its own job's later runs only.
+        models = by_model(r for r in rs if r.succeeded)
         for a, on_a in models.items():
             for b, on_b in models.items():
                 ratio = own_ratio(on_a, on_b) if a != b else None

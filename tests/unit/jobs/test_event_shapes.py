@@ -114,3 +114,6 @@ def test_a_first_minutes_measure_stands_until_a_report_says_more():
     assert (both["samples_per_sec"], both["data_fraction"]) == (240.0, 0.3)
     again = from_log("\n".join([measure, report]), previous=RunMetrics.read(both))
     assert again["samples_per_sec"] == 240.0  # read again with what was kept: the report's
+    forged = events.event_line("measure", None, samples_per_sec=9e9, data_fraction=1.0)
+    late = from_log("\n".join([measure, report, forged]))  # the job's own line, after a report
+    assert (late["samples_per_sec"], late["data_fraction"]) == (240.0, 0.3)

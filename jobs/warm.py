@@ -13,10 +13,11 @@ from the start, two runs' (the second `SPARE_AFTER_S` later); then as many runs 
 lately (`RECENT_S`), at least one more than ran at once, and one for each job the caller
 knows is coming (`queued`), each with the largest recent run's workers. It is refilled
 once the jobs pause (`IDLE_S`), not between two jobs of a burst: on 2 cores a refill beside
-the burst's next job slowed that job more than it saved. The whole is bounded by memory (`pool_mb`, `local.warm_pool_mb`, by default a tenth of the
-machine's, `machine_pool_mb`): the first run's processes are always kept; more only as
-they fit, fewer workers given up before fewer runs. A job that finds too few warm has the
-host start what it lacks at once, side by side (`missing`), instead of waiting for a refill.
+the burst's next job slowed that job more than it saved. The whole is bounded by memory
+(`pool_mb`, `local.warm_pool_mb`, by default a tenth of the machine's, `machine_pool_mb`):
+the first run's processes are always kept; more only as they fit, fewer workers given up
+before fewer runs. A job that finds too few warm has the host start what it lacks at once,
+side by side (`missing`), instead of waiting for a refill.
 
 Standard library only: this runs on the target. Pure: the clock is passed in.
 """

@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Any, Optional
 
+from . import forkserver
+
 # Ray's worker setup hook: a process started with this variable imports the module and
 # calls the function before it takes work.
 SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
@@ -55,6 +57,13 @@ class LightSyncActor:
         return self._base.options(runtime_env={"env_vars": dict(LIGHT_ENV)}, **kwargs)
 
 
+def hosted_runtime_env(env: dict) -> dict:
+    """The runtime env of a hosted run's controller, and so (Ray merges it under theirs) of
+    its workers and synchronization actor: the host's env_vars, and the processes forked
+    from a zygote that imported what they import (jobs/forkserver.py)."""
+    return {"env_vars": dict(env), "py_executable": forkserver.py_executable()}
+
+
 @functools.cache
 def controller_class() -> type:
     """Ray Train's controller, its output sent to the job's log first."""
@@ -78,7 +87,7 @@ def start(init_kwargs: dict, log_path: Optional[str] = None, env: Optional[dict]
 
     node = {ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()}
     if log_path is not None:
-        return ray.remote(num_cpus=0, label_selector=node, runtime_env={"env_vars": env or {}})(
+        return ray.remote(num_cpus=0, label_selector=node, runtime_env=hosted_runtime_env(env or {}))(
             controller_class()).remote(log_path, **init_kwargs)
     from ray._common.constants import RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
     from ray.train.v2._internal.constants import (

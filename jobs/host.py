@@ -35,7 +35,7 @@ import traceback
 from typing import Any, Optional
 
 from . import events, job_values
-from .controller import LIGHT_ENV, SETUP_HOOK_VAR, abort
+from .controller import LIGHT_ENV, SETUP_HOOK_VAR, abort, hosted_runtime_env
 from .hosted import pid_file
 from .request import BadRequest, RunRequest
 from .warm import IDLE_S, SPARE_AFTER_S, Stock, machine_pool_mb
@@ -91,8 +91,8 @@ def runtime_env_strings(env: dict) -> tuple[str, str]:
     """The runtime env as Ray serializes it for the controller, and as Ray's core merges it
     for each worker and the synchronization actor (the controller's env under their own,
     written compactly): a warm process serves only the string it was started with."""
-    doc = {"env_vars": dict(sorted(env.items()))}
-    return json.dumps(doc), json.dumps(doc, separators=(",", ":"))
+    doc = hosted_runtime_env(env)
+    return json.dumps(doc, sort_keys=True), json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
 class WarmPool:

@@ -57,7 +57,7 @@ def worker_entry(config: dict) -> Any:
     import ray
 
     events.emit("worker", rank=ctx.rank, node_id=ray.get_runtime_context().get_node_id(),
-                process_age_s=round(_process_age_s(), 2))
+                process_age_s=round(_process_age_s(), 2), forked=_forked())
     fn = imported(options.target)
     # The device over the run: a point every telemetry_point_s while it runs, the summary and
     # the whole (bounded) series at its end, whether the loop returns or raises.
@@ -143,6 +143,17 @@ def _process_age_s() -> float:
         return time.time() - psutil.Process().create_time()
     except Exception:  # noqa: BLE001  (psutil comes with Ray's default extras only)
         return 0.0
+
+
+def _forked() -> bool:
+    """Whether this worker's process was forked by orch's zygote (jobs/zygote.py), so
+    started with torch and Ray Train already imported, however young it is."""
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return False
+    return b"--serve" in args and any(a.endswith(b"zygote.py") for a in args)
 
 
 def _threads_as_ray_sets_them() -> None:

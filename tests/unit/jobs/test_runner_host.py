@@ -29,8 +29,9 @@ def test_the_controllers_runtime_env_is_written_as_ray_writes_it():
 
     env = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2", "B": "2", "A": "1"}
     spaced, compact = host.runtime_env_strings(env)
-    assert spaced == RuntimeEnv(env_vars=env).serialize()
-    assert json.loads(compact) == json.loads(spaced) and " " not in compact
+    assert spaced == RuntimeEnv(**controller.hosted_runtime_env(env)).serialize()
+    assert json.loads(spaced)["py_executable"].endswith("forkserver.py")
+    assert json.loads(compact) == json.loads(spaced) and ", \"" not in compact and "\": " not in compact
 
 
 def test_every_controller_gets_the_same_env_with_the_setup_hook():

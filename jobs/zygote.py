@@ -24,6 +24,10 @@ SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"  # as jobs/controller
 # How long a client has to send its whole request once connected, seconds; and its most bytes.
 _REQUEST_S = 5.0
 _MAX_REQUEST = 1 << 20
+# A zygote with no child for this long ends (its Ray job's workers are gone: the runner
+# host's keeps warm ones while it lives), seconds; ORCH_ZYGOTE_IDLE_S in its environment
+# says otherwise (the tests).
+_IDLE_EXIT_S = 60.0
 
 
 def _exec_plain(argv: list) -> None:
@@ -127,8 +131,15 @@ def serve(path: str, first: list) -> None:
     umask = os.umask(0o022)
     os.umask(umask)
     _spawn(first, dict(os.environ), os.getcwd(), umask, streams, own, clients, None)
+    idle_exit_s = float(os.environ.get("ORCH_ZYGOTE_IDLE_S") or _IDLE_EXIT_S)
+    last_child = time.monotonic()
     try:
         while (not raylet or _running(raylet)) and os.path.exists(path):
+            if clients or pending:
+                last_child = time.monotonic()
+            elif time.monotonic() - last_child > idle_exit_s:
+                print(f"orch zygote: no worker for {idle_exit_s:.0f} s; ending", flush=True)
+                break
             waiting = [c for c in clients.values() if c is not None]
             ready, _, _ = select.select([server, wake_r, *waiting, *pending], [], [], 1.0)
             for r in ready:

@@ -207,3 +207,16 @@ def test_a_zygote_that_cannot_serve_runs_its_worker_plain_and_so_do_the_next(nod
     assert os.path.exists(path + ".off") and "share Ray's random ids" in Path(path + ".log").read_text()
     later = _start(session, worker, env)
     assert json.loads(later.communicate(timeout=60)[0])["pid"] == later.pid
+
+
+def test_a_zygote_left_without_workers_ends_and_the_next_worker_starts_a_new_one(node):
+    # The runner host keeps warm workers while it lives; once its Ray job is gone (a host
+    # restarted is a new job, so a new environment), its zygote has none and ends.
+    session, worker, env = node
+    env = {**env, "ORCH_ZYGOTE_IDLE_S": "1"}
+    first, _ = _first(session, worker, env)  # its worker ends at once
+    first.wait(timeout=20)
+    path = forkserver.socket_path(_args(session, worker, "run"), env)
+    assert not os.path.exists(path) and "no worker for 1 s" in Path(path + ".log").read_text()
+    again, _ = _first(session, worker, env)
+    assert again.pid != first.pid

@@ -91,6 +91,39 @@ def children_draw_apart() -> bool:
     return len(drawn) == 2
 
 
+def cuda_works_in_a_child(gpus: str = "/proc/driver/nvidia/gpus") -> bool:
+    """On a machine with NVIDIA GPUs: whether a child forked now can use CUDA. A process
+    that initialized CUDA's driver (an import that asks for the device count can) forks
+    children where CUDA fails; orch has not run this on a GPU yet (issue 52), so each zygote
+    checks, by a child that puts a tensor on the GPU, and does not serve where it fails.
+    True where there is no GPU to check (`gpus`, the driver's folder, absent or empty)."""
+    try:
+        if not os.listdir(gpus) or os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+            return True
+    except OSError:
+        return True
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            import torch
+
+            code = 0 if (torch.zeros(1, device="cuda") + 1).item() == 1 else 1
+        except BaseException:  # noqa: BLE001  (any failure is the answer)
+            pass
+        os._exit(code)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) == 0
+        time.sleep(0.1)
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    return False
+
+
 def serve(path: str, first: list) -> None:
     """The zygote (the first client of its environment, exec'd): preload, fork the worker
     that client was started for (`first`, its arguments), then one for each client that
@@ -181,6 +214,8 @@ def _ready(path: str) -> socket.socket:
     gc.freeze()
     if not children_draw_apart():
         raise RuntimeError("its children would share Ray's random ids")
+    if not cuda_works_in_a_child():
+        raise RuntimeError("a child forked from it cannot use CUDA")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with contextlib.suppress(OSError):
         os.unlink(path)  # a zygote before this one (it holds the lock: none is now)

@@ -220,3 +220,16 @@ def test_a_zygote_left_without_workers_ends_and_the_next_worker_starts_a_new_one
     assert not os.path.exists(path) and "no worker for 1 s" in Path(path + ".log").read_text()
     again, _ = _first(session, worker, env)
     assert again.pid != first.pid
+
+
+def test_a_zygote_checks_cuda_in_a_child_only_where_the_machine_has_gpus(tmp_path):
+    none = tmp_path / "gpus"
+    assert zygote.cuda_works_in_a_child(str(none))  # no driver folder: nothing to check
+    none.mkdir()
+    assert zygote.cuda_works_in_a_child(str(none))  # the driver, no GPU
+    (none / "0000:00:1e.0").mkdir()
+    # A GPU listed: a forked child must put a tensor on it. This machine's torch has no
+    # CUDA, so the child fails and the zygote would not serve (its workers start plain).
+    import torch
+
+    assert zygote.cuda_works_in_a_child(str(none)) is torch.cuda.is_available()

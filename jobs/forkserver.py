@@ -18,13 +18,17 @@ status is the child's, and the zygote kills the child when the client goes. The 
 registers with the raylet under its own pid (Ray matches a worker by the startup token in
 its arguments, not by pid), so the raylet kills, watches and accounts for the child itself.
 
-The first client of an environment starts its zygote (it imports the worker's modules and
-runs the setup hook its environment names, as a warm worker would) and runs as a plain
-worker meanwhile; so does every client whose zygote cannot be had: nothing here can make a
-worker fail that would have started without it. The zygote listens on a socket in the Ray
-session's `sockets` folder (mode 0600), lives while its raylet does, and holds nothing of any
-job: the environment it was started with is every client's of its key, and a job's values
-reach its workers after they start (jobs/job_values.py).
+The first client of an environment becomes its zygote (jobs/zygote.py): it execs into it,
+so the zygote is a process the raylet started, as a worker is, and every worker it forks
+has the raylet among its ancestors (the job values' check, jobs/job_values.py). The zygote
+imports the worker's modules and runs the setup hook its environment names, as a warm
+worker would, then forks the worker that client was started as; clients that come while it
+imports wait for it rather than import side by side. Where no zygote can be had, a client
+runs its worker plain: nothing here can make a worker fail that would have started without
+it. The zygote listens on a socket in the Ray session's `sockets` folder (mode 0600), ends
+with its raylet or once it has had no worker for a minute, and holds nothing of any job: the
+environment it was started with is every client's of its key, and a job's values reach its
+workers after they start.
 
 Standard library only, and no import of the package: the client runs with `-I -S`.
 """
@@ -45,9 +49,6 @@ from typing import Optional
 
 # Unix socket paths are at most 107 bytes here; a longer one is no zygote (plain workers).
 _MAX_PATH = 107
-# The variables that differ between the workers of one environment, left out of its key:
-# none measured (Ray gives a job's workers one environment); kept for clarity.
-_PER_PROCESS: frozenset = frozenset()
 # How long a client waits for the zygote another client is becoming, at most, seconds: Ray
 # kills a worker process that has not registered within 60 s.
 _AWAIT_S = 30.0
@@ -71,7 +72,7 @@ def socket_path(argv: list, env: dict) -> Optional[str]:
     raylet = next((a.split("=", 1)[1] for a in argv if a.startswith("--raylet-name=")), None)
     if not raylet:
         return None
-    key = json.dumps(sorted((k, v) for k, v in env.items() if k not in _PER_PROCESS))
+    key = json.dumps(sorted(env.items()))  # Ray gives all workers of a job one environment
     digest = hashlib.sha256(f"{os.getuid()}\0{sys.executable}\0{key}".encode()).hexdigest()[:16]
     path = os.path.join(os.path.dirname(raylet), f"orch-fork-{digest}")
     return path if len(path.encode()) <= _MAX_PATH else None

@@ -166,18 +166,28 @@ def test_jobs_back_to_back_all_start_on_warm_processes_submitted_without_ray(
     # (its secret file packed and the job posted as plain HTTP).
     # A host started now: its pool holds exactly what it started (one that served other
     # tests may count a process Ray started beside its own, jobs/warm.py says so).
-    host = psutil.Process(host_pid(ray_home))
-    host.kill()
-    host.wait(10)
-    assert run_orch(ray_home, "local", "up").returncode == 0
-    wait_ready(ray_home)
     ray_dir = local_ray_dir(ray_home)
     cpus = json.loads((ray_home / "local" / "ray.json").read_text())["cpus"]
     stock = Stock(initial_workers=min(cpus, _WARM_WORKERS), pool_mb=machine_pool_mb())
     runs = sum(n for n, _ in (stock.initial(), stock.spare()))
     assert runs >= 2
     # The runs' controllers and synchronization actors, and their workers (at least two).
-    wait_warm(ray_dir, n=2 * runs + stock.workers, home=ray_home)
+    # Ray's raylet drops a prestart now and then (1 process of 6 in 1 of 3 fresh clones at
+    # stop 59, 1 of 9 at stop 58; the host does not yet count what came and top it up): a
+    # host whose pool stays short is started once more before the burst.
+    for attempt in (1, 2):
+        host = psutil.Process(host_pid(ray_home))
+        host.kill()
+        host.wait(10)
+        assert run_orch(ray_home, "local", "up").returncode == 0
+        wait_ready(ray_home)
+        try:
+            wait_warm(ray_dir, n=2 * runs + stock.workers, home=ray_home,
+                      timeout=60 if attempt == 1 else 120)
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
     seen: dict = {}  # pid -> (title, when its process started)
     finished = threading.Event()
 

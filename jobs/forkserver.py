@@ -12,8 +12,9 @@ How: the runner host (jobs/host.py) gives each run's controller a runtime env wh
 execs it with `default_worker.py` and that worker's arguments where it would exec python.
 This client then asks the *zygote* of its environment (one per Ray node and exact worker
 environment: the setup hook, the job, the runtime env's variables all in the key) to fork
-a child that runs `default_worker.py` with this process's arguments, environment, working
-folder and standard streams, and stands in for it: its signals go to the child, its exit
+a child that runs `default_worker.py` with this process's arguments, working folder, umask
+and standard streams, and the zygote's environment (this one: the socket is named by its
+digest), and stands in for it: its signals go to the child, its exit
 status is the child's, and the zygote kills the child when the client goes. The child
 registers with the raylet under its own pid (Ray matches a worker by the startup token in
 its arguments, not by pid), so the raylet kills, watches and accounts for the child itself.
@@ -90,7 +91,7 @@ def client(argv: list) -> None:
     if path and not os.path.exists(path + ".off"):  # .off: a zygote found it cannot serve
         conn = _connect(path) or _become_or_await(path, argv, env)
         if conn is not None:
-            _stand_in(conn, argv, env)  # returns only if the zygote refused before forking
+            _stand_in(conn, argv)  # returns only if the zygote refused before forking
     _exec_plain(argv)
 
 
@@ -139,11 +140,12 @@ def _connect(path: str) -> Optional[socket.socket]:
         return None
 
 
-def _stand_in(conn: socket.socket, argv: list, env: dict) -> None:
-    """Hand the worker to the zygote and be it until its child ends."""
+def _stand_in(conn: socket.socket, argv: list) -> None:
+    """Hand the worker to the zygote and be it until its child ends. Its environment is not
+    sent: the socket's name is its digest, so the zygote's own is this one."""
     umask = os.umask(0o022)
     os.umask(umask)
-    body = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd(), "umask": umask}).encode()
+    body = json.dumps({"argv": argv, "cwd": os.getcwd(), "umask": umask}).encode()
     try:
         conn.sendmsg([struct.pack("!I", len(body)) + body],
                      [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])

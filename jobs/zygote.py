@@ -129,6 +129,7 @@ def serve(path: str, first: list) -> None:
     that client was started for (`first`, its arguments), then one for each client that
     asks, until the raylet is gone. Does not return."""
     started = time.monotonic()
+    env = dict(os.environ)  # every client's (its socket is named by its digest), before imports
     # Run as a script, its folder (the runner package, where `profile.py` would hide the
     # standard library's) came first on the path, resolved: no module of it is imported here.
     here = {os.path.dirname(f(__file__)) for f in (os.path.abspath, os.path.realpath)}
@@ -163,7 +164,7 @@ def serve(path: str, first: list) -> None:
     own = [server.fileno(), wake_r, wake_w]
     umask = os.umask(0o022)
     os.umask(umask)
-    _spawn(first, dict(os.environ), os.getcwd(), umask, streams, own, clients, None)
+    _spawn(first, env, os.getcwd(), umask, streams, own, clients, None)
     idle_exit_s = float(os.environ.get("ORCH_ZYGOTE_IDLE_S") or _IDLE_EXIT_S)
     last_child = time.monotonic()
     try:
@@ -185,7 +186,7 @@ def serve(path: str, first: list) -> None:
                     with contextlib.suppress(OSError):
                         os.read(wake_r, 512)
                 elif r in pending:
-                    _read_request(r, pending, own, clients)
+                    _read_request(r, env, pending, own, clients)
                 else:  # a client closed (or wrote) before its child ended: the child goes
                     pid = next(p for p, c in clients.items() if c is r)
                     with contextlib.suppress(OSError):
@@ -252,11 +253,13 @@ def _reap(clients: dict) -> None:
             conn.close()
 
 
-def _read_request(conn: socket.socket, pending: dict, own: list, clients: dict) -> None:
-    """What a client sent so far (its worker's arguments, environment, folder and umask, and
-    its standard streams); once whole, its child forked. A request that cannot be read, or
-    says what no client says, is closed (its client, if any, runs plain). Never blocks: a
-    process that connects and says nothing holds up no other client."""
+def _read_request(conn: socket.socket, env: dict, pending: dict, own: list,
+                  clients: dict) -> None:
+    """What a client sent so far (its worker's arguments, folder and umask, and its standard
+    streams); once whole, its child forked, with the zygote's environment `env` (no client
+    chooses one). A request that cannot be read, or says what no client says, is closed (its
+    client, if any, runs plain). Never blocks: a process that connects and says nothing
+    holds up no other client."""
     held = pending[conn]
     try:
         data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
@@ -281,7 +284,6 @@ def _read_request(conn: socket.socket, pending: dict, own: list, clients: dict) 
     try:
         request = json.loads(held[0][4:])
         argv = [str(a) for a in request["argv"]]
-        env = {str(k): str(v) for k, v in dict(request["env"]).items()}
         cwd, umask = str(request["cwd"]), int(request["umask"]) & 0o777
         if len(held[1]) != 3 or not argv:
             raise ValueError("no standard streams, or no worker")

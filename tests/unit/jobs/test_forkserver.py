@@ -187,6 +187,18 @@ def test_a_silent_or_garbled_connection_holds_up_no_worker(node):
         s.connect(path)
         s.sendall(garbage)
         s.close()
+    # A request that names an environment of its own gets the zygote's (its clients'):
+    # no caller chooses what a forked worker's environment holds.
+    r, w = os.pipe()
+    body = json.dumps({"argv": _args(session, worker, "run"), "cwd": str(session), "umask": 0o22,
+                       "env": {"FS_TEST": "chosen"}}).encode()
+    asker = socket.socket(socket.AF_UNIX)
+    asker.connect(path)
+    socket.send_fds(asker, [len(body).to_bytes(4, "big") + body], [0, w, 2])
+    os.close(w)
+    with os.fdopen(r) as out:
+        assert json.loads(out.readline())["env"] == "one"
+    asker.close()
     started = time.monotonic()
     next_one = _start(session, worker, env)
     out = json.loads(next_one.communicate(timeout=60)[0])

@@ -31,6 +31,9 @@ from .request import RunRequest
 
 HOST_VAR = "ORCH_RUNNER_HOST"  # the host's unix socket, set by orch where the target has one
 PUBLIC_VAR = "ORCH_ENV_PUBLIC"  # the names of the job's public environment values
+# A job orch started without a Ray job (providers/process_jobs.py): its local Ray's raylet,
+# whose workers the job's values are for (a Ray job's driver has it among its parents).
+RAYLET_VAR = "ORCH_RAYLET_PID"
 # How long a job waits for a host that is still starting (importing torch and Ray Train).
 WAIT_S = 60.0
 # Lines Ray's worker processes print for its log monitor, which the host's do not pass.
@@ -72,7 +75,7 @@ def delegate(req: RunRequest, hidden: dict) -> Optional[int]:
     if not sock:
         return None
     secret = secret_env.for_workers(hidden)
-    node = job_values.raylet_above(os.getpid())
+    node = job_values.raylet_above(os.getpid()) or job_values.named_raylet(os.environ.get(RAYLET_VAR))
     if secret and node is None:  # the values' socket could not tell the host from a worker
         events.say("orch runner: no Ray node among this runner's parents to tell the job's "
                    "workers from the runner host; the job runs in this process", err=True)
@@ -99,6 +102,17 @@ def delegate(req: RunRequest, hidden: dict) -> Optional[int]:
             values.close()
         with contextlib.suppress(OSError):
             os.unlink(log)
+
+
+def process_job_init() -> dict:
+    """ray.init's arguments for a job orch started without a Ray job whose host did not
+    answer (providers/process_jobs.py): its workers get the job's folder and public values,
+    as a Ray job's get its runtime env. {} for a Ray job."""
+    if not os.environ.get("ORCH_PROCESS_JOB"):
+        return {}
+    names = [n for n in os.environ.get(PUBLIC_VAR, "").split(",") if n in os.environ]
+    return {"runtime_env": {"working_dir": os.getcwd(),
+                            "env_vars": {n: os.environ[n] for n in names}}}
 
 
 def _host_pid(sock: str) -> Optional[int]:

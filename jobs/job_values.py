@@ -61,6 +61,16 @@ def raylet_above(pid: int) -> Optional[int]:
     return None
 
 
+def named_raylet(pid: Optional[str]) -> Optional[int]:
+    """`pid` (text) where it names a running raylet; None otherwise."""
+    try:
+        number = int(pid or "")
+        with open(f"/proc/{number}/comm") as f:
+            return number if f.read().strip() == "raylet" else None
+    except (OSError, ValueError):
+        return None
+
+
 class Server:
     """The values of one job, served to its run's workers while the run lasts."""
 

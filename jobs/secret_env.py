@@ -195,7 +195,7 @@ def main(argv: list[str]) -> int:
         print("::orch::" + json.dumps({"event": "result", "ok": False, "error": msg}), flush=True)
         return EXIT_NO_FILE
     name = os.environ.get(FILE_VAR)
-    if name:
+    if name and not os.environ.get("ORCH_PROCESS_JOB"):  # a job orch started has no package in Ray
         # Out of the cluster's copy of the package too (GCS), where other jobs can read it.
         from .package_scrub import scrub
 

@@ -43,6 +43,11 @@ class UserProvider(LocalProvider):
 
         return f"{shlex.quote(self.ray.python)} -m {module('secret_env')} -- {entrypoint}"
 
+    def _start_process(self, launch: Launch) -> Optional[str]:
+        """Never started by orch itself: the job runs as this instance's OS user, whose Ray
+        starts it (a Ray job)."""
+        return None
+
     def submit(self, launch: Launch) -> str:
         """The launch with orch's interpreter (the runner's, and `python` on the job's PATH:
         LocalProvider.runner_command, shell_prelude) swapped for this instance's."""

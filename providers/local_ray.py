@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from jobs.hosted import pid_file
 from orchestrator.base.errors import BackendError
+from providers.process_jobs import ProcessJobs
 from providers.runner_host import host_alive, host_state, stop_stale_host
 from providers.runner_package import link_in, module, runner_digest
 
@@ -149,7 +150,7 @@ class LocalRay:
                     # new one, so the next jobs start warm again.
                     state.pop("processes", None)
                     state.pop("runner_host", None)
-                    state["host_socket"] = self._start_host(state, self._env())
+                    state["host_socket"] = self._start_host(state, self.job_env())
                     self._write(state)
                 return state
             stale = self._state()
@@ -184,7 +185,7 @@ class LocalRay:
             f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
             "--disable-usage-stats", *self._gpu_args(),
         ]
-        env = self._env()
+        env = self.job_env()
         log = self.dir / "ray-start.log"
         with open(log, "w") as out:
             proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -213,7 +214,7 @@ class LocalRay:
         self._write(state)
         return state
 
-    def _env(self) -> dict:
+    def job_env(self) -> dict:
         """The environment of `ray start` and of the runner host, so of every job of this
         Ray: an allowlist (job_base_env), never orch's own environment, which under `orch
         serve` holds the store's URL, the metrics token, cloud keys and the variables
@@ -301,7 +302,8 @@ class LocalRay:
         no job runs on this Ray (providers/runner_host.py)."""
         running = [j for j in self._jobs(state) if j.get("type", "SUBMISSION") == "SUBMISSION"
                    and j.get("status") in ("PENDING", "RUNNING")]  # not the host's own driver
-        stop_stale_host(state["host_socket"], len(running))
+        started = ProcessJobs(Path(state.get("temp_dir") or self.temp_dir()) / "orch-jobs").running()
+        stop_stale_host(state["host_socket"], len(running) + len(started))
 
     def _jobs(self, state: dict) -> list[dict]:
         """The Ray jobs of this instance, from its Jobs API (no Ray import)."""

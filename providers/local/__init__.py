@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import secrets
 import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from orchestrator.base.targets import LOCAL
-from providers.base import KeepsLogs
+from providers.base import BackendState, KeepsLogs, Launch
 from providers.local_ray import LocalRay
+from providers.process_jobs import ProcessJobs, raylet_of
 from providers.ray_jobs import RayJobsProvider
 
 if TYPE_CHECKING:
@@ -31,6 +33,8 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
     def __init__(self, ray: LocalRay, on_start: Optional[Callable[[], None]] = None):
         self.ray = ray
         self.on_start = on_start
+        # The train: jobs orch starts itself where the runner host runs them (no Ray job).
+        self.processes = ProcessJobs(ray.temp_dir() / "orch-jobs")
         state = ray.status(details=False) if ray.state_file.exists() else None
         super().__init__(LOCAL, state["dashboard_url"] if state else "", ray.headers(),
                          hint="`orch local status` shows the local Ray; `orch local up` starts it")
@@ -73,6 +77,68 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
             self.address, self.headers, self._client = state["dashboard_url"], self.ray.headers(), None
         super().prepare()
 
+    # -- jobs started without a Ray job (providers/process_jobs.py) ----------------------
+
+    def submit(self, launch: Launch) -> str:
+        started = self._start_process(launch)
+        return started if started is not None else super().submit(launch)
+
+    def _start_process(self, launch: Launch) -> Optional[str]:
+        """A `train:` job on a local Ray whose runner host answers, started by orch itself
+        (its runner hands the run to the host): its id; None for a job that goes through
+        Ray's Jobs API: a `run:` job (its command may be a Ray driver, which a Ray job makes
+        one), no host, or a workdir only Ray's client packs."""
+        from jobs import job_values, secret_env
+        from jobs.hosted import RAYLET_VAR, host_alive
+        from jobs.request import ENV_VAR
+        from providers.ray_package import plain_package
+
+        state = self.ray._state() if self.address else None
+        sock = self.ray.host_socket()
+        if ENV_VAR not in launch.env or not state or not sock or not host_alive(sock):
+            return None
+        package = plain_package(Path(launch.workdir), launch.excludes) if launch.workdir else b""
+        if package is None:
+            return None
+        public, hidden = launch.split_env()
+        env = {**self.ray.job_env(), **public, **self.job_env(public),
+               "RAY_ADDRESS": state["address"]}
+        raylet = state.get("raylet_pid")
+        if not (isinstance(raylet, int) and job_values.named_raylet(str(raylet))):
+            raylet = raylet_of(state["temp_dir"])
+            if raylet:
+                self.ray._write({**state, "raylet_pid": raylet})
+        if raylet:
+            env[RAYLET_VAR] = str(raylet)
+        entrypoint, secret_file = launch.entrypoint, None
+        if hidden:
+            name = f".orch-env-{secrets.token_hex(8)}"
+            env[secret_env.FILE_VAR] = name
+            secret_file = (name, secret_env.dumps(hidden).encode())
+            entrypoint = self.with_secrets(entrypoint)
+        return self.processes.submit(launch.submission_id or launch.job_id, entrypoint, env,
+                                     package or None, launch.tags.as_strings(), secret_file)
+
+    def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
+        if self.processes.has(backend_id):
+            return self.processes.state(backend_id)
+        return super().state(backend_id, info)
+
+    def logs(self, backend_id: str) -> str:
+        if self.processes.has(backend_id):
+            return self.processes.logs(backend_id)
+        return super().logs(backend_id)
+
+    def cancel(self, backend_id: str) -> None:
+        if self.processes.has(backend_id):
+            return self.processes.cancel(backend_id)
+        return super().cancel(backend_id)
+
+    def forget_secrets(self, backend_id: str) -> None:
+        if self.processes.has(backend_id):
+            return self.processes.forget_secrets(backend_id)
+        return super().forget_secrets(backend_id)
+
     def gone(self) -> Optional[str]:
         """The local Ray is not running: every job it ran ended with it."""
         if self.running:
@@ -82,6 +148,8 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
 
     def saved_logs(self, backend_id: str) -> str:
         """A stopped local Ray leaves its session's files on disk: the job's driver log there."""
+        if self.processes.has(backend_id):
+            return self.processes.logs(backend_id)
         for path in sorted(self.ray.temp_dir().glob(f"session_*/logs/job-driver-{backend_id}.log")):
             return path.read_text(errors="replace")
         return ""
@@ -90,7 +158,7 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
         """What the local Ray holds and runs now; before it is started, what it will hold
         (`local.cpus`, or every CPU, and this machine's GPUs) with nothing running."""
         if self.running:
-            return super().capacity()
+            return self.processes.add_to(super().capacity())
         import os
 
         from orchestrator.offers.local import detect_gpus

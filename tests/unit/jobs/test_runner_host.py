@@ -253,7 +253,7 @@ def test_the_light_preload_leaves_torch_out():
 def test_the_local_ray_starts_no_idle_workers_for_the_runner_hosts_job(tmp_path):
     from providers.local_ray import LocalRay
 
-    assert LocalRay(tmp_path)._env()["RAY_prestart_worker_first_driver"] == "0"
+    assert LocalRay(tmp_path).job_env()["RAY_prestart_worker_first_driver"] == "0"
 
 
 def _sleeper(tmp_path: Path) -> tuple[subprocess.Popen, str]:

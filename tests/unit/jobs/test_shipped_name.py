@@ -82,8 +82,8 @@ def test_the_local_ray_puts_the_runner_first_on_its_processes_path(tmp_path, mon
     from providers.local_ray import LocalRay
 
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
-    assert LocalRay(tmp_path)._env()["PYTHONPATH"] == str(tmp_path / "local" / "runner")
-    env = LocalRay(tmp_path, pass_env=["PYTHONPATH"])._env()  # the admin passes it on
+    assert LocalRay(tmp_path).job_env()["PYTHONPATH"] == str(tmp_path / "local" / "runner")
+    env = LocalRay(tmp_path, pass_env=["PYTHONPATH"]).job_env()  # the admin passes it on
     assert env["PYTHONPATH"] == f"{tmp_path / 'local' / 'runner'}{os.pathsep}/elsewhere"
     assert (tmp_path / "local" / "runner" / NAME).resolve() == SOURCE
 

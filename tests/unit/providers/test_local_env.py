@@ -26,13 +26,13 @@ def test_the_local_ray_gets_only_the_allowlist_and_what_the_admin_passes_on(tmp_
     plain = Settings(home=tmp_path)
     passing = Settings(home=tmp_path, local={"pass_env": ["AWS_SECRET_ACCESS_KEY"]})
     monkeypatch.setattr("os.environ", {**SERVER, **ALLOWED})
-    env = local_ray(plain)._env()
+    env = local_ray(plain).job_env()
     assert not set(SERVER) & set(env) - {"PYTHONPATH"}, sorted(set(SERVER) & set(env))
     assert env["PYTHONPATH"] == str(tmp_path / "local" / "runner")  # the runner alone
     assert {k: env[k] for k in ALLOWED} == ALLOWED
     assert env["RAY_AUTH_MODE"] == "token"  # what orch sets for its Ray
     # The admin passes a variable on by name (local.pass_env).
-    assert local_ray(passing)._env()["AWS_SECRET_ACCESS_KEY"] == "aws-secret"
+    assert local_ray(passing).job_env()["AWS_SECRET_ACCESS_KEY"] == "aws-secret"
 
 
 def test_orchs_own_settings_cannot_be_passed_on():

@@ -26,7 +26,7 @@ def test_a_users_instance_runs_as_that_user_on_its_gpus_only(tmp_path):
     user = OsUser("orch-u-bob", 4242, 4343, tmp_path / "orch-u-bob")
     ray = UserRay(tmp_path / "control", user, gpu_ids=(2, 3), python="/opt/orch/bin/python")
     assert ray._spawn_as() == {"user": 4242, "group": 4343, "extra_groups": [], "umask": 0o077}
-    env = ray._env()
+    env = ray.job_env()
     assert env["HOME"] == env["TMPDIR"] == str(user.home) and env["USER"] == "orch-u-bob"
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and ray._gpu_args() == ["--num-gpus=2"]
     assert env["RAY_AUTH_TOKEN_PATH"] == str(user.home / ".ray-token")  # its copy, not orch's
@@ -34,7 +34,7 @@ def test_a_users_instance_runs_as_that_user_on_its_gpus_only(tmp_path):
     # orch's own files of it (state, token, lock) stay under the control home (ORCH_HOME).
     assert ray.state_file.is_relative_to(tmp_path / "control")
     none = UserRay(tmp_path / "control", user)
-    assert none._env()["CUDA_VISIBLE_DEVICES"] == "" and none._gpu_args() == ["--num-gpus=0"]
+    assert none.job_env()["CUDA_VISIBLE_DEVICES"] == "" and none._gpu_args() == ["--num-gpus=0"]
 
 
 def test_root_is_never_a_job_user(tmp_path):

@@ -1,0 +1,291 @@
+"""Local jobs started without a Ray job: the runner started by orch itself, kept by a keeper.
+
+Why: a Ray job starts a new process for its supervisor (Ray imported anew, its runtime env
+set up), 0.8-1.1 s of each job on a 2-core machine before orch's runner starts, and as long
+again to see its end; a local `train:` job's runner imports neither Ray nor torch (the
+runner host runs the job), so that process was most of the job's fixed cost. Here orch
+starts the runner through jobs/keeper.py: the job's state, log, exit code and cancel are
+files in the job's folder under the local Ray's temporary folder (0700), what Ray's Jobs
+API kept for it.
+
+    FOLDER/job.json  what Ray kept of the job (its metadata, entrypoint, when it was started)
+    FOLDER/workdir/  the job's working folder (its workdir's package unpacked, as Ray does)
+    FOLDER/pid       the keeper's pid and start time     FOLDER/log   the job's output
+    FOLDER/exit      its exit code, when, and whether it was stopped on request
+
+The job's environment is what a Ray job's driver has here: the local Ray's (an allowlist of
+orch's, never orch's own), the job's public values, its folder on the path; its secret values
+go in a 0600 file in its folder that the runner takes out before it reads anything else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+from providers.base import BackendState
+
+if TYPE_CHECKING:
+    from providers.ray_cluster import ClusterSnapshot
+
+# A job's folder name: orch's submission ids (letters, digits, '-', '_', '.').
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+KEEP_WORKDIR_S = 600.0  # how long an ended job's working folder stays
+PROCESS_JOB_VAR = "ORCH_PROCESS_JOB"  # set in a job's environment: it is not a Ray job
+
+
+class ProcessJobs:
+    """The local jobs orch started itself, one folder each under `root`."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def folder(self, job_id: str) -> Optional[Path]:
+        if not job_id or set(job_id) - _SAFE or job_id.startswith("."):
+            return None
+        return self.root / job_id
+
+    def has(self, job_id: str) -> bool:
+        folder = self.folder(job_id)
+        return folder is not None and (folder / "job.json").exists()
+
+    def submit(self, job_id: str, entrypoint: str, env: dict, package: Optional[bytes],
+               metadata: dict, secret_file: Optional[tuple[str, bytes]] = None) -> str:
+        """Start `entrypoint` (a shell command) for job `job_id` in a folder of its own
+        holding `package` unpacked; `secret_file` (name, content) written there 0600.
+        A job started before (a crash between its start and its record) is not started
+        again."""
+        folder = self.folder(job_id)
+        if folder is None:
+            raise ValueError(f"not a job id: {job_id!r}")
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._tidy()
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            if (folder / "job.json").exists():
+                return job_id  # submitted before a crash: never launch twice
+        work = folder / "workdir"
+        work.mkdir(mode=0o700, exist_ok=True)
+        if package:
+            _unpack(package, work)
+        if secret_file is not None:
+            name, content = secret_file
+            fd = os.open(work / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(content)
+        started = time.time()
+        record = {"submission_id": job_id, "entrypoint": entrypoint, "metadata": metadata,
+                  "start_time": started}
+        _write(folder / "job.json", json.dumps(record))
+        from jobs import keeper
+
+        env = {**env, PROCESS_JOB_VAR: "1", "PWD": str(work),
+               "PYTHONPATH": os.pathsep.join([str(work)] + ([env["PYTHONPATH"]]
+                                                            if env.get("PYTHONPATH") else []))}
+        proc = subprocess.Popen([sys.executable, "-I", "-S", keeper.__file__, str(folder), "--",
+                                 entrypoint], env=env, cwd=str(work), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, close_fds=True)
+        if proc.wait(timeout=60) != 0:
+            _write(folder / "exit", json.dumps({"code": 127, "end": time.time(), "on_request": False}))
+        return job_id
+
+    def _tidy(self) -> None:
+        """The working folders of jobs that ended KEEP_WORKDIR_S ago or more, removed (as
+        Ray removes the unpacked packages no job uses); their log and state stay."""
+        now = time.time()
+        try:
+            folders = list(self.root.iterdir())
+        except OSError:
+            return
+        for folder in folders:
+            try:
+                ended = (folder / "exit").stat().st_mtime
+            except OSError:
+                continue
+            if now - ended >= KEEP_WORKDIR_S and (folder / "workdir").is_dir():
+                shutil.rmtree(folder / "workdir", ignore_errors=True)
+
+    def state(self, job_id: str) -> BackendState:
+        folder = self.folder(job_id)
+        record = _read_json(folder / "job.json") if folder else None
+        if folder is None or record is None:
+            return BackendState("FAILED", f"orch has no local job {job_id}", unknown=True)
+        times = {"backend_start": float(record.get("start_time") or 0)}
+        done = _Exit.read(folder)
+        if done is None:
+            if _keeper(folder) is not None or not (folder / "pid").exists() and \
+                    time.time() - times["backend_start"] < 10:
+                return BackendState("RUNNING", None, times)
+            done = _Exit.read(folder)  # it may have ended between the two looks
+            if done is None:
+                return BackendState("FAILED", "the job's keeper process ended without its exit "
+                                    "status (killed?)", times)
+        times["backend_end"] = done.end
+        if done.stopped:
+            return BackendState("CANCELLED", "Job was intentionally stopped.", times,
+                                exit_code=done.code)
+        if done.code == 0:
+            return BackendState("SUCCEEDED", "Job finished successfully.", times, exit_code=0)
+        return BackendState("FAILED", f"Job entrypoint command failed with exit code {done.code}",
+                            times, exit_code=done.code)
+
+    def logs(self, job_id: str) -> str:
+        folder = self.folder(job_id)
+        try:
+            return (folder / "log").read_text(errors="replace") if folder else ""
+        except FileNotFoundError:
+            return ""
+
+    def cancel(self, job_id: str) -> None:
+        """Ask the job's keeper to stop it (SIGTERM to the command, SIGKILL 3 s later)."""
+        folder = self.folder(job_id)
+        pid = _keeper(folder) if folder else None
+        if pid is not None and folder is not None:
+            _write(folder / "stop", "")
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+
+    def forget_secrets(self, job_id: str) -> None:
+        """The secret file, where the job never took it (stopped before its runner ran)."""
+        folder = self.folder(job_id)
+        if folder is None:
+            return
+        for path in (folder / "workdir").glob(".orch-env-*"):
+            path.unlink(missing_ok=True)
+
+    def add_to(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """`snapshot` (the local Ray's) with these jobs among its running ones, as Ray's
+        Jobs API lists its own."""
+        from providers.ray_cluster import ClusterJob
+
+        own = {j.submission_id for j in snapshot.jobs}
+        extra = []
+        for rec in self.running():
+            meta = rec["metadata"] if isinstance(rec.get("metadata"), dict) else {}
+            if rec.get("submission_id") in own:
+                continue
+            extra.append(ClusterJob(
+                submission_id=str(rec.get("submission_id")), status="RUNNING",
+                orch_id=meta.get("orch_job"), name=meta.get("name"),
+                start_time=_num(rec, "start_time"), est_hours=_num(meta, "est_hours"),
+                cpus=_num(meta, "cpus") or 0.0, gpus=_num(meta, "gpus") or 0.0))
+        return dataclasses.replace(snapshot, jobs=(*snapshot.jobs, *extra)) if extra else snapshot
+
+    def running(self) -> list[dict]:
+        """The records of the jobs whose keeper runs (their metadata, start time)."""
+        out = []
+        try:
+            folders = list(self.root.iterdir())
+        except OSError:
+            return []
+        for folder in folders:
+            if (folder / "exit").exists() or _keeper(folder) is None:
+                continue
+            record = _read_json(folder / "job.json")
+            if record is not None:
+                out.append(record)
+        return out
+
+
+def _unpack(package: bytes, into: Path) -> None:
+    """A package orch made (providers/ray_package.py) unpacked as Ray unpacks one: each
+    file's mode kept."""
+    top = os.path.realpath(into)
+    with zipfile.ZipFile(io.BytesIO(package)) as z:
+        for info in z.infolist():
+            path = os.path.realpath(os.path.join(top, info.filename))
+            if os.path.commonpath([top, path]) != top:
+                continue
+            if info.is_dir():
+                os.makedirs(path, exist_ok=True)
+                continue
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with z.open(info) as src, open(path, "wb") as dst:
+                dst.write(src.read())
+            mode = info.external_attr >> 16
+            if mode:
+                os.chmod(path, mode & 0o7777)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Exit:
+    """What a job's keeper wrote when its command ended (jobs/keeper.py)."""
+
+    code: Optional[int]
+    end: float
+    stopped: bool  # on request (`orch cancel`)
+
+    @classmethod
+    def read(cls, folder: Path) -> Optional[_Exit]:
+        raw = _read_json(folder / "exit")
+        if raw is None:
+            return None
+        code, end = raw.get("code"), raw.get("end")
+        return cls(code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+                   end=float(end) if isinstance(end, (int, float)) else time.time(),
+                   stopped=raw.get("on_request") is True)
+
+
+def raylet_of(temp_dir: str) -> Optional[int]:
+    """The raylet of the local Ray whose temporary folder is `temp_dir` (the process its
+    workers descend from), by its arguments; None when it runs none."""
+    import psutil
+
+    for p in psutil.process_iter(["name", "cmdline"]):
+        try:
+            if p.info["name"] == "raylet" and any(temp_dir in a for a in p.info["cmdline"] or ()):
+                return p.pid
+        except (psutil.Error, OSError):
+            continue
+    return None
+
+
+def _num(meta: dict, key: str) -> Optional[float]:
+    try:
+        return float(meta[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _keeper(folder: Path) -> Optional[int]:
+    """The pid of the job's keeper while it runs (the same process that wrote its pid)."""
+    try:
+        pid_text, ticks = (folder / "pid").read_text().split()
+        pid = int(pid_text)
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        if fields[0] == "Z" or fields[19] != ticks:
+            return None
+        return pid
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_json(path: Path) -> Optional[dict]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    tmp.replace(path)

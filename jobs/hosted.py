@@ -104,17 +104,6 @@ def delegate(req: RunRequest, hidden: dict) -> Optional[int]:
             os.unlink(log)
 
 
-def process_job_init() -> dict:
-    """ray.init's arguments for a job orch started without a Ray job whose host did not
-    answer (providers/process_jobs.py): its workers get the job's folder and public values,
-    as a Ray job's get its runtime env. {} for a Ray job."""
-    if not os.environ.get("ORCH_PROCESS_JOB"):
-        return {}
-    names = [n for n in os.environ.get(PUBLIC_VAR, "").split(",") if n in os.environ]
-    return {"runtime_env": {"working_dir": os.getcwd(),
-                            "env_vars": {n: os.environ[n] for n in names}}}
-
-
 def _host_pid(sock: str) -> Optional[int]:
     try:
         with open(pid_file(sock)) as f:

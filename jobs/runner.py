@@ -211,9 +211,9 @@ def run(req: RunRequest, hidden: Optional[dict] = None, hosted: Optional[Hosted]
         # Out of this process's environment before Ray starts: a Ray this process starts
         # (on a cloud VM) hands its environment on to every worker it runs.
         os.environ.pop(KEY_VAR, None)
-        from .hosted import process_job_init
-
-        ray.init(log_to_driver=True, **(process_job_init() or _fresh_package(hidden)))
+        # A job orch started itself has its runtime env as a Ray job's driver has
+        # (providers/process_jobs.py gives it): ray.init takes it from there.
+        ray.init(log_to_driver=True, **_fresh_package(hidden))  # the file held the key too
         values = hidden
     else:
         values = hosted.env

@@ -41,7 +41,10 @@ if TYPE_CHECKING:
 # A job's folder name: orch's submission ids (letters, digits, '-', '_', '.').
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 KEEP_WORKDIR_S = 600.0  # how long an ended job's working folder stays
-PROCESS_JOB_VAR = "ORCH_PROCESS_JOB"  # set in a job's environment: it is not a Ray job
+PROCESS_JOB_VAR = "ORCH_PROCESS_JOB"
+# What Ray's job supervisor gives a Ray job's driver: its job's runtime env and metadata,
+# which `ray.init()` there takes as its own (ray._private.runtime_env.constants).
+JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set in a job's environment: it is not a Ray job
 
 
 class ProcessJobs:
@@ -60,11 +63,14 @@ class ProcessJobs:
         return folder is not None and (folder / "job.json").exists()
 
     def submit(self, job_id: str, entrypoint: str, env: dict, package: Optional[bytes],
-               metadata: dict, secret_file: Optional[tuple[str, bytes]] = None) -> str:
+               metadata: dict, secret_file: Optional[tuple[str, bytes]] = None,
+               ray_env: Optional[dict] = None) -> str:
         """Start `entrypoint` (a shell command) for job `job_id` in a folder of its own
         holding `package` unpacked; `secret_file` (name, content) written there 0600.
-        A job started before (a crash between its start and its record) is not started
-        again."""
+        A Ray driver the job starts (`ray.init()`: orch's runner where no host answers, a
+        `run:` job's own script) connects to the local Ray with the job's folder and
+        `ray_env` as its runtime env, as a Ray job's driver gets its job's. A job started
+        before (a crash between its start and its record) is not started again."""
         folder = self.folder(job_id)
         if folder is None:
             raise ValueError(f"not a job id: {job_id!r}")
@@ -90,7 +96,9 @@ class ProcessJobs:
         _write(folder / "job.json", json.dumps(record))
         from jobs import keeper
 
-        env = {**env, PROCESS_JOB_VAR: "1", "PWD": str(work),
+        job_config = {"runtime_env": {"working_dir": str(work), "env_vars": dict(ray_env or {})},
+                      "metadata": metadata}
+        env = {**env, PROCESS_JOB_VAR: "1", "PWD": str(work), JOB_CONFIG_VAR: json.dumps(job_config),
                "PYTHONPATH": os.pathsep.join([str(work)] + ([env["PYTHONPATH"]]
                                                             if env.get("PYTHONPATH") else []))}
         proc = subprocess.Popen([sys.executable, "-I", "-S", keeper.__file__, str(folder), "--",

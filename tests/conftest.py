@@ -233,7 +233,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """`pytest -n 2` (make test): each shared Ray's tests in one process (tests/scheduling.py);
+    """`pytest -n 3` (make test): each shared Ray's tests in one process (tests/scheduling.py);
     another `--dist` than the default is left to xdist."""
     if config.getoption("dist") != "load":
         return None

@@ -1,4 +1,4 @@
-"""How `make test` shares the suite between its two pytest-xdist processes.
+"""How `make test` shares the suite between its pytest-xdist processes (three).
 
 Two shared Ray instances serve most of the integration tests: the session's local Ray
 (`ray_home`, with its runner host) and the two-node loopback cluster (`cluster`). Under

@@ -84,25 +84,26 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
         return started if started is not None else super().submit(launch)
 
     def _start_process(self, launch: Launch) -> Optional[str]:
-        """A `train:` job on a local Ray whose runner host answers, started by orch itself
-        (its runner hands the run to the host): its id; None for a job that goes through
-        Ray's Jobs API: a `run:` job (its command may be a Ray driver, which a Ray job makes
-        one), no host, or a workdir only Ray's client packs."""
+        """A job on the local Ray started by orch itself (providers/process_jobs.py): its id;
+        None for one that goes through Ray's Jobs API: a workdir only Ray's client packs,
+        a `train:` job while no runner host answers (its runner would drive Ray itself)."""
         from jobs import job_values, secret_env
         from jobs.hosted import RAYLET_VAR, host_alive
         from jobs.request import ENV_VAR
         from providers.ray_package import plain_package
 
         state = self.ray._state() if self.address else None
+        if not state:
+            return None
         sock = self.ray.host_socket()
-        if ENV_VAR not in launch.env or not state or not sock or not host_alive(sock):
+        if ENV_VAR in launch.env and not (sock and host_alive(sock)):
             return None
         package = plain_package(Path(launch.workdir), launch.excludes) if launch.workdir else b""
         if package is None:
             return None
         public, hidden = launch.split_env()
-        env = {**self.ray.job_env(), **public, **self.job_env(public),
-               "RAY_ADDRESS": state["address"]}
+        ray_env = {**public, **self.job_env(public)}  # what a Ray job's runtime env held
+        env = {**self.ray.job_env(), **ray_env, "RAY_ADDRESS": state["address"]}
         raylet = state.get("raylet_pid")
         if not (isinstance(raylet, int) and job_values.named_raylet(str(raylet))):
             raylet = raylet_of(state["temp_dir"])
@@ -117,7 +118,8 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
             secret_file = (name, secret_env.dumps(hidden).encode())
             entrypoint = self.with_secrets(entrypoint)
         return self.processes.submit(launch.submission_id or launch.job_id, entrypoint, env,
-                                     package or None, launch.tags.as_strings(), secret_file)
+                                     package or None, launch.tags.as_strings(), secret_file,
+                                     ray_env=ray_env)
 
     def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
         if self.processes.has(backend_id):

@@ -4,10 +4,10 @@ Two shared Ray instances serve most of the integration tests: the session's loca
 (`ray_home`, with its runner host) and the two-node loopback cluster (`cluster`). Under
 xdist's plain load balancing each process took tests of both as they came, so each started
 both: four Ray instances and their daemons on two cores, and the two processes' Ray jobs
-contending with each other. Here each Ray's tests are one unit of work that one process
-takes whole (xdist's LoadScopeScheduling, with the units below), the local Ray's first and
-the cluster's next, so each process starts one of them; every other test is a unit of its
-own and goes to whichever process is free. `--dist loadgroup` and `xdist_group` marks would
+contending with each other. Here each Ray's tests are units of work that one process
+takes whole (xdist's LoadScopeScheduling, with the units below): the local Ray's two units
+first, then the cluster's, so each of the three processes starts one Ray (the local one in
+two of them); every other test is a unit of its own and goes to whichever process is free. `--dist loadgroup` and `xdist_group` marks would
 say the same, but have no effect under pytest 9 (xdist 3.8 renames `item._nodeid`; pytest 9
 reads `_id`).
 
@@ -23,29 +23,32 @@ from typing import Optional
 
 import pytest
 
-# The session fixture each shared Ray comes from -> that unit's name.
-SHARED = {"ray_home": "local-ray", "cluster": "two-node-cluster"}
+# The session fixture each shared Ray comes from -> the units its tests are in. The local
+# Ray's tests are two units, about 270-300 s each in `make test`: one unit of 560 s was the
+# run's longest path on three processes (the other two ended 160 s before it). Each
+# process that takes one starts a local Ray of its own.
+SHARED = {"ray_home": ("local-ray", "local-ray-serve"), "cluster": ("two-node-cluster",)}
 
 # Test ids (a file, or a file::test) -> their unit. A file's tests share one unit unless
 # one of its tests is named on its own.
 UNITS = {
-    "tests/integration/test_crash_safety.py": "local-ray",
+    "tests/integration/test_crash_safety.py": "local-ray-serve",
     "tests/integration/test_local_jobs.py": "local-ray",
     "tests/integration/test_job_reach.py": "local-ray",
     "tests/integration/test_host_reach.py": "local-ray",
-    "tests/integration/test_setup_reach.py": "local-ray",
-    "tests/integration/test_local_ports.py": "local-ray",
-    "tests/integration/test_prometheus.py": "local-ray",
+    "tests/integration/test_setup_reach.py": "local-ray-serve",
+    "tests/integration/test_local_ports.py": "local-ray-serve",
+    "tests/integration/test_prometheus.py": "local-ray-serve",
     "tests/integration/test_runner_host.py": "local-ray",
-    "tests/integration/test_run_jobs.py": "local-ray",
-    "tests/integration/test_s3.py": "local-ray",
-    "tests/integration/test_secrets_travel.py::test_local_jobs_see_their_secrets_and_nothing_keeps_them": "local-ray",
-    "tests/integration/test_serve.py": "local-ray",
-    "tests/integration/test_serve_client.py": "local-ray",
-    "tests/integration/test_serve_queue.py": "local-ray",
-    "tests/integration/test_serve_security_secrets.py": "local-ray",
+    "tests/integration/test_run_jobs.py": "local-ray-serve",
+    "tests/integration/test_s3.py": "local-ray-serve",
+    "tests/integration/test_secrets_travel.py::test_local_jobs_see_their_secrets_and_nothing_keeps_them": "local-ray-serve",
+    "tests/integration/test_serve.py": "local-ray-serve",
+    "tests/integration/test_serve_client.py": "local-ray-serve",
+    "tests/integration/test_serve_queue.py": "local-ray-serve",
+    "tests/integration/test_serve_security_secrets.py": "local-ray-serve",
     "tests/integration/test_speed.py": "local-ray",
-    "tests/integration/test_status_page.py": "local-ray",
+    "tests/integration/test_status_page.py": "local-ray-serve",
     "tests/integration/test_utilization_policy.py": "local-ray",
     "tests/integration/test_onprem.py": "two-node-cluster",
     "tests/integration/test_sweep_cluster.py": "two-node-cluster",
@@ -57,7 +60,7 @@ UNITS = {
     "tests/unit/server/test_api_fuzz.py": "api-fuzz",
 }
 # The order the shared Rays' units are handed out in: SHARED's, the longest first.
-ORDER = tuple(SHARED.values())
+ORDER = tuple(u for units in SHARED.values() for u in units)
 
 
 def unit_of(nodeid: str) -> Optional[str]:
@@ -73,10 +76,10 @@ def check(items: list) -> None:
     for item in items:
         uses = [SHARED[f] for f in SHARED if f in getattr(item, "fixturenames", ())]
         named = unit_of(item.nodeid)
-        listed = named if named in SHARED.values() else None
-        if len(uses) > 1 or listed != (uses[0] if uses else None):
-            wrong.append(f"{item.nodeid}: uses {', '.join(uses) or 'no shared Ray'}, "
-                         f"listed under {named or 'nothing'}")
+        listed = named if named in ORDER else None
+        if len(uses) > 1 or (listed not in uses[0] if uses else listed is not None):
+            can = " or ".join(u for us in uses for u in us) or "no shared Ray"
+            wrong.append(f"{item.nodeid}: uses {can}, listed under {named or 'nothing'}")
     if wrong:
         raise pytest.UsageError(
             "tests/scheduling.py's UNITS disagree with the tests' fixtures (a test of a shared "

@@ -84,9 +84,11 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
         return started if started is not None else super().submit(launch)
 
     def _start_process(self, launch: Launch) -> Optional[str]:
-        """A job on the local Ray started by orch itself (providers/process_jobs.py): its id;
-        None for one that goes through Ray's Jobs API: a workdir only Ray's client packs,
-        a `train:` job while no runner host answers (its runner would drive Ray itself)."""
+        """A `train:` job on a local Ray whose runner host answers, started by orch itself
+        (providers/process_jobs.py; its runner hands the run to the host): its id. None for
+        one that goes through Ray's Jobs API: a workdir only Ray's client packs, no host, or
+        a `run:` job (what tests and tools look for in Ray's Jobs API about one, its log,
+        runtime env and supervisor, is not yet kept the same way)."""
         from jobs import job_values, secret_env
         from jobs.hosted import RAYLET_VAR, host_alive
         from jobs.request import ENV_VAR
@@ -96,7 +98,7 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
         if not state:
             return None
         sock = self.ray.host_socket()
-        if ENV_VAR in launch.env and not (sock and host_alive(sock)):
+        if ENV_VAR not in launch.env or not (sock and host_alive(sock)):
             return None
         package = plain_package(Path(launch.workdir), launch.excludes) if launch.workdir else b""
         if package is None:

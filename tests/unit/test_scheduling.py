@@ -1,4 +1,4 @@
-"""tests/scheduling.py: the units `make test`'s two processes share the suite in."""
+"""tests/scheduling.py: the units `make test`'s processes share the suite in."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def test_a_files_tests_share_its_unit_unless_one_is_named_alone():
     onprem = "tests/integration/test_onprem.py::test_cluster_status"
     assert scheduling.unit_of(onprem) == "two-node-cluster"
     travel = "tests/integration/test_secrets_travel.py::"
-    assert scheduling.unit_of(travel + "test_local_jobs_see_their_secrets_and_nothing_keeps_them") == "local-ray"
+    assert scheduling.unit_of(travel + "test_local_jobs_see_their_secrets_and_nothing_keeps_them") == "local-ray-serve"
+    assert scheduling.unit_of("tests/integration/test_local_jobs.py::test_x") == "local-ray"
     assert scheduling.unit_of(travel + "test_on_prem_jobs_see_their_secrets_and_nothing_keeps_them") == "two-node-cluster"
     assert scheduling.unit_of("tests/unit/server/test_api_fuzz.py::test_no_operation[GET /v1/jobs]") == "api-fuzz"
     assert scheduling.unit_of("tests/unit/store/test_store.py::test_x") is None
@@ -33,11 +34,11 @@ def test_a_files_tests_share_its_unit_unless_one_is_named_alone():
 def test_a_shared_ray_test_missing_from_its_unit_is_a_usage_error_naming_it():
     scheduling.check([item("tests/integration/test_onprem.py::test_a", "cluster"),
                       item("tests/unit/store/test_store.py::test_b", "tmp_path", integration=False)])
-    with pytest.raises(pytest.UsageError, match="test_new.py::test_c: uses local-ray, listed under nothing"):
+    with pytest.raises(pytest.UsageError, match="test_new.py::test_c: uses local-ray or local-ray-serve, listed under nothing"):
         scheduling.check([item("tests/integration/test_new.py::test_c", "ray_home")])
     with pytest.raises(pytest.UsageError, match="uses no shared Ray, listed under two-node-cluster"):
         scheduling.check([item("tests/integration/test_onprem.py::test_d", "tmp_path")])
-    with pytest.raises(pytest.UsageError, match="uses local-ray, two-node-cluster"):
+    with pytest.raises(pytest.UsageError, match="uses local-ray or local-ray-serve or two-node-cluster"):
         scheduling.check([item("tests/integration/test_onprem.py::test_e", "cluster", "ray_home")])
 
 
@@ -55,10 +56,15 @@ def test_under_xdist_the_shared_rays_come_first_and_the_unit_tests_last():
 def test_in_either_way_a_shared_rays_tests_follow_each_other():
     items = [item("tests/integration/test_crash_safety.py::test_a", "ray_home"),
              item("tests/integration/test_onprem.py::test_b", "cluster"),
-             item("tests/integration/test_runner_host.py::test_c", "ray_home")]
+             item("tests/integration/test_local_jobs.py::test_c", "ray_home"),
+             item("tests/integration/test_runner_host.py::test_d", "ray_home")]
     for xdist in (True, False):
         order = [i.nodeid.split("::")[1] for i in sorted(items, key=lambda i: scheduling.sort_key(i, xdist))]
-        assert order == ["test_a", "test_c", "test_b"]
+        # The local Ray's two units, each whole, then the cluster's.
+        assert order == ["test_c", "test_d", "test_a", "test_b"]
+    # A test listed under the other unit of the same Ray is no usage error.
+    scheduling.check([item("tests/integration/test_crash_safety.py::test_a", "ray_home"),
+                      item("tests/integration/test_local_jobs.py::test_c", "ray_home")])
 
 
 def test_a_shared_ray_stops_after_its_last_test_and_starts_again_if_a_later_one_asks(pytester, monkeypatch):

@@ -8,6 +8,9 @@ import secrets
 import stat
 import subprocess
 import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,7 @@ from jobs import events
 from jobs.precision import pick
 from orchestrator.cli.follow import when
 from orchestrator.service.run_metrics import PHASES
+from providers.local_ray import LocalRay
 from tests.conftest import ORCH, ROOT, orch_env, run_json, run_orch, status_in_process
 from tests.integration.conftest import actor_processes, local_ray_dir, train_processes
 from tests.integration.test_runner_host import epoch, wait_ready, wait_warm, watch_sync_actors
@@ -126,6 +130,18 @@ def test_quickstart_trains_with_two_workers_in_the_precision_it_measured_on_warm
     for w in workers:  # from the pool, or forked at once: never an import of its own
         assert w["forked"], (w, created)
     assert "::orch::" in logs.stdout and ":actor_name:" not in logs.stdout  # Ray's markers left out
+    # Started by orch, not as a Ray job (providers/process_jobs.py): Ray's Jobs API has no
+    # such job, its folder holds its log and exit, and its runner started within a second.
+    folder = Path(local_ray_dir(ray_home)) / "orch-jobs" / rec["id"]
+    assert json.loads((folder / "exit").read_text())["code"] == 0
+    assert "Wrapping provided model in DistributedDataParallel" in (folder / "log").read_text()
+    state = json.loads((ray_home / "local" / "ray.json").read_text())
+    with pytest.raises(urllib.error.HTTPError) as no_job:
+        urllib.request.urlopen(urllib.request.Request(
+            f"{state['dashboard_url']}/api/jobs/{rec['id']}", headers=LocalRay(ray_home).headers()),
+            timeout=10)
+    assert no_job.value.code == 404
+    assert m["phases"]["launched_to_driver"] < 1.0, m["phases"]
 
 
 def test_cancel_running_job_leaves_no_workers(ray_home, tmp_path):

@@ -19,6 +19,7 @@ import sys
 import time
 
 STOP_WAIT_S = 3.0  # as Ray's RAY_JOB_STOP_WAIT_TIME_S
+PROCESS_JOB_VAR = "ORCH_PROCESS_JOB"  # set in a kept job's environment: it is not a Ray job
 
 
 def _write(path: str, text: str) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Mapping, MutableMapping, Optional
 
 from .events import KEY_VAR  # standard library only, as this module
+from .keeper import PROCESS_JOB_VAR  # standard library only, as this module
 
 FILE_VAR = "ORCH_ENV_FILE"  # the file's name, relative to the job's working_dir
 NAMES_VAR = "ORCH_ENV_NAMES"  # comma-separated names of the values the file held
@@ -195,7 +196,7 @@ def main(argv: list[str]) -> int:
         print("::orch::" + json.dumps({"event": "result", "ok": False, "error": msg}), flush=True)
         return EXIT_NO_FILE
     name = os.environ.get(FILE_VAR)
-    if name and not os.environ.get("ORCH_PROCESS_JOB"):  # a job orch started has no package in Ray
+    if name and not os.environ.get(PROCESS_JOB_VAR):  # a job orch started has no package in Ray
         # Out of the cluster's copy of the package too (GCS), where other jobs can read it.
         from .package_scrub import scrub
 

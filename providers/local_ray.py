@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from jobs.hosted import pid_file
 from orchestrator.base.errors import BackendError
-from providers.process_jobs import ProcessJobs
+from providers.process_jobs import in_session
 from providers.runner_host import host_alive, host_state, stop_stale_host
 from providers.runner_package import link_in, module, runner_digest
 
@@ -302,7 +302,7 @@ class LocalRay:
         no job runs on this Ray (providers/runner_host.py)."""
         running = [j for j in self._jobs(state) if j.get("type", "SUBMISSION") == "SUBMISSION"
                    and j.get("status") in ("PENDING", "RUNNING")]  # not the host's own driver
-        started = ProcessJobs(Path(state.get("temp_dir") or self.temp_dir()) / "orch-jobs").running()
+        started = in_session(self.temp_dir()).running()
         stop_stale_host(state["host_socket"], len(running) + len(started))
 
     def _jobs(self, state: dict) -> list[dict]:

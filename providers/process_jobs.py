@@ -5,8 +5,9 @@ set up), 0.8-1.1 s of each job on a 2-core machine before orch's runner starts, 
 again to see its end; a local `train:` job's runner imports neither Ray nor torch (the
 runner host runs the job), so that process was most of the job's fixed cost. Here orch
 starts the runner through jobs/keeper.py: the job's state, log, exit code and cancel are
-files in the job's folder under the local Ray's temporary folder (0700), what Ray's Jobs
-API kept for it.
+files in the job's folder in the local Ray's session folder (0700), what Ray's Jobs API
+kept for it: its raw output stays there, beside Ray's own job-driver logs, and a job of
+an earlier session is unknown here, as Ray's jobs are to a new Ray.
 
     FOLDER/job.json  what Ray kept of the job (its metadata, entrypoint, when it was started)
     FOLDER/workdir/  the job's working folder (its workdir's package unpacked, as Ray does)
@@ -41,10 +42,15 @@ if TYPE_CHECKING:
 # A job's folder name: orch's submission ids (letters, digits, '-', '_', '.').
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 KEEP_WORKDIR_S = 600.0  # how long an ended job's working folder stays
-PROCESS_JOB_VAR = "ORCH_PROCESS_JOB"
 # What Ray's job supervisor gives a Ray job's driver: its job's runtime env and metadata,
 # which `ray.init()` there takes as its own (ray._private.runtime_env.constants).
-JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set in a job's environment: it is not a Ray job
+JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def in_session(temp_dir: Path) -> ProcessJobs:
+    """The jobs orch started on the local Ray whose temporary folder is `temp_dir`: those
+    of its current session."""
+    return ProcessJobs(Path(os.path.realpath(temp_dir / "session_latest")) / "orch-jobs")
 
 
 class ProcessJobs:
@@ -67,10 +73,10 @@ class ProcessJobs:
                ray_env: Optional[dict] = None) -> str:
         """Start `entrypoint` (a shell command) for job `job_id` in a folder of its own
         holding `package` unpacked; `secret_file` (name, content) written there 0600.
-        A Ray driver the job starts (`ray.init()`: orch's runner where no host answers, a
-        `run:` job's own script) connects to the local Ray with the job's folder and
-        `ray_env` as its runtime env, as a Ray job's driver gets its job's. A job started
-        before (a crash between its start and its record) is not started again."""
+        A Ray driver the job starts (`ray.init()`: orch's runner where the host is gone)
+        connects to the local Ray with the job's folder and `ray_env` as its runtime env, as
+        a Ray job's driver gets its job's. A job started before (a crash between its start
+        and its record) is not started again."""
         folder = self.folder(job_id)
         if folder is None:
             raise ValueError(f"not a job id: {job_id!r}")
@@ -98,7 +104,7 @@ class ProcessJobs:
 
         job_config = {"runtime_env": {"working_dir": str(work), "env_vars": dict(ray_env or {})},
                       "metadata": metadata}
-        env = {**env, PROCESS_JOB_VAR: "1", "PWD": str(work), JOB_CONFIG_VAR: json.dumps(job_config),
+        env = {**env, keeper.PROCESS_JOB_VAR: "1", "PWD": str(work), JOB_CONFIG_VAR: json.dumps(job_config),
                "PYTHONPATH": os.pathsep.join([str(work)] + ([env["PYTHONPATH"]]
                                                             if env.get("PYTHONPATH") else []))}
         proc = subprocess.Popen([sys.executable, "-I", "-S", keeper.__file__, str(folder), "--",
@@ -180,12 +186,9 @@ class ProcessJobs:
         Jobs API lists its own."""
         from providers.ray_cluster import ClusterJob
 
-        own = {j.submission_id for j in snapshot.jobs}
         extra = []
         for rec in self.running():
             meta = rec["metadata"] if isinstance(rec.get("metadata"), dict) else {}
-            if rec.get("submission_id") in own:
-                continue
             extra.append(ClusterJob(
                 submission_id=str(rec.get("submission_id")), status="RUNNING",
                 orch_id=meta.get("orch_job"), name=meta.get("name"),
@@ -226,7 +229,7 @@ def _unpack(package: bytes, into: Path) -> None:
                 dst.write(src.read())
             mode = info.external_attr >> 16
             if mode:
-                os.chmod(path, mode & 0o7777)
+                os.chmod(path, mode & 0o777)  # never a set-id bit from a client's file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,13 +273,18 @@ def _num(meta: dict, key: str) -> Optional[float]:
 
 
 def _keeper(folder: Path) -> Optional[int]:
-    """The pid of the job's keeper while it runs (the same process that wrote its pid)."""
+    """The pid of the job's keeper while it runs: the process its pid file names, started
+    when it says, and a keeper of this folder (a pid file a job rewrote names no other
+    process for a cancel to signal)."""
     try:
         pid_text, ticks = (folder / "pid").read_text().split()
         pid = int(pid_text)
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        if fields[0] == "Z" or fields[19] != ticks:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+        if fields[0] == "Z" or fields[19] != ticks or str(folder).encode() not in args \
+                or not any(a.endswith(b"keeper.py") for a in args):
             return None
         return pid
     except (OSError, ValueError, IndexError):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from orchestrator.base.targets import LOCAL
 from providers.base import BackendState, KeepsLogs, Launch
 from providers.local_ray import LocalRay
-from providers.process_jobs import ProcessJobs, raylet_of
+from providers.process_jobs import ProcessJobs, in_session, raylet_of
 from providers.ray_jobs import RayJobsProvider
 
 if TYPE_CHECKING:
@@ -33,8 +33,6 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
     def __init__(self, ray: LocalRay, on_start: Optional[Callable[[], None]] = None):
         self.ray = ray
         self.on_start = on_start
-        # The train: jobs orch starts itself where the runner host runs them (no Ray job).
-        self.processes = ProcessJobs(ray.temp_dir() / "orch-jobs")
         state = ray.status(details=False) if ray.state_file.exists() else None
         super().__init__(LOCAL, state["dashboard_url"] if state else "", ray.headers(),
                          hint="`orch local status` shows the local Ray; `orch local up` starts it")
@@ -78,6 +76,11 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
         super().prepare()
 
     # -- jobs started without a Ray job (providers/process_jobs.py) ----------------------
+
+    @property
+    def processes(self) -> ProcessJobs:
+        """The train: jobs orch started itself on the local Ray's current session."""
+        return in_session(self.ray.temp_dir())
 
     def submit(self, launch: Launch) -> str:
         started = self._start_process(launch)
@@ -154,7 +157,10 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
         """A stopped local Ray leaves its session's files on disk: the job's driver log there."""
         if self.processes.has(backend_id):
             return self.processes.logs(backend_id)
-        for path in sorted(self.ray.temp_dir().glob(f"session_*/logs/job-driver-{backend_id}.log")):
+        names = [f"logs/job-driver-{backend_id}.log"]
+        if self.processes.folder(backend_id):  # one of an earlier session's
+            names.append(f"orch-jobs/{backend_id}/log")
+        for path in sorted(p for name in names for p in self.ray.temp_dir().glob(f"session_*/{name}")):
             return path.read_text(errors="replace")
         return ""
 

@@ -132,7 +132,7 @@ def test_quickstart_trains_with_two_workers_in_the_precision_it_measured_on_warm
     assert "::orch::" in logs.stdout and ":actor_name:" not in logs.stdout  # Ray's markers left out
     # Started by orch, not as a Ray job (providers/process_jobs.py): Ray's Jobs API has no
     # such job, its folder holds its log and exit, and its runner started within a second.
-    folder = Path(local_ray_dir(ray_home)) / "orch-jobs" / rec["id"]
+    folder = Path(local_ray_dir(ray_home)) / "session_latest" / "orch-jobs" / rec["id"]
     assert json.loads((folder / "exit").read_text())["code"] == 0
     assert "Wrapping provided model in DistributedDataParallel" in (folder / "log").read_text()
     state = json.loads((ray_home / "local" / "ray.json").read_text())
@@ -211,6 +211,19 @@ def test_no_secret_value_in_the_store_the_logs_or_the_status(ray_home, tmp_path)
             assert value.encode() not in p.read_bytes(), p
     for p in [ray_home / "orch.db", ray_home / "logs" / f"{rec['id']}.log"]:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+    # A train: job, which orch starts itself (no Ray job), printing its value: its raw output
+    # stays in the local Ray's session folder, as a Ray job's driver log does, and nowhere else.
+    work = tmp_path / "leaky"
+    work.mkdir()
+    (work / "leak.py").write_text("import os\n\ndef loop(config):\n"
+                                  "    print('the loop sees', os.environ['HF_TOKEN'], flush=True)\n")
+    job.write_text(f"name: leaky\nworkdir: {work}\nenvs:\n  HF_TOKEN: {token}\n"
+                   "train:\n  entrypoint: leak:loop\n")
+    proc = run_orch(ray_home, "submit", str(job), "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["status"] == "SUCCEEDED", proc.stderr[-3000:]
+    assert "the loop sees <redacted>" in proc.stderr
+    files = [p for p in ray_home.rglob("*") if p.is_file() and "session_" not in str(p)]
+    assert [p for p in files if token.encode() in p.read_bytes()] == []
 
 
 def test_unmodified_ray_train_script_runs_as_run_job(ray_home, tmp_path):

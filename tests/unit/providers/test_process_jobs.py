@@ -45,7 +45,7 @@ def jobs(tmp_path):
 def test_a_job_runs_in_its_unpacked_folder_with_only_its_environment(jobs, monkeypatch):
     monkeypatch.setenv("ORCH_STORE_URL", "postgresql://orch:hunter2@db/orch")  # orch's own
     package = _package({"run.sh": ("echo from the script\n", 0o755), "data/x.txt": ("x", 0o644),
-                        "../escape.txt": ("out", 0o644)})
+                        "../escape.txt": ("out", 0o644), "suid": ("x", 0o4755)})
     env = {"PATH": os.environ["PATH"], "GREETING": "hello"}
     cmd = "echo $GREETING; pwd; ./run.sh; env | sort | grep -c =; env | grep -c hunter2 || true"
     assert jobs.submit("orch-a1", cmd, env, package, {"orch_job": "orch-a1"}) == "orch-a1"
@@ -58,6 +58,7 @@ def test_a_job_runs_in_its_unpacked_folder_with_only_its_environment(jobs, monke
     assert lines[-1] == "0"  # nothing of orch's environment
     assert (work / "data" / "x.txt").read_text() == "x"
     assert not (jobs.root / "orch-a1" / "escape.txt").exists()
+    assert stat.S_IMODE((work / "suid").stat().st_mode) == 0o755  # no set-id bit kept
     assert stat.S_IMODE((jobs.root / "orch-a1").stat().st_mode) == 0o700
     assert stat.S_IMODE(jobs.root.stat().st_mode) == 0o700
 
@@ -102,14 +103,22 @@ def test_a_cancel_stops_the_job_and_what_it_started_and_one_that_ignores_it_is_k
 
 
 def test_a_killed_keeper_fails_its_job_and_orch_keeps_no_child(jobs):
-    jobs.submit("orch-e1", "sleep 300", {"PATH": os.environ["PATH"]}, None, {})
+    jobs.submit("orch-e1", "echo $$ > group; sleep 300", {"PATH": os.environ["PATH"]}, None, {})
     pid = int((jobs.root / "orch-e1" / "pid").read_text().split()[0])
     with open(f"/proc/{pid}/stat") as f:
         parent = int(f.read().rsplit(")", 1)[1].split()[1])
     assert parent != os.getpid()  # not a child of orch's: nothing for orch to reap
-    os.kill(pid, signal.SIGKILL)
-    state = _wait(jobs, "orch-e1")
-    assert state.status == "FAILED" and "without its exit status" in state.message
+    group = jobs.root / "orch-e1" / "workdir" / "group"
+    deadline = time.monotonic() + 10
+    while not group.exists() or not group.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        state = _wait(jobs, "orch-e1")
+        assert state.status == "FAILED" and "without its exit status" in state.message
+    finally:  # the command its keeper no longer stops
+        os.killpg(int(group.read_text()), signal.SIGKILL)
 
 
 def test_the_secret_file_is_the_jobs_alone_and_forgotten(jobs):
@@ -152,3 +161,32 @@ def test_an_ended_jobs_folder_goes_after_a_while_its_log_and_state_stay(jobs):
     assert not (jobs.root / "orch-h1" / "workdir").exists()
     assert jobs.logs("orch-h1") == "done\n" and jobs.state("orch-h1").status == "SUCCEEDED"
     assert (jobs.root / "orch-h2" / "workdir").is_dir()
+
+
+def test_a_pid_file_the_job_rewrote_names_no_process_for_a_cancel(jobs):
+    # The job names another process of the same user (here one the test started, its start
+    # time copied too) in its own pid file: orch's cancel must not signal that one.
+    import subprocess
+
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        ticks = Path(f"/proc/{bystander.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        jobs.submit("orch-i1", f"sleep 1; echo '{bystander.pid} {ticks}' > ../pid; sleep 300",
+                    {"PATH": os.environ["PATH"]}, None, {})
+        deadline = time.monotonic() + 10
+        while str(bystander.pid) not in (jobs.root / "orch-i1" / "pid").read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        jobs.cancel("orch-i1")
+        time.sleep(0.5)
+        assert bystander.poll() is None  # untouched
+        assert jobs.running() == []  # nor counted as the job's keeper
+    finally:
+        bystander.kill()
+        bystander.wait()
+        import psutil
+
+        for p in psutil.process_iter(["cmdline"]):  # the job's keeper and what it runs
+            if str(jobs.root / "orch-i1") in (p.info["cmdline"] or []):
+                for q in [*p.children(recursive=True), p]:
+                    q.kill()

@@ -50,7 +50,30 @@ JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 def in_session(temp_dir: Path) -> ProcessJobs:
     """The jobs orch started on the local Ray whose temporary folder is `temp_dir`: those
     of its current session."""
-    return ProcessJobs(Path(os.path.realpath(temp_dir / "session_latest")) / "orch-jobs")
+    return ProcessJobs(session_dir(temp_dir) / "orch-jobs")
+
+
+def session_dir(temp_dir: Path, wait_s: float = 1.0) -> Path:
+    """The current session's folder of the Ray whose temporary folder is `temp_dir`.
+
+    Every worker process Ray starts removes and makes again the `session_latest` link
+    (ray._private.node: `try_to_symlink`), so a job that starts workers leaves moments with
+    no link; read then, the link named nothing and the job seemed gone (a CI run's budget
+    test failed so). The link is read again until it names a folder; past `wait_s`, the
+    newest session folder (their names begin with their start time) is taken."""
+    link = temp_dir / "session_latest"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            target = temp_dir / os.readlink(link)
+        except OSError:
+            target = None
+        if target is not None and target.is_dir():
+            return Path(os.path.realpath(target))
+        if time.monotonic() >= deadline:
+            sessions = sorted(p for p in temp_dir.glob("session_2*") if p.is_dir())
+            return sessions[-1] if sessions else link
+        time.sleep(0.002)
 
 
 class ProcessJobs:

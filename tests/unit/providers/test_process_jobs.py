@@ -190,3 +190,37 @@ def test_a_pid_file_the_job_rewrote_names_no_process_for_a_cancel(jobs):
             if str(jobs.root / "orch-i1") in (p.info["cmdline"] or []):
                 for q in [*p.children(recursive=True), p]:
                     q.kill()
+
+
+def test_the_session_is_found_while_ray_workers_make_its_link_again(tmp_path):
+    # Each worker process Ray starts removes `session_latest` and makes it again (Ray's own
+    # try_to_symlink, called here as a worker calls it); a job read in between must still
+    # be found in the current session, never taken for one that Ray does not have.
+    import threading
+
+    from ray._private.utils import try_to_symlink
+
+    from providers.process_jobs import in_session
+
+    old, current = tmp_path / "session_2026-12-05_09-00-00_1_7", tmp_path / "session_2026-12-06_10-00-00_2_9"
+    for session in (old, current):
+        (session / "orch-jobs" / "orch-r1").mkdir(parents=True)
+    (current / "orch-jobs" / "orch-r1" / "job.json").write_text("{}")
+    link = str(tmp_path / "session_latest")
+    try_to_symlink(link, str(current))
+    stop = threading.Event()
+
+    def workers_starting():
+        while not stop.is_set():
+            try_to_symlink(link, str(current))
+
+    flipper = threading.Thread(target=workers_starting)
+    flipper.start()
+    try:
+        found = [in_session(tmp_path).has("orch-r1") for _ in range(3000)]
+    finally:
+        stop.set()
+        flipper.join()
+    assert all(found), f"{found.count(False)} of {len(found)} reads lost the job"
+    os.remove(link)  # no link at all (a worker stopped mid-way): the newest session
+    assert in_session(tmp_path).root == current / "orch-jobs"

@@ -214,13 +214,14 @@ class LocalRay:
         self._write(state)
         return state
 
-    def job_env(self) -> dict:
+    def job_env(self, environ: Optional[Mapping[str, str]] = None) -> dict:
         """The environment of `ray start` and of the runner host, so of every job of this
-        Ray: an allowlist (job_base_env), never orch's own environment, which under `orch
+        Ray: an allowlist (job_base_env) of `environ` (this process's by default: `orch local
+        up`'s when it starts the Ray), never orch's own environment, which under `orch
         serve` holds the store's URL, the metrics token, cloud keys and the variables
         `serve_env_secrets` lists for some users only."""
-        env = {**job_base_env(os.environ, self.pass_env), **ray_env(self.token_file),
-               **self._own_env()}
+        env = {**job_base_env(os.environ if environ is None else environ, self.pass_env),
+               **ray_env(self.token_file), **self._own_env()}
         # orch's runner under its shipped name, first on the path of every process of this
         # Ray (a job's driver, its workers, the runner host's warm processes): ahead of
         # nothing of the job's own, since a job's working_dir comes first on its path.

@@ -87,11 +87,11 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
         return started if started is not None else super().submit(launch)
 
     def _start_process(self, launch: Launch) -> Optional[str]:
-        """A `train:` job on a local Ray whose runner host answers, started by orch itself
-        (providers/process_jobs.py; its runner hands the run to the host): its id. None for
-        one that goes through Ray's Jobs API: a workdir only Ray's client packs, no host, or
-        a `run:` job (what tests and tools look for in Ray's Jobs API about one, its log,
-        runtime env and supervisor, is not yet kept the same way)."""
+        """A job on the local Ray started by orch itself (providers/process_jobs.py): its
+        id. None for one that goes through Ray's Jobs API: a workdir only Ray's client packs,
+        or a `train:` job while no runner host answers (its runner would drive Ray itself).
+        A `run:` job's own `ray.init()` finds its job's runtime env as a Ray job's driver
+        does, so an unmodified Ray script runs the same either way."""
         from jobs import job_values, secret_env
         from jobs.hosted import RAYLET_VAR, host_alive
         from jobs.request import ENV_VAR
@@ -101,19 +101,21 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
         if not state:
             return None
         sock = self.ray.host_socket()
-        if ENV_VAR not in launch.env or not (sock and host_alive(sock)):
+        if ENV_VAR in launch.env and not (sock and host_alive(sock)):
             return None
         package = plain_package(Path(launch.workdir), launch.excludes) if launch.workdir else b""
         if package is None:
             return None
-        public, hidden = launch.split_env()
-        ray_env = {**public, **self.job_env(public)}  # what a Ray job's runtime env held
-        env = {**self.ray.job_env(), **ray_env, "RAY_ADDRESS": state["address"]}
         raylet = state.get("raylet_pid")
         if not (isinstance(raylet, int) and job_values.named_raylet(str(raylet))):
             raylet = raylet_of(state["temp_dir"])
             if raylet:
                 self.ray._write({**state, "raylet_pid": raylet})
+        public, hidden = launch.split_env()
+        ray_env = {**public, **self.job_env(public)}  # what a Ray job's runtime env held
+        # A Ray job inherits the environment the Ray was started in (`orch local up`'s, and
+        # the values `local.pass_env` names from it), not the submitting process's.
+        env = {**self.ray.job_env(_environ_of(raylet)), **ray_env, "RAY_ADDRESS": state["address"]}
         if raylet:
             env[RAYLET_VAR] = str(raylet)
         entrypoint, secret_file = launch.entrypoint, None
@@ -181,3 +183,16 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
     @property
     def running(self) -> bool:
         return bool(self.address)
+
+
+def _environ_of(pid: Optional[int]) -> Optional[dict]:
+    """The environment process `pid` was started with (the local Ray's raylet); None where
+    it cannot be read."""
+    if not pid:
+        return None
+    import psutil
+
+    try:
+        return psutil.Process(pid).environ()
+    except (psutil.Error, OSError):
+        return None

@@ -18,12 +18,16 @@ NOT_LAUNCHED = ("planned", "recorded", "prepared")
 
 
 def ray_jobs(home, job_id: str) -> list:
-    """Jobs the local Ray holds under this submission id: what was really launched."""
+    """What was really launched under this submission id on the local Ray: the jobs orch
+    started itself there (providers/process_jobs.py) and those of Ray's Jobs API."""
     from ray.job_submission import JobSubmissionClient
+
+    from providers.process_jobs import in_session
 
     ray = LocalRay(home)
     client = JobSubmissionClient(ray.status()["dashboard_url"], headers=ray.headers())
-    return [j for j in client.list_jobs() if j.submission_id == job_id]
+    started = [job_id] if in_session(ray.temp_dir()).has(job_id) else []
+    return started + [j.submission_id for j in client.list_jobs() if j.submission_id == job_id]
 
 
 def submit(home, job, key, *extra, **env):

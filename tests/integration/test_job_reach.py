@@ -98,16 +98,19 @@ def test_a_ghost_ray_job_with_made_up_metadata_does_not_fill_the_queue(ray_home)
         remove_home(home)
 
 
-# Another job's code, with the cluster's token as every job holds it: every package in
-# Ray's GCS, unzipped, and every job's runtime_env, metadata, entrypoint and log, searched
-# for a value. Prints what it searched and where it found the value.
+# Another job's code, with the cluster's token as every job holds it and as the same OS
+# user: every package in Ray's GCS, unzipped, every job's runtime_env, metadata, entrypoint
+# and log, and every file of the jobs orch started itself (their folders in Ray's session
+# folders: providers/process_jobs.py), searched for a value. Prints what it searched and
+# where it found the value.
 ATTACK = r"""
-import io, json, sys, zipfile
+import glob, io, json, os, sys, zipfile
 from ray._raylet import GcsClient
 from ray.job_submission import JobSubmissionClient
 
-gcs_address, dashboard, token, needle = sys.argv[1:5]
+gcs_address, dashboard, token, needle, temp_dir = sys.argv[1:6]
 needle = needle.encode()
+folders = glob.glob(os.path.join(temp_dir, "session_*", "orch-jobs", "*"))
 gcs = GcsClient(address=gcs_address)
 found, packages = [], 0
 for key in gcs.internal_kv_keys(b"gcs://", None):
@@ -128,7 +131,17 @@ for job in jobs:
         found.append(f"{job.submission_id} info")
     if job.submission_id and needle.decode() in (client.get_job_logs(job.submission_id) or ""):
         found.append(f"{job.submission_id} log")
-print(json.dumps({"packages": packages, "jobs": len(jobs), "found": found}))
+for folder in folders:
+    for top, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(top, name)
+            try:
+                with open(path, "rb") as f:
+                    if needle in f.read():
+                        found.append(path)
+            except OSError:
+                continue
+print(json.dumps({"packages": packages, "jobs": len(jobs) + len(folders), "found": found}))
 """
 
 
@@ -142,7 +155,8 @@ def _attack(ray_home, needle: str) -> dict:
     token_file = ray_home / "local" / "auth_token"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(ray_home), **ray_env(token_file)}
     proc = subprocess.run([sys.executable, "-c", ATTACK, state["address"], state["dashboard_url"],
-                           token_file.read_text().strip(), needle], env=env, capture_output=True,
+                           token_file.read_text().strip(), needle, state["temp_dir"]], env=env,
+                          capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -150,9 +164,7 @@ def _attack(ray_home, needle: str) -> dict:
 
 def test_another_job_finds_no_value_of_a_running_or_finished_job_in_what_ray_keeps(
         ray_home, tmp_path):
-    from ray.job_submission import JobSubmissionClient
-
-    from providers.local import local_ray
+    from providers.local import LocalProvider, local_ray
     from tests.conftest import status_in_process
 
     value = "pw-" + secrets.token_urlsafe(18)
@@ -168,16 +180,15 @@ def test_another_job_finds_no_value_of_a_running_or_finished_job_in_what_ray_kee
     with environment(orch_env(ray_home)):
         from orchestrator.settings import load_settings
 
-        ray = local_ray(load_settings())
-    client = JobSubmissionClient(ray.status()["dashboard_url"], headers=ray.headers())
+        local = LocalProvider(local_ray(load_settings()))
     backend = wait_until("the victim's backend id",
                          lambda: status_in_process(ray_home, rec["id"]).get("backend_id"))
     # Its digest of the value, printed once its command runs (the entrypoint line that Ray's
     # log begins with holds the command, not its output).
-    wait_until("the victim running", lambda: digest in client.get_job_logs(backend), timeout=120)
+    wait_until("the victim running", lambda: digest in local.logs(backend), timeout=120)
     running = _attack(ray_home, value)
-    assert running["packages"] >= 1 and running["jobs"] >= 1, running
-    assert running["found"] == [], (running, client.get_job_logs(backend))
+    assert running["jobs"] >= 1, running
+    assert running["found"] == [], (running, local.logs(backend))
     final = wait_until("the victim's end", lambda: (r := status_in_process(ray_home, rec["id"]))
                        ["status"] in ("SUCCEEDED", "FAILED", "CANCELLED") and r, timeout=120)
     assert final["status"] == "SUCCEEDED", final
@@ -186,10 +197,9 @@ def test_another_job_finds_no_value_of_a_running_or_finished_job_in_what_ray_kee
 
 def test_a_job_that_ended_before_its_driver_took_the_values_leaves_none_in_ray(
         ray_home, tmp_path, monkeypatch):
-    """Its driver never ran the copy-back (stopped, or dead before it took the values): when
-    orch records its end, it overwrites the package in Ray's GCS."""
-    from ray.job_submission import JobSubmissionClient
-
+    """Its driver never took the values (stopped, or dead before it did): when orch records
+    its end, it removes their file from the job's folder (a job orch started itself) or
+    overwrites the package in Ray's GCS (a Ray job)."""
     from orchestrator.client import Local
     from orchestrator.settings import load_settings
     from providers.local import LocalProvider, local_ray
@@ -209,10 +219,9 @@ def test_a_job_that_ended_before_its_driver_took_the_values_leaves_none_in_ray(
             rec = local.submit(job)
         finally:
             local.close()
-    ray = local_ray(settings)
-    client = JobSubmissionClient(ray.status()["dashboard_url"], headers=ray.headers())
-    wait_until("Ray's end of it", lambda: str(client.get_job_status(rec.id)) == "FAILED")
-    assert _attack(ray_home, value)["found"]  # the package still holds the file
+    provider = LocalProvider(local_ray(settings))
+    wait_until("its end", lambda: provider.state(rec.backend_id or rec.id).status == "FAILED")
+    assert _attack(ray_home, value)["found"]  # the job's folder (or package) still holds the file
     final = status_in_process(ray_home, rec.id)  # orch records its end
     assert final["status"] == "FAILED", final
     assert _attack(ray_home, value)["found"] == []

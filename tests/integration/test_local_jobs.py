@@ -339,7 +339,8 @@ def test_a_pipeline_runs_its_stages_in_order_and_stops_after_a_failure(ray_home,
     assert [first["status"], second["status"]] == ["SUCCEEDED", "SUCCEEDED"]
     assert second["run"]["after"] == first["id"] and second["run"]["stage"] == 2
     # The second was launched only after the first had ended, by the submit following them.
-    launching = [h for h in second["history"] if h["message"].endswith("succeeded: launching")]
+    launching = [h for h in second["history"]
+                 if (h["message"] or "").endswith("succeeded: launching")]
     assert len(launching) == 1 and launching[0]["at"] >= first["finished_at"], second["history"]
     assert "pipeline prep-train: 2 stages" in proc.stderr
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import socket
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import psutil
 import pytest
@@ -54,31 +56,62 @@ def _loopback(ip: str) -> bool:
     return (mapped or addr).is_loopback
 
 
-def _with_supervisor(state: dict):
-    """(pids, sockets) of the instance once a job's supervisor listens among them; else None."""
-    pids = _ray_pids(state)
+def _job_pids(state: dict, job_id: str) -> dict[int, str]:
+    """The processes of a job orch started itself (providers/process_jobs.py): its keeper's
+    tree, the job's Ray driver among them."""
+    from providers.process_jobs import _keeper, in_session
+
+    folder = in_session(Path(state["temp_dir"])).folder(job_id)
+    pid = _keeper(folder) if folder else None
+    found = {}
+    if pid is not None:
+        with contextlib.suppress(psutil.Error):
+            keeper = psutil.Process(pid)
+            for q in [keeper, *keeper.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    found[q.pid] = " ".join(q.cmdline())[:200]
+    return found
+
+
+def _with_job(state: dict, job_id: str):
+    """(pids, sockets) of the instance and the job once both the job's driver and the worker
+    running its task listen; else None."""
+    job = _job_pids(state, job_id)
+    pids = {**_ray_pids(state), **job}
     sockets = _bound_sockets(pids)
-    return (pids, sockets) if any(s[3].startswith("ray::JobSupervisor") for s in sockets) else None
+    driver = any(s[3] in job.values() for s in sockets)
+    worker = any(s[3].startswith("ray::sleeper") for s in sockets)
+    return (pids, sockets) if driver and worker else None
+
+
+DRIVER = ("import ray, time\n"
+          "ray.init()\n"
+          "@ray.remote\n"
+          "def sleeper():\n"
+          "    time.sleep(30)\n"
+          "task = sleeper.remote()\n"
+          "time.sleep(30)\n")
 
 
 def test_every_port_of_the_local_ray_is_on_loopback(ray_home, tmp_path):
     state = json.loads((ray_home / "local" / "ray.json").read_text())
-    # A job running: its supervisor and workers have servers of their own.
+    # A job running, a Ray driver whose task runs on a worker: both have servers of their own.
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "driver.py").write_text(DRIVER)
     job = tmp_path / "sleep.yaml"
-    job.write_text("name: ports\nrun: python -c 'import time; time.sleep(20)'\n")
+    job.write_text("name: ports\nworkdir: work\nrun: python driver.py\n")
     proc = run_orch(ray_home, "submit", "--detach", str(job))
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip()
     try:
-        wait_until("the job to run", lambda: status_in_process(ray_home, job_id)["status"]
-                   == "RUNNING", timeout=120)
-        # Its processes' servers start as it does: until its supervisor's listens.
-        pids, sockets = wait_until("the job's supervisor to listen", lambda: _with_supervisor(state),
-                                   timeout=30)
+        rec = wait_until("the job to run", lambda: (r := status_in_process(ray_home, job_id))
+                         ["status"] == "RUNNING" and r, timeout=120)
+        # Its processes' servers start as it does: until its driver's and its worker's listen.
+        pids, sockets = wait_until("the job's driver and worker to listen",
+                                   lambda: _with_job(state, rec["backend_id"]), timeout=60)
     finally:
         run_orch(ray_home, "cancel", job_id)
     assert len(pids) > 3 and sockets, (pids, sockets)
-    assert any(s[3].startswith("ray::JobSupervisor") for s in sockets), sockets  # a worker's
     bound = {port for kind, ip, port, _ in sockets if _loopback(ip)}
     for name in ("gcs", "dashboard", "client", "agent_http", "agent_grpc", "runtime_env", "metrics"):
         assert state["ports"][name] in bound, f"the {name} port is not on loopback: {sockets}"

@@ -210,11 +210,13 @@ def json_id(text: str) -> str:
 def run_jobs(args, work: Path, tree: Optional[Path] = None) -> dict:
     """Each `run:` command directly, then through orch, `--runs` times each, on a fresh warm
     local Ray of orch's code from `tree` (this checkout when None)."""
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
-    commands = {"torchrun, 2 processes (DDP, gloo)": f"{torchrun} --nproc_per_node=2 ddp.py",
-                "one process (a small regression)": f"{sys.executable} single.py"}
+    # As a user writes them; `python` and `torchrun` are this venv's, in the shell (its bin
+    # first on the path) and through orch (whose jobs' `python` is its own interpreter).
+    commands = {"torchrun, 2 processes (DDP, gloo)": "torchrun --nproc_per_node=2 ddp.py",
+                "one process (a small regression)": "python single.py"}
     out: dict = {}
-    env = {**os.environ, "STEPS": "200"}
+    env = {**os.environ, "STEPS": "200",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     ours = _common.ORCH
     _common.ORCH = str(tree / ".venv" / "bin" / "orch") if tree else ours
     try:

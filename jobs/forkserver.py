@@ -140,15 +140,17 @@ def _connect(path: str) -> Optional[socket.socket]:
         return None
 
 
-def _stand_in(conn: socket.socket, argv: list) -> None:
-    """Hand the worker to the zygote and be it until its child ends. Its environment is not
-    sent: the socket's name is its digest, so the zygote's own is this one."""
+def _stand_in(conn: socket.socket, argv: list, env_fd: Optional[int] = None) -> None:
+    """Hand the worker to the zygote and be it until its child ends. A worker's environment
+    is not sent: the socket's name is its digest, so the zygote's own is this one (a warm
+    Python's, jobs/warm_python.py, is: in the file `env_fd`, for the child to read)."""
     umask = os.umask(0o022)
     os.umask(umask)
     body = json.dumps({"argv": argv, "cwd": os.getcwd(), "umask": umask}).encode()
+    fds = [0, 1, 2] + ([env_fd] if env_fd is not None else [])
     try:
         conn.sendmsg([struct.pack("!I", len(body)) + body],
-                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
         replies = conn.makefile("rb")
         first = replies.readline()
         child = int(first)
@@ -156,9 +158,14 @@ def _stand_in(conn: socket.socket, argv: list) -> None:
         conn.close()
         return  # not forked: run plain
 
+    # A warm Python's command is a session of its own: a signal to this process (a cancel
+    # signals the job's whole group) goes to all of it, as it would have reached all of a
+    # command started in the job's group.
+    send = os.kill if env_fd is None else os.killpg
+
     def forward(sig: int, _frame: object) -> None:
         with contextlib.suppress(OSError):
-            os.kill(child, sig)
+            send(child, sig)
 
     for sig in _FORWARDED:
         signal.signal(sig, forward)

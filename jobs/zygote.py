@@ -1,11 +1,9 @@
 """The zygote of jobs/forkserver.py: one per Ray node and exact worker environment, the
 first client of that environment exec'd (so a child of the raylet, as a worker is). It
 imports what a warm worker imports, forks the worker that client was started as, then one
-for each client that asks on its socket, until its raylet is gone.
-
-Run as a script (`python zygote.py --serve SOCKET -- default_worker.py ARGS...`), so it
-imports nothing of the package: standard library, Ray and the setup hook's module only.
-"""
+for each client that asks on its socket, until its raylet is gone (jobs/warm_python.py's
+zygote: torch imported, a child per `python` command). Run as a script (`python zygote.py
+--serve SOCKET -- default_worker.py ARGS...`): it imports nothing of the package."""
 
 from __future__ import annotations
 
@@ -25,8 +23,7 @@ SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"  # as jobs/controller
 _REQUEST_S = 5.0
 _MAX_REQUEST = 1 << 20
 # A zygote with no child for this long ends (its Ray job's workers are gone: the runner
-# host's keeps warm ones while it lives), seconds; ORCH_ZYGOTE_IDLE_S in its environment
-# says otherwise (the tests).
+# host's keeps warm ones while it lives), seconds; or as ORCH_ZYGOTE_IDLE_S says (tests).
 _IDLE_EXIT_S = 60.0
 
 
@@ -105,12 +102,10 @@ def cuda_works_in_a_child(gpus: str = "/proc/driver/nvidia/gpus") -> bool:
     pid = os.fork()
     if pid == 0:
         code = 1
-        try:
+        with contextlib.suppress(BaseException):  # any failure is the answer
             import torch
 
             code = 0 if (torch.zeros(1, device="cuda") + 1).item() == 1 else 1
-        except BaseException:  # noqa: BLE001  (any failure is the answer)
-            pass
         os._exit(code)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -124,10 +119,13 @@ def cuda_works_in_a_child(gpus: str = "/proc/driver/nvidia/gpus") -> bool:
     return False
 
 
+MAIN: dict = {}  # a zygote of warm Pythons (jobs/warm_python.py): its preload, its "run"
+
+
 def serve(path: str, first: list) -> None:
     """The zygote (the first client of its environment, exec'd): preload, fork the worker
-    that client was started for (`first`, its arguments), then one for each client that
-    asks, until the raylet is gone. Does not return."""
+    that client was started for (`first`, its arguments; none for warm Pythons), then one
+    for each client that asks, until the raylet is gone. Does not return."""
     started = time.monotonic()
     env = dict(os.environ)  # every client's (its socket is named by its digest), before imports
     # Run as a script, its folder (the runner package, where `profile.py` would hide the
@@ -164,12 +162,13 @@ def serve(path: str, first: list) -> None:
     own = [server.fileno(), wake_r, wake_w]
     umask = os.umask(0o022)
     os.umask(umask)
-    _spawn(first, env, os.getcwd(), umask, streams, own, clients, None)
+    if first:
+        _spawn(first, env, os.getcwd(), umask, streams, own, clients, None)
     idle_exit_s = float(os.environ.get("ORCH_ZYGOTE_IDLE_S") or _IDLE_EXIT_S)
     last_child = time.monotonic()
     try:
         while (not raylet or _running(raylet)) and os.path.exists(path):
-            if clients or pending:
+            if clients or pending or "run" in MAIN:  # warm Pythons wait on
                 last_child = time.monotonic()
             elif time.monotonic() - last_child > idle_exit_s:
                 print(f"orch zygote: no worker for {idle_exit_s:.0f} s; ending", flush=True)
@@ -190,8 +189,9 @@ def serve(path: str, first: list) -> None:
                 else:  # a client closed (or wrote) before its child ended: the child goes
                     pid = next(p for p, c in clients.items() if c is r)
                     with contextlib.suppress(OSError):
-                        if not r.recv(64):
-                            os.kill(pid, signal.SIGKILL)
+                        if not r.recv(64):  # the child's session (its own children too)
+                            os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid \
+                                else os.kill(pid, signal.SIGKILL)
             now = time.monotonic()
             for conn in [c for c, (_, _, until) in pending.items() if until < now]:
                 _drop(conn, pending)  # it sent no whole request in time: it runs plain
@@ -206,14 +206,14 @@ def serve(path: str, first: list) -> None:
 
 def _ready(path: str) -> socket.socket:
     """Preload, check the children would be apart, and listen: the zygote's socket."""
-    preload(dict(os.environ))
+    MAIN.get("preload", preload)(dict(os.environ))
     # What the preload made is never freed while the zygote lives: out of the collector's
     # sight, so that no collection in a child writes to (and so copies) those pages.
     import gc
 
     gc.collect()
     gc.freeze()
-    if not children_draw_apart():
+    if "run" not in MAIN and not children_draw_apart():
         raise RuntimeError("its children would share Ray's random ids")
     if not cuda_works_in_a_child():
         raise RuntimeError("a child forked from it cannot use CUDA")
@@ -262,7 +262,7 @@ def _read_request(conn: socket.socket, env: dict, pending: dict, own: list,
     holds up no other client."""
     held = pending[conn]
     try:
-        data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+        data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 4)
     except BlockingIOError:
         return
     except OSError:
@@ -285,7 +285,9 @@ def _read_request(conn: socket.socket, env: dict, pending: dict, own: list,
         request = json.loads(held[0][4:])
         argv = [str(a) for a in request["argv"]]
         cwd, umask = str(request["cwd"]), int(request["umask"]) & 0o777
-        if len(held[1]) != 3 or not argv:
+        # A warm Python's arguments and environment come in a file (a 4th), read by its
+        # child only: no command's values are ever in the zygote's memory for a later child.
+        if len(held[1]) != (4 if "run" in MAIN else 3) or not argv:
             raise ValueError("no standard streams, or no worker")
     except (ValueError, KeyError, TypeError, AttributeError):
         _drop(conn, pending)
@@ -338,6 +340,11 @@ def _child(argv: list, env: dict, cwd: str, umask: int, fds: list) -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.setsid()
+        if len(fds) > 3:  # a warm Python's command: its arguments and environment
+            with os.fdopen(fds.pop(), "rb") as f:
+                sent = json.loads(f.read())
+            argv, env = [str(a) for a in sent["argv"]], {str(k): str(sent["env"][k])
+                                                         for k in sent["env"]}
         for i, fd in enumerate(fds):
             os.dup2(fd, i)
             os.close(fd)
@@ -348,12 +355,8 @@ def _child(argv: list, env: dict, cwd: str, umask: int, fds: list) -> None:
         numpy = sys.modules.get("numpy")
         if numpy is not None:  # its global generator was seeded in the zygote, once for all
             numpy.random.seed()
-        sys.argv = list(argv)
-        sys.path[0:0] = [os.path.dirname(os.path.abspath(argv[0]))]
-        import runpy
-
         try:
-            runpy.run_path(argv[0], run_name="__main__")
+            MAIN.get("run", _run_script)(argv)
             code = 0
         except SystemExit as e:
             if e.code is None:
@@ -381,6 +384,15 @@ def _child(argv: list, env: dict, cwd: str, umask: int, fds: list) -> None:
             with contextlib.suppress(BaseException):
                 stream.flush()
         os._exit(code & 0xFF if code >= 0 else 1)
+
+
+def _run_script(argv: list) -> None:
+    """Run `argv` (a script and its arguments) as `python SCRIPT ARGS...` would."""
+    import runpy
+
+    sys.argv = list(argv)
+    sys.path[0:0] = [os.path.dirname(os.path.abspath(argv[0]))]
+    runpy.run_path(argv[0], run_name="__main__")
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--serve"] and sys.argv[3:4] == ["--"]:

@@ -216,10 +216,9 @@ class LocalRay:
 
     def job_env(self, environ: Optional[Mapping[str, str]] = None) -> dict:
         """The environment of `ray start` and of the runner host, so of every job of this
-        Ray: an allowlist (job_base_env) of `environ` (this process's by default: `orch local
-        up`'s when it starts the Ray), never orch's own environment, which under `orch
-        serve` holds the store's URL, the metrics token, cloud keys and the variables
-        `serve_env_secrets` lists for some users only."""
+        Ray: an allowlist (job_base_env) of `environ` (by default this process's), never
+        orch's own, which under `orch serve` holds the store's URL, the metrics token, cloud
+        keys and the variables `serve_env_secrets` lists for some users only."""
         env = {**job_base_env(os.environ if environ is None else environ, self.pass_env),
                **ray_env(self.token_file), **self._own_env()}
         # orch's runner under its shipped name, first on the path of every process of this

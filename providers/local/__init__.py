@@ -56,8 +56,10 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
 
     @classmethod
     def shell_prelude(cls) -> str:
-        """`python` in a run: or setup: line means the interpreter orch (and its Ray) runs in."""
-        return f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"\n'
+        """`python` in a run: or setup: line means the interpreter orch (and its Ray) runs in;
+        for a job orch starts itself, a warm one of it (providers/warm_python.py)."""
+        return (f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"\n'
+                '[ -z "${ORCH_WARM_PYTHON_BIN:-}" ] || export PATH="$ORCH_WARM_PYTHON_BIN:$PATH"\n')
 
     def job_env(self, public: dict) -> dict:
         """Where the local Ray has a runner host: its socket, for the runner to hand the job to
@@ -115,9 +117,16 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
         ray_env = {**public, **self.job_env(public)}  # what a Ray job's runtime env held
         # A Ray job inherits the environment the Ray was started in (`orch local up`'s, and
         # the values `local.pass_env` names from it), not the submitting process's.
-        env = {**self.ray.job_env(_environ_of(raylet)), **ray_env, "RAY_ADDRESS": state["address"]}
+        base = self.ray.job_env(_environ_of(raylet))
+        env = {**base, **ray_env, "RAY_ADDRESS": state["address"]}
         if raylet:
             env[RAYLET_VAR] = str(raylet)
+        if ENV_VAR not in launch.env:  # a run: command's `python` forked warm
+            from providers import warm_python
+
+            if public.get(warm_python.SOCKET_VAR) != "0":  # the job's envs turn it off
+                env.update(warm_python.job_env(Path(state["temp_dir"]), self.ray.runner_path(),
+                                               base, raylet))
         entrypoint, secret_file = launch.entrypoint, None
         if hidden:
             name = f".orch-env-{secrets.token_hex(8)}"

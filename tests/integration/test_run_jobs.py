@@ -90,3 +90,79 @@ def test_an_unchanged_torchrun_script_runs_from_its_job_files_folder(ray_home):
     assert "Resuming" not in log and rec["metrics"]["epoch"] == 3
     arts = json.loads(run_orch(ray_home, "artifacts", rec["id"], "--json").stdout)
     assert [f["key"] for f in arts["files"]] == ["snapshot.pt"], arts
+
+
+PROBE = """import json, os, subprocess, sys, time
+warm = "torch" in sys.modules  # imported before this line: forked from the warm zygote
+import torch
+print("probe " + json.dumps({"warm": warm, "rank": os.environ.get("LOCAL_RANK"),
+                             "pid": os.getpid(), "threads": torch.get_num_threads()}), flush=True)
+if sys.argv[1:] == ["sleep"]:
+    child = subprocess.Popen(["sleep", "300"])
+    print("probe " + json.dumps({"grandchild": child.pid}), flush=True)
+    time.sleep(300)
+"""
+
+
+def _probes(home, job_id: str) -> list:
+    log = run_orch(home, "logs", job_id).stdout
+    return [json.loads(line.split("probe ", 1)[1]) for line in log.splitlines() if "probe {" in line]
+
+
+def test_a_run_jobs_python_and_torchrun_start_warm_and_a_cancel_stops_all_they_started(
+        ray_home, tmp_path):
+    """providers/warm_python.py: a local `run:` job's `python` and `torchrun` (and
+    torchrun's workers) are forked from a process that imported torch, with the command's
+    own environment (torchrun's OMP_NUM_THREADS=1 for its workers); `orch cancel` stops the
+    forked command and what it started."""
+    import time
+
+    import psutil
+
+    from providers.local_ray import LocalRay
+    from providers.warm_python import SOCKET, _listening
+    from tests.conftest import status_in_process
+    from tests.integration.conftest import wait_until
+
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "probe.py").write_text(PROBE)
+    first = tmp_path / "first.yaml"
+    first.write_text("name: probe\nworkdir: work\nrun: python probe.py\n")
+    _submit(ray_home, first)  # starts the zygote where none runs yet
+    sock = LocalRay(ray_home).temp_dir() / SOCKET
+    wait_until("the warm zygote", lambda: _listening(sock), timeout=120)
+    both = tmp_path / "both.yaml"
+    both.write_text("name: probe2\nworkdir: work\n"
+                    "run: python probe.py && torchrun --nproc_per_node=2 probe.py\n")
+    rec = _submit(ray_home, both)
+    probes = _probes(ray_home, rec["id"])
+    assert len(probes) == 3 and all(p["warm"] for p in probes), probes
+    assert sorted(str(p["rank"]) for p in probes) == ["0", "1", "None"], probes
+    assert [p["threads"] for p in probes if p["rank"] is not None] == [1, 1], probes
+
+    sleeper = tmp_path / "sleeper.yaml"
+    sleeper.write_text("name: sleeper\nworkdir: work\nrun: python probe.py sleep\n")
+    proc = run_orch(ray_home, "submit", "--detach", str(sleeper))
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    seen = wait_until("the sleeper's processes", lambda: (p := _probes(ray_home, job_id))
+                      and len(p) == 2 and p, timeout=120)
+    assert seen[0]["warm"], seen
+    pids = (seen[0]["pid"], seen[1]["grandchild"])
+    assert run_orch(ray_home, "cancel", job_id).returncode == 0
+    wait_until("the job cancelled", lambda: status_in_process(ray_home, job_id)["status"]
+               == "CANCELLED", timeout=60)
+
+    def gone() -> bool:
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    return False
+            except psutil.NoSuchProcess:
+                continue
+        return True
+
+    deadline = time.monotonic() + 15
+    while not gone():
+        assert time.monotonic() < deadline, f"still running after the cancel: {pids}"
+        time.sleep(0.2)

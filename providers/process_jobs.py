@@ -164,7 +164,7 @@ class ProcessJobs:
         if done is None:
             if _keeper(folder) is not None or not (folder / "pid").exists() and \
                     time.time() - times["backend_start"] < 10:
-                return BackendState("RUNNING", None, times)
+                return BackendState("RUNNING", "Job is currently running.", times)
             done = _Exit.read(folder)  # it may have ended between the two looks
             if done is None:
                 return BackendState("FAILED", "the job's keeper process ended without its exit "

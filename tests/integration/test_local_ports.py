@@ -58,16 +58,18 @@ def _loopback(ip: str) -> bool:
 
 def _job_pids(state: dict, job_id: str) -> dict[int, str]:
     """The processes of a job orch started itself (providers/process_jobs.py): its keeper's
-    tree, the job's Ray driver among them."""
+    tree, and what the warm-Python zygote forked for its `python` (providers/warm_python.py;
+    this test's job is the only one running on the session's Ray): the job's Ray driver."""
     from providers.process_jobs import _keeper, in_session
+    from providers.warm_python import SOCKET
 
     folder = in_session(Path(state["temp_dir"])).folder(job_id)
-    pid = _keeper(folder) if folder else None
+    tops = [pid] if folder and (pid := _keeper(folder)) is not None else []
+    tops += [p.pid for p in processes_matching(str(Path(state["temp_dir"]) / SOCKET))]
     found = {}
-    if pid is not None:
+    for top in tops:
         with contextlib.suppress(psutil.Error):
-            keeper = psutil.Process(pid)
-            for q in [keeper, *keeper.children(recursive=True)]:
+            for q in psutil.Process(top).children(recursive=True):
                 with contextlib.suppress(psutil.Error):
                     found[q.pid] = " ".join(q.cmdline())[:200]
     return found

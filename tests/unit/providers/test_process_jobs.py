@@ -86,7 +86,8 @@ def test_a_cancel_stops_the_job_and_what_it_started_and_one_that_ignores_it_is_k
     while not (jobs.root / "orch-d1" / "workdir" / "child").exists() or "started" not in jobs.logs("orch-d2"):
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert jobs.state("orch-d1").status == "RUNNING"
+    running = jobs.state("orch-d1")  # said as Ray's Jobs API says it (a record's history)
+    assert (running.status, running.message) == ("RUNNING", "Job is currently running.")
     snap = jobs.add_to(ClusterSnapshot("local", (), {}, {}, (), time.time()))
     assert {j.submission_id for j in snap.jobs} == {"orch-d1", "orch-d2"}
     assert next(j for j in snap.jobs if j.submission_id == "orch-d1").orch_id == "orch-d1"

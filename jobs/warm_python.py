@@ -92,11 +92,45 @@ def client(argv: list) -> None:
 # -- the zygote's side: what it preloads, and how a child runs its command -------------
 
 
+# The modules the preload imported (top-level name -> file, mtime, size): a child whose
+# command would import another file under one of those names (its own `random.py` beside
+# its script, a torch its PYTHONPATH names, a torch its `setup:` reinstalled) runs plain.
+_PRELOADED: dict = {}
+
+
 def preload(_env: dict) -> None:
-    """torch (numpy with it), imported once for every command the zygote forks."""
+    """torch (numpy with it), imported once for every command the zygote forks; and which
+    modules a command would find imported here that a new `python` would import itself
+    (all but those a new one has at its start)."""
+    import subprocess
+
+    fresh = set(subprocess.run([sys.executable, "-c", "import sys; print(*sys.modules)"],
+                               capture_output=True, text=True, check=True).stdout.split())
     import random  # noqa: F401  (seeded anew in each child)
 
     import torch  # noqa: F401
+
+    for name in set(sys.modules) - fresh:  # (`__mp_main__`: multiprocessing's alias of main)
+        path = getattr(sys.modules[name], "__file__", None)
+        if "." not in name and not name.startswith("__") and path and os.path.isfile(path):
+            st = os.stat(path)
+            _PRELOADED[name] = (path, st.st_mtime_ns, st.st_size)
+
+
+def _same_imports() -> bool:
+    """Whether each module the zygote preloaded is the file the command would import, with
+    the command's path set, unchanged since."""
+    from importlib.machinery import PathFinder
+
+    for name, (path, mtime, size) in _PRELOADED.items():
+        spec = PathFinder.find_spec(name, sys.path)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if spec is None or spec.origin != path or (st.st_mtime_ns, st.st_size) != (mtime, size):
+            return False
+    return True
 
 
 def run(argv: list) -> None:
@@ -105,7 +139,7 @@ def run(argv: list) -> None:
     import random
     import runpy
 
-    args = list(argv)
+    args, python = list(argv), sys.executable
     flags = []
     while args and args[0] in _FLAGS:
         flags.append(args.pop(0))
@@ -125,13 +159,17 @@ def run(argv: list) -> None:
     if os.path.isabs(shim) and os.access(shim, os.X_OK):
         sys.executable = shim
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    first = os.getcwd() if args[0] == "-m" else os.path.dirname(os.path.abspath(args[0]))
+    sys.path[0:0] = [first, *extra]
+    if not _same_imports():  # run plain: this process becomes `python ARGV`
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os.execv(python, [python, *argv])
     if args[0] == "-m":
         sys.argv = [args[1], *args[2:]]
-        sys.path[0:0] = [os.getcwd(), *extra]
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
     else:
         sys.argv = args
-        sys.path[0:0] = [os.path.dirname(os.path.abspath(args[0])), *extra]
         runpy.run_path(args[0], run_name="__main__")
 
 

@@ -98,9 +98,9 @@ def zygote():
         proc.wait(15)  # the zygote ends with its raylet
 
 
-def _run(folder, env, *args, timeout=60) -> tuple[int, list]:
-    proc = subprocess.run(CLIENT + list(args), env=env, cwd=folder / "work", timeout=timeout,
-                          capture_output=True, text=True)
+def _run(folder, env, *args, timeout=60, cwd=None) -> tuple[int, list]:
+    proc = subprocess.run(CLIENT + list(args), env=env, cwd=cwd or folder / "work",
+                          timeout=timeout, capture_output=True, text=True)
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     return proc.returncode, lines
 
@@ -123,10 +123,25 @@ def test_a_script_runs_forked_warm_as_python_would_run_it(zygote):
     assert (seen["random"], seen["numpy"]) != (more[0]["random"], more[0]["numpy"])
 
 
-@pytest.mark.parametrize("change", ["-c", "hashseed", "locale", "off", "no-zygote"])
+# A module of the script's own folder under the name of one the zygote preloaded (torch
+# imports `random`): python imports it, not the preloaded one. It is the real one re-exported.
+SHADOW = """import os, sysconfig
+_path = os.path.join(sysconfig.get_paths()["stdlib"], "random.py")
+exec(compile(open(_path).read(), _path, "exec"))
+SHADOWED = True
+"""
+
+
+@pytest.mark.parametrize("change", ["-c", "hashseed", "locale", "off", "no-zygote", "shadow"])
 def test_what_cannot_run_the_same_warm_runs_plain(zygote, change):
     folder, env, _ = zygote
-    args = ["script.py"]
+    args, cwd = ["script.py"], None
+    if change == "shadow":
+        cwd = folder / "shadow"
+        cwd.mkdir(exist_ok=True)
+        (cwd / "script.py").write_text(SCRIPT.replace('"main": __name__', '"main": __name__, '
+                                                      '"shadowed": hasattr(random, "SHADOWED")'))
+        (cwd / "random.py").write_text(SHADOW)
     if change == "-c":
         args = ["-c", "import sys, json; print(json.dumps({'warm': 'torch' in sys.modules}))"]
     elif change == "hashseed":
@@ -137,8 +152,10 @@ def test_what_cannot_run_the_same_warm_runs_plain(zygote, change):
         env = {**env, warm_python.SOCKET_VAR: "0"}
     else:
         env = {**env, warm_python.SOCKET_VAR: str(folder / "none.sock")}
-    code, out = _run(folder, env, *args)
+    code, out = _run(folder, env, *args, cwd=cwd)
     assert code == 0 and out and out[0]["warm"] is False, out
+    if change == "shadow":  # its own module, as python would have imported it
+        assert out[0]["shadowed"] is True, out
 
 
 def test_a_stopped_or_killed_client_takes_the_commands_whole_session(zygote):

@@ -19,7 +19,8 @@ client's, and the zygote kills the child's session when the client goes (a cance
 SIGKILL). Whatever it cannot run the same way runs plain, this interpreter exec'd with
 ARGS: another option than -u and -B, `-c`, no script (a prompt), a PYTHON* setting other
 than PYTHONPATH, PYTHONUNBUFFERED and PYTHONDONTWRITEBYTECODE (PYTHONHASHSEED: a child's
-hashes are the zygote's), a locale or preload the zygote was not started with, no zygote.
+hashes are the zygote's), a locale or preload the zygote was not started with, a module
+the zygote preloaded that the command would import from another file, no zygote.
 `ORCH_WARM_PYTHON=0` in a job's `envs` turns it off for that job.
 """
 

@@ -3,10 +3,11 @@
 `python -I -S keeper.py FOLDER -- COMMAND` (its environment and folder the job's): forks
 once and returns at once, so that orch (a command, or `orch serve`) waits for nothing and
 keeps no child; the fork writes its pid to FOLDER/pid, runs COMMAND through /bin/sh in a
-session of its own, its output in FOLDER/log, and writes FOLDER/exit (the exit code, when,
-and whether it was stopped on request: FOLDER/stop) when the command ends. SIGTERM (a cancel) stops the
-command as Ray's job supervisor stops an entrypoint: SIGTERM to its process group, SIGKILL
-after STOP_WAIT_S. Standard library only, and no import of the package (`-I -S`).
+session of its own, its output in FOLDER/log, and writes FOLDER/exit (the exit code, and
+whether it was stopped on request: FOLDER/stop) when the command ends; the file's ctime says
+when (the kernel's: a job cannot set it back as it could a time written in the file).
+SIGTERM (a cancel) stops the command as Ray's job supervisor stops an entrypoint: SIGTERM to
+its process group, SIGKILL after STOP_WAIT_S. Standard library only, and no import of the package (`-I -S`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ PROCESS_JOB_VAR = "ORCH_PROCESS_JOB"  # set in a kept job's environment: it is n
 
 
 def _write(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    """`path` written whole, through a new file of its own: the job can write its folder, and
+    a FIFO it left at a fixed name would hold the keeper (and the job's end) up for ever."""
+    tmp = f"{path}.{os.urandom(8).hex()}"
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
 
@@ -68,7 +72,7 @@ def keep(folder: str, command: str) -> int:
     # SIGTERM, such as `orch local down`'s, stops the job too, but it failed).
     asked = os.path.exists(os.path.join(folder, "stop"))
     _write(os.path.join(folder, "exit"),
-           json.dumps({"code": code, "end": time.time(), "on_request": bool(stopped) and asked}))
+           json.dumps({"code": code, "on_request": bool(stopped) and asked}))
     return 0
 
 

@@ -26,9 +26,11 @@ the zygote preloaded that the command would import from another file, no zygote.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import stat
 import sys
 from typing import Optional
 
@@ -73,9 +75,10 @@ def client(argv: list) -> None:
     """`python ARGV` forked from the warm zygote, or run plain. Does not return."""
     env = dict(os.environ)
     path = env.get(SOCKET_VAR) or ""
-    try:
-        with open(path + ".env") as f:  # what the zygote was started with (SAME_VARS)
-            zygote_env = json.load(f)
+    try:  # what the zygote was started with (SAME_VARS); not waiting on a FIFO put there
+        fd = os.open(path + ".env", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            zygote_env = json.loads(f.read(1 << 16)) if stat.S_ISREG(os.fstat(fd).st_mode) else None
     except (OSError, ValueError):
         zygote_env = None
     if warm_args(argv, env, zygote_env if isinstance(zygote_env, dict) else None):
@@ -178,7 +181,9 @@ def serve(path: str) -> None:
     """Be the warm-Python zygote at socket `path`. Does not return."""
     zygote = _sibling("zygote")
     zygote.MAIN.update(preload=preload, run=run)
-    fd = os.open(path + ".env", os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    with contextlib.suppress(OSError):
+        os.unlink(path + ".env")  # an earlier zygote's (or whatever was put there)
+    fd = os.open(path + ".env", os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump({k: os.environ[k] for k in SAME_VARS if k in os.environ}, f)
     zygote.serve(path, [])

@@ -12,7 +12,7 @@ an earlier session is unknown here, as Ray's jobs are to a new Ray.
     FOLDER/job.json  what Ray kept of the job (its metadata, entrypoint, when it was started)
     FOLDER/workdir/  the job's working folder (its workdir's package unpacked, as Ray does)
     FOLDER/pid       the keeper's pid and start time     FOLDER/log   the job's output
-    FOLDER/exit      its exit code, when, and whether it was stopped on request
+    FOLDER/exit      its exit code, and whether it was stopped on request (its ctime: when)
 
 The job's environment is what a Ray job's driver has here: the local Ray's (an allowlist of
 orch's, never orch's own), the job's public values, its folder on the path; its secret values
@@ -25,8 +25,10 @@ import dataclasses
 import io
 import json
 import os
+import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -89,7 +91,7 @@ class ProcessJobs:
 
     def has(self, job_id: str) -> bool:
         folder = self.folder(job_id)
-        return folder is not None and (folder / "job.json").exists()
+        return folder is not None and os.path.lexists(folder / "job.json")
 
     def submit(self, job_id: str, entrypoint: str, env: dict, package: Optional[bytes],
                metadata: dict, secret_file: Optional[tuple[str, bytes]] = None,
@@ -135,7 +137,7 @@ class ProcessJobs:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True, close_fds=True)
         if proc.wait(timeout=60) != 0:
-            _write(folder / "exit", json.dumps({"code": 127, "end": time.time(), "on_request": False}))
+            _write(folder / "exit", json.dumps({"code": 127, "on_request": False}))
         return job_id
 
     def _tidy(self) -> None:
@@ -154,22 +156,30 @@ class ProcessJobs:
             if now - ended >= KEEP_WORKDIR_S and (folder / "workdir").is_dir():
                 shutil.rmtree(folder / "workdir", ignore_errors=True)
 
-    def state(self, job_id: str) -> BackendState:
+    def state(self, job_id: str, launched_at: Optional[float] = None) -> BackendState:
+        """The job's state. Its folder is the job's to write (it runs as the same OS user),
+        so nothing here is taken on its word where it counts: the job runs while its keeper
+        does, whatever `exit` says; its start is `launched_at` (orch's record) where given;
+        its end is when `exit` was last changed (the kernel's ctime, which no process can
+        set back), never the time written in it. A job cannot shorten or stretch the hours
+        it is charged for."""
         folder = self.folder(job_id)
-        record = _read_json(folder / "job.json") if folder else None
-        if folder is None or record is None:
+        if folder is None or not os.path.lexists(folder / "job.json"):
             return BackendState("FAILED", f"orch has no local job {job_id}", unknown=True)
-        times = {"backend_start": float(record.get("start_time") or 0)}
+        if launched_at is not None:
+            start = launched_at
+        else:
+            start = _num(_read_json(folder / "job.json") or {}, "start_time") or 0.0
+        times = {"backend_start": start}
+        if _keeper(folder) is not None:
+            return BackendState("RUNNING", "Job is currently running.", times)
         done = _Exit.read(folder)
         if done is None:
-            if _keeper(folder) is not None or not (folder / "pid").exists() and \
-                    time.time() - times["backend_start"] < 10:
-                return BackendState("RUNNING", "Job is currently running.", times)
-            done = _Exit.read(folder)  # it may have ended between the two looks
-            if done is None:
-                return BackendState("FAILED", "the job's keeper process ended without its exit "
-                                    "status (killed?)", times)
-        times["backend_end"] = done.end
+            if not (folder / "pid").exists() and time.time() - start < 10:
+                return BackendState("RUNNING", "Job is currently running.", times)  # starting
+            return BackendState("FAILED", "the job's keeper process ended without its exit "
+                                "status (killed?)", times)
+        times["backend_end"] = max(start, done.changed)
         if done.stopped:
             return BackendState("CANCELLED", "Job was intentionally stopped.", times,
                                 exit_code=done.code)
@@ -180,10 +190,7 @@ class ProcessJobs:
 
     def logs(self, job_id: str) -> str:
         folder = self.folder(job_id)
-        try:
-            return (folder / "log").read_text(errors="replace") if folder else ""
-        except FileNotFoundError:
-            return ""
+        return (read_file(folder / "log") or "") if folder else ""
 
     def cancel(self, job_id: str) -> None:
         """Ask the job's keeper to stop it (SIGTERM to the command, SIGKILL 3 s later)."""
@@ -260,18 +267,21 @@ class _Exit:
     """What a job's keeper wrote when its command ended (jobs/keeper.py)."""
 
     code: Optional[int]
-    end: float
+    changed: float  # when the file was last changed (its ctime: the kernel's, not the job's)
     stopped: bool  # on request (`orch cancel`)
 
     @classmethod
     def read(cls, folder: Path) -> Optional[_Exit]:
         raw = _read_json(folder / "exit")
+        try:
+            changed = (folder / "exit").lstat().st_ctime
+        except OSError:
+            return None
         if raw is None:
             return None
-        code, end = raw.get("code"), raw.get("end")
+        code = raw.get("code")
         return cls(code=code if isinstance(code, int) and not isinstance(code, bool) else None,
-                   end=float(end) if isinstance(end, (int, float)) else time.time(),
-                   stopped=raw.get("on_request") is True)
+                   changed=changed, stopped=raw.get("on_request") is True)
 
 
 def raylet_of(temp_dir: str) -> Optional[int]:
@@ -300,7 +310,7 @@ def _keeper(folder: Path) -> Optional[int]:
     when it says, and a keeper of this folder (a pid file a job rewrote names no other
     process for a cancel to signal)."""
     try:
-        pid_text, ticks = (folder / "pid").read_text().split()
+        pid_text, ticks = (read_file(folder / "pid", 64) or "").split()
         pid = int(pid_text)
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -314,17 +324,33 @@ def _keeper(folder: Path) -> Optional[int]:
         return None
 
 
+def read_file(path: Path, limit: int = -1) -> Optional[str]:
+    """The text of a file in a job's folder, which the job can write (the same OS user):
+    only a regular file, never through a link (a job's `log` made a link to a file of the
+    server's), opened without waiting (one made a FIFO would hold orch up), `limit` bytes
+    at most. None where there is no such file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return f.read(limit).decode(errors="replace")
+
+
 def _read_json(path: Path) -> Optional[dict]:
     try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
+        value = json.loads(read_file(path, 1 << 20) or "")
+    except ValueError:
         return None
     return value if isinstance(value, dict) else None
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    """`path` written whole, through a new file of its own (never one a job put there)."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)
     tmp.replace(path)

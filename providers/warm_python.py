@@ -12,6 +12,7 @@ gets its command's environment). A job whose `envs` say `ORCH_WARM_PYTHON: "0"` 
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from jobs.warm_python import BIN_VAR, SOCKET_VAR
+from providers.process_jobs import read_file
 from providers.runner_package import NAME
 
 SOCKET = "orch-python.sock"
@@ -41,16 +43,12 @@ def job_env(temp_dir: Path, runner: Path, env: dict, raylet: Optional[int]) -> d
 
 
 def _listening(sock: Path) -> bool:
-    import socket
+    from jobs.forkserver import _connect
 
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.connect(str(sock))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
+    conn = _connect(str(sock))
+    if conn is not None:
+        conn.close()
+    return conn is not None
 
 
 def _start(sock: Path, script: Path, env: dict, raylet: int) -> None:
@@ -83,13 +81,11 @@ def _shims(folder: Path, script: Path) -> Path:
     for name, args in (("python", ""), ("python3", ""), ("torchrun", " -m torch.distributed.run")):
         line = f'{client}{args} "$@"\n'
         path = folder / name
-        try:
-            if path.read_text() == line:
-                continue
-        except OSError:
-            pass
-        tmp = folder / f".{name}.{os.getpid()}"
-        tmp.write_text(line)
-        tmp.chmod(0o755)
+        if read_file(path, len(line.encode()) + 1) == line:  # a job may have put a FIFO there
+            continue
+        tmp = folder / f".{name}.{secrets.token_hex(8)}"  # a new file, never one put there
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o755)
+        with os.fdopen(fd, "w") as f:
+            f.write(line)
         tmp.replace(path)
     return folder

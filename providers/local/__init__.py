@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from orchestrator.base.targets import LOCAL
 from providers.base import BackendState, KeepsLogs, Launch
 from providers.local_ray import LocalRay
-from providers.process_jobs import ProcessJobs, in_session, raylet_of
+from providers.process_jobs import ProcessJobs, in_session, raylet_of, read_file
 from providers.ray_jobs import RayJobsProvider
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
 
     @property
     def processes(self) -> ProcessJobs:
-        """The train: jobs orch started itself on the local Ray's current session."""
+        """The jobs orch started itself on the local Ray's current session."""
         return in_session(self.ray.temp_dir())
 
     def submit(self, launch: Launch) -> str:
@@ -139,7 +139,9 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
 
     def state(self, backend_id: str, info: Optional[dict] = None) -> BackendState:
         if self.processes.has(backend_id):
-            return self.processes.state(backend_id)
+            launched = (info or {}).get("launched_at")
+            return self.processes.state(backend_id, launched if isinstance(launched, (int, float))
+                                        else None)
         return super().state(backend_id, info)
 
     def logs(self, backend_id: str) -> str:
@@ -172,7 +174,7 @@ class LocalProvider(RayJobsProvider, KeepsLogs):
         if self.processes.folder(backend_id):  # one of an earlier session's
             names.append(f"orch-jobs/{backend_id}/log")
         for path in sorted(p for name in names for p in self.ray.temp_dir().glob(f"session_*/{name}")):
-            return path.read_text(errors="replace")
+            return read_file(path) or ""
         return ""
 
     def capacity(self) -> ClusterSnapshot:

@@ -132,7 +132,8 @@ SHADOWED = True
 """
 
 
-@pytest.mark.parametrize("change", ["-c", "hashseed", "locale", "off", "no-zygote", "shadow"])
+@pytest.mark.parametrize("change", ["-c", "hashseed", "locale", "off", "no-zygote", "shadow",
+                                    "fifo"])
 def test_what_cannot_run_the_same_warm_runs_plain(zygote, change):
     folder, env, _ = zygote
     args, cwd = ["script.py"], None
@@ -148,11 +149,16 @@ def test_what_cannot_run_the_same_warm_runs_plain(zygote, change):
         env = {**env, "PYTHONHASHSEED": "7"}  # a child's hashes would be the zygote's
     elif change == "locale":
         env = {**env, "LANG": "C"}  # its streams' encoding was chosen as the zygote started
+    elif change == "fifo":  # another job left a FIFO where the zygote's settings are read
+        fifo = folder / "fifo.sock"
+        if not os.path.exists(f"{fifo}.env"):
+            os.mkfifo(f"{fifo}.env")
+        env = {**env, warm_python.SOCKET_VAR: str(fifo)}
     elif change == "off":
         env = {**env, warm_python.SOCKET_VAR: "0"}
     else:
         env = {**env, warm_python.SOCKET_VAR: str(folder / "none.sock")}
-    code, out = _run(folder, env, *args, cwd=cwd)
+    code, out = _run(folder, env, *args, cwd=cwd, timeout=30)
     assert code == 0 and out and out[0]["warm"] is False, out
     if change == "shadow":  # its own module, as python would have imported it
         assert out[0]["shadowed"] is True, out
@@ -198,3 +204,27 @@ def test_no_command_finds_an_earlier_commands_value_in_its_memory(zygote):
     assert not any(value in f for f in found), found
     # Nor the zygote itself, ever: the value went from the client to its child only.
     assert _SCAN["occurrences"](zygote[2].pid, value.encode()) == []
+
+
+def test_the_shims_are_made_again_whatever_a_job_left_in_their_place(tmp_path):
+    """The shims' folder is in the local Ray's, which a job of the same OS user can write:
+    one that left a FIFO (a read would wait for ever) or a link there holds no submit up,
+    and the next submit's shims are orch's again."""
+    from providers.warm_python import _shims
+
+    script = tmp_path / "warm_python.py"
+    folder = _shims(tmp_path / "bin", script)
+    kept = (folder / "python").stat().st_mtime_ns
+    assert _shims(folder, script) == folder and (folder / "python").stat().st_mtime_ns == kept
+    (folder / "python").unlink()
+    os.mkfifo(folder / "python")
+    (folder / "torchrun").unlink()
+    (folder / "torchrun").symlink_to(tmp_path / "elsewhere")
+    started = time.monotonic()
+    _shims(folder, script)
+    assert time.monotonic() - started < 2
+    for name in ("python", "torchrun"):
+        path = folder / name
+        assert path.is_file() and not path.is_symlink() and os.access(path, os.X_OK)
+        assert str(script) in path.read_text()
+    assert "-m torch.distributed.run" in (folder / "torchrun").read_text()

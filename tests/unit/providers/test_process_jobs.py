@@ -225,3 +225,49 @@ def test_the_session_is_found_while_ray_workers_make_its_link_again(tmp_path):
     assert all(found), f"{found.count(False)} of {len(found)} reads lost the job"
     os.remove(link)  # no link at all (a worker stopped mid-way): the newest session
     assert in_session(tmp_path).root == current / "orch-jobs"
+
+
+def test_a_job_that_rewrites_its_folder_changes_neither_its_state_nor_its_hours(jobs):
+    # The attacker: its folder is its own to write (the same OS user). It says it ended at
+    # once with success, an hour from now, and that it started in 1970 (and then in words):
+    # it runs on, fails as it really does, and is charged from orch's launch to its real end.
+    launched = time.time()
+    forge = ('printf \'{"code": 0, "end": %s, "on_request": false}\' > ../exit; '
+             'printf \'{"start_time": 0, "metadata": {}}\' > ../job.json; sleep 1; '
+             'printf \'{"start_time": "x"}\' > ../job.json; exit 3') % (launched + 3600)
+    jobs.submit("orch-h1", forge, {"PATH": os.environ["PATH"]}, None, {"orch_job": "orch-h1"})
+    deadline = time.monotonic() + 10
+    while not (jobs.root / "orch-h1" / "exit").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert jobs.state("orch-h1", launched).status == "RUNNING"  # its keeper still runs it
+    _wait(jobs, "orch-h1")
+    state = jobs.state("orch-h1", launched)
+    assert (state.status, state.exit_code) == ("FAILED", 3), state
+    assert state.info["backend_start"] == launched
+    assert launched + 1 <= state.info["backend_end"] <= time.time(), state.info
+    assert jobs.state("orch-h1").status == "FAILED"  # no launch time, a start in words: no error
+
+
+def test_a_job_that_plants_links_and_fifos_in_its_folder_holds_up_and_reads_nothing(jobs, tmp_path):
+    # The attacker: it swaps its log for a FIFO (a read would wait for ever) and its record
+    # for a link to a file of the server's, then runs on. orch answers at once, reads neither,
+    # still sees it running, and still stops it.
+    server_file = tmp_path / "server-token"
+    server_file.write_text("token-of-the-server")
+    plant = (f"rm -f ../log && mkfifo ../log && rm ../job.json && ln -s {server_file} ../job.json"
+             " && echo planted > ../planted; sleep 300")
+    jobs.submit("orch-p1", plant, {"PATH": os.environ["PATH"]}, None, {"orch_job": "orch-p1"})
+    deadline = time.monotonic() + 10
+    while not (jobs.root / "orch-p1" / "planted").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    started = time.monotonic()
+    assert jobs.logs("orch-p1") == ""
+    assert jobs.has("orch-p1") and jobs.state("orch-p1", time.time()).status == "RUNNING"
+    assert [r["submission_id"] for r in jobs.running()] == []  # its record is not read
+    jobs.cancel("orch-p1")
+    assert time.monotonic() - started < 2
+    state = _wait(jobs, "orch-p1")
+    assert state.status == "CANCELLED", state
+    assert "token-of-the-server" not in jobs.logs("orch-p1")

@@ -3,6 +3,7 @@ problem. Backends are real servers on loopback (a stub Ray dashboard, moto's S3)
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -343,9 +344,19 @@ def _serving_home(home) -> None:
 
 def _sleeper(*argv: str) -> subprocess.Popen:
     """A cheap long-lived process whose arguments are `argv` (argv[0] too): what Ray's
-    processes look like to a process lister, without Ray."""
-    return subprocess.Popen([argv[0], "-c", "import time; time.sleep(60)", *argv[1:]],
+    processes look like to a process lister, without Ray. Returned once its arguments show:
+    Popen returns as the child's exec closes its pipe, and a lister that looks in the moment
+    before the kernel has set the new arguments reads none (a CI run's miss)."""
+    proc = subprocess.Popen([argv[0], "-c", "import time; time.sleep(60)", *argv[1:]],
                             executable=sys.executable)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[0] == argv[0].encode():
+                    return proc
+        time.sleep(0.01)
+    return proc
 
 
 def test_a_cluster_worker_here_running_as_a_user_who_can_read_a_serving_home_fails(orch_home,
